@@ -1,0 +1,310 @@
+"""Analysis: trace evidence per cell, the family check, winners per workload, and the verdict.
+
+Inputs are typed records (:mod:`profattn.results`) and parsed traces (:mod:`profattn.trace`); outputs are
+typed records the report renders. Nothing here measures or renders.
+
+The verdict answers the seed lesson's question: does the training winner remain the decode winner, and
+why — from what was observed (query rows against CTAs and SMs, K/V bytes against time and the measured
+copy ceiling, kernels per call), never from canned text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from profattn.backends.base import KernelFamily
+from profattn.backends.families import ATTENTION_FAMILIES
+from profattn.results import CellResult, KernelLaunch, RunResult, TraceSummary
+from profattn.trace import Trace
+from profattn.workload import Phase
+
+
+# ---- trace evidence ------------------------------------------------------------------------------
+
+
+def _opt_int(v: object) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)  # type: ignore[arg-type]
+
+
+def _opt_float(v: object) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
+
+
+def _shape(row: pd.Series, prefix: str) -> tuple[int, int, int] | None:
+    vals = [row.get(f"{prefix}_{a}") for a in "xyz"]
+    if any(v is None or pd.isna(v) for v in vals):
+        return None
+    return tuple(int(v) for v in vals)  # type: ignore[return-value]
+
+
+def family_check(family: KernelFamily, kernel_names: list[str], op_names: list[str]) -> tuple[bool | None, str]:
+    """Do the kernels (GPU) or operators (CPU run) that ran belong to ``family``?
+
+    Returns ``(ok, note)``: ``ok`` is False when another attention family's kernel ran or none of the
+    family's own did; None when there is no evidence (no kernels and no operators recorded).
+    """
+    names, kind, match = (kernel_names, "kernel", family.matches_kernel) if kernel_names else (op_names, "operator", family.matches_op)
+    if not names:
+        return None, "no kernels or operators recorded for this cell"
+    others = [f for f in ATTENTION_FAMILIES if f.name != family.name]
+    foreign = sorted({n for n in names for f in others if (f.matches_kernel(n) if kind == "kernel" else f.matches_op(n))})
+    own = sorted({n for n in names if match(n)})
+    if foreign:
+        return False, f"ran {kind}s of another family: {', '.join(foreign)[:300]}"
+    if not own:
+        return False, f"no {family.name} {kind} among the {len(set(names))} that ran"
+    return True, f"{family.name} {kind}s ran: {', '.join(own)[:300]}"
+
+
+def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: KernelFamily) -> TraceSummary:
+    """The kernels that actually ran in ``cell``'s ``record_function`` ranges of ``trace``, per call."""
+    rid = cell.cell_id
+    ranges = trace.ranges
+    calls = int((ranges["name"] == rid).sum()) if len(ranges) else 0
+    k = trace.kernels[trace.kernels["range"] == rid] if len(trace.kernels) else trace.kernels
+    ops = trace.ops[trace.ops["range"] == rid]["name"].tolist() if len(trace.ops) else []
+    ok, note = family_check(family, k["name"].tolist() if len(k) else [], ops)
+    per = max(calls, 1)
+    launches: list[KernelLaunch] = []
+    if len(k):
+        for name, g in sorted(k.groupby("name", sort=False), key=lambda kv: -kv[1]["dur_us"].sum()):
+            first = g.iloc[0]
+            launches.append(KernelLaunch(
+                name=str(name),
+                count_per_call=len(g) / per,
+                dur_us_per_call=float(g["dur_us"].sum()) / per,
+                grid=_shape(first, "grid"),
+                block=_shape(first, "block"),
+                registers_per_thread=_opt_int(first.get("registers_per_thread")),
+                shared_mem_bytes=_opt_int(first.get("shared_mem_bytes")),
+                ctas=_opt_int(first.get("ctas")),
+                blocks_per_sm=_opt_float(first.get("blocks_per_sm")),
+                est_occupancy_pct=_opt_float(first.get("est_occupancy_pct")),
+            ))
+    total = sum(kl.dur_us_per_call for kl in launches)
+    ctas = k["ctas"].dropna() if len(k) and "ctas" in k else pd.Series(dtype=float)
+    ctas_per_call = float(ctas.sum()) / per if len(ctas) else None
+    sms = trace.num_sms
+    return TraceSummary(
+        trace_file=trace_file,
+        calls=calls,
+        kernels_per_call=len(k) / per,
+        gpu_time_per_call_us=total if launches else None,
+        ctas_per_call=ctas_per_call,
+        ctas_per_sm=ctas_per_call / sms if ctas_per_call is not None and sms else None,
+        dominant_kernel=launches[0].name if launches else None,
+        dominant_share=launches[0].dur_us_per_call / total if launches and total > 0 else None,
+        kernels=tuple(launches),
+        family_ok=ok,
+        family_note=note,
+        ops=tuple(dict.fromkeys(ops))[:40],
+    )
+
+
+def attach_trace(cell: CellResult, trace: Trace, trace_file: str, family: KernelFamily) -> CellResult:
+    """``cell`` with its :class:`TraceSummary` from ``trace``."""
+    return replace(cell, trace=summarize_cell(trace, trace_file, cell, family))
+
+
+# ---- winners and verdict -------------------------------------------------------------------------
+
+
+def winners(run: RunResult) -> dict[str, CellResult | None]:
+    """Per workload tag: the fastest eligible cell (timed, correct, family confirmed), or None."""
+    out: dict[str, CellResult | None] = {}
+    for cell in run.cells:
+        out.setdefault(cell.workload.tag, None)
+        best = out[cell.workload.tag]
+        if cell.eligible and (best is None or cell.latency_us < best.latency_us):  # type: ignore[operator]
+            out[cell.workload.tag] = cell
+    return out
+
+
+@dataclass(frozen=True)
+class CellEvidence:
+    """Observed facts about one cell the verdict reasons with (None where not observed).
+
+    ``query_rows`` = B·Hq·Lq; ``ctas`` / ``ctas_per_sm`` of the dominant kernel per launch;
+    ``kv_gbps`` = K/V bytes / latency (GB = 1e9); ``copy_fraction`` = kv_gbps / measured copy GB/s;
+    ``floor_us`` = requested bytes / copy ceiling (µs).
+    """
+
+    backend: str
+    latency_us: float | None
+    query_rows: int
+    ctas: int | None
+    ctas_per_sm: float | None
+    rows_per_cta: float | None
+    kernels_per_call: float | None
+    dominant_kernel: str | None
+    kv_gbps: float | None
+    copy_fraction: float | None
+    floor_us: float | None
+
+
+def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
+    """Collect :class:`CellEvidence` for ``cell`` from its timing, trace summary and the run's ceilings."""
+    w = cell.workload
+    rows = w.batch * w.num_q_heads * w.q_len
+    ctas = ctas_sm = None
+    kpc = dom = None
+    if cell.trace is not None:
+        kpc = cell.trace.kernels_per_call
+        dom = cell.trace.dominant_kernel
+        if cell.trace.kernels:
+            top = cell.trace.kernels[0]
+            ctas = top.ctas
+            sms = run.environment.num_sms
+            ctas_sm = ctas / sms if ctas is not None and sms else None
+    ceiling = run.ceilings.copy_gbps if run.ceilings else None
+    kv = cell.kv_gbps
+    return CellEvidence(
+        backend=cell.backend,
+        latency_us=cell.latency_us,
+        query_rows=rows,
+        ctas=ctas,
+        ctas_per_sm=ctas_sm,
+        rows_per_cta=rows / ctas if ctas else None,
+        kernels_per_call=kpc,
+        dominant_kernel=dom,
+        kv_gbps=kv,
+        copy_fraction=kv / ceiling if kv is not None and ceiling else None,
+        floor_us=w.requested_bytes / (ceiling * 1e9) * 1e6 if ceiling else None,
+    )
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One comparison: the training winner against the winner of another workload (prefill or decode)."""
+
+    workload_tag: str
+    phase: str
+    kv_len: int
+    training_winner: str | None
+    winner: str | None
+    stays: bool | None
+    headline: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's answer: the training winner, and for every other workload whether it still wins and why."""
+
+    training_winner: str | None
+    training_tag: str | None
+    summary: str
+    rows: tuple[VerdictRow, ...]
+
+
+def _fmt_us(v: float | None) -> str:
+    return "n/a" if v is None else (f"{v:,.1f} µs" if v < 10_000 else f"{v / 1000:,.2f} ms")
+
+
+def _launch_phrase(e: CellEvidence, sms: int | None) -> str:
+    if e.ctas is None:
+        return f"{e.backend}: launch shape not recorded"
+    fill = f"{e.ctas_per_sm:.2f} CTAs per SM on {sms} SMs" if e.ctas_per_sm is not None else "SM count unknown"
+    rows = f", {e.rows_per_cta:.2f} query rows per CTA" if e.rows_per_cta is not None else ""
+    return f"{e.backend}'s main kernel launches {e.ctas:,} CTAs ({fill}{rows})"
+
+
+def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train_cell: CellResult | None, run: RunResult) -> list[str]:
+    """Reasons, generated from evidence, why the winner of a workload is or is not the training winner."""
+    reasons: list[str] = []
+    sms = run.environment.num_sms
+    cells = [c for c in (row_cell_w, row_cell_t) if c is not None]
+    if not cells:
+        return reasons
+    w = cells[0].workload
+    ev = {c.backend: evidence(c, run) for c in cells}
+    rows = w.batch * w.num_q_heads * w.q_len
+    if train_cell is not None:
+        trows = train_cell.workload.batch * train_cell.workload.num_q_heads * train_cell.workload.q_len
+        reasons.append(
+            f"Query parallelism: this call has B·Hq·Lq = {rows:,} query rows against {trows:,} in training "
+            f"({trows / rows:,.0f}× fewer)." if trows > rows else
+            f"Query parallelism: this call has {rows:,} query rows, as many as training ({trows:,})."
+        )
+        te = evidence(train_cell, run)
+        reasons.append(f"In training, {_launch_phrase(te, sms)}.")
+    for c in cells:
+        e = ev[c.backend]
+        phrase = _launch_phrase(e, sms)
+        if e.ctas_per_sm is not None and e.ctas_per_sm < 1:
+            phrase += " — fewer CTAs than SMs, so part of the GPU idles"
+        reasons.append(f"Here, {phrase}.")
+    if w.phase is Phase.DECODE:
+        kv_mb = w.kv_bytes / 1e6
+        parts = []
+        for c in cells:
+            e = ev[c.backend]
+            if e.kv_gbps is None:
+                continue
+            frac = f" ({e.copy_fraction:.0%} of the measured copy bandwidth)" if e.copy_fraction is not None else ""
+            parts.append(f"{c.backend} streams them at {e.kv_gbps:,.0f} GB/s{frac}")
+        floor = ev[cells[0].backend].floor_us
+        floor_txt = f"; the byte floor at the copy ceiling is {_fmt_us(floor)}" if floor is not None else ""
+        reasons.append(
+            f"KV access: K/V hold {kv_mb:,.1f} MB (Hkv = {w.num_kv_heads} heads, GQA group {w.group_size}); "
+            + ("; ".join(parts) if parts else "no timing")
+            + floor_txt + "."
+        )
+    kpc = [(c.backend, ev[c.backend].kernels_per_call) for c in cells if ev[c.backend].kernels_per_call is not None]
+    if kpc:
+        reasons.append("Kernels per call: " + ", ".join(f"{b} {k:g}" for b, k in kpc) + ".")
+    return reasons
+
+
+def verdict(run: RunResult) -> Verdict:
+    """Training winner vs every prefill and decode winner, with evidence-based reasons."""
+    win = winners(run)
+    by_tag = {c.workload.tag: c.workload for c in run.cells}
+    train_tags = [t for t, w in by_tag.items() if w.phase is Phase.TRAIN]
+    tw = win.get(train_tags[0]) if train_tags else None
+    rows: list[VerdictRow] = []
+    for tag, w in by_tag.items():
+        if w.phase is Phase.TRAIN:
+            continue
+        cw = win.get(tag)
+        t_here = next((c for c in run.cells if c.workload.tag == tag and tw is not None and c.backend == tw.backend), None)
+        if tw is None:
+            headline = f"{w.phase.value} kv {w.kv_len}: no training winner to compare with"
+            stays = None
+        elif cw is None:
+            headline = f"{w.phase.value} kv {w.kv_len}: no cell passed, so there is no winner"
+            stays = None
+        elif cw.backend == tw.backend:
+            second = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and c.backend != cw.backend),
+                            key=lambda c: c.latency_us)
+            margin = f", {second[0].latency_us / cw.latency_us:.2f}× ahead of {second[0].backend}" if second else ""
+            headline = f"{w.phase.value} kv {w.kv_len}: the training winner {tw.backend} stays the winner ({_fmt_us(cw.latency_us)}{margin})"
+            stays = True
+        else:
+            if t_here is not None and t_here.eligible:
+                cmp = f"{t_here.latency_us / cw.latency_us:.2f}× faster than {tw.backend} ({_fmt_us(t_here.latency_us)})"
+            else:
+                status = t_here.status if t_here is not None else "absent"
+                cmp = f"{tw.backend} did not produce an eligible cell here ({status}{': ' + t_here.reason if t_here is not None and t_here.reason else ''})"
+            headline = f"{w.phase.value} kv {w.kv_len}: the training winner {tw.backend} does not stay the winner — {cw.backend} wins at {_fmt_us(cw.latency_us)}, {cmp}"
+            stays = False
+        reasons = _explain(cw, t_here if (t_here is not None and cw is not None and t_here.backend != cw.backend) else None, tw, run)
+        rows.append(VerdictRow(tag, w.phase.value, w.kv_len, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
+    decode = [r for r in rows if r.phase == Phase.DECODE.value]
+    if tw is None:
+        summary = "No training cell passed, so the question has no answer in this run."
+    elif not decode:
+        summary = f"{tw.backend} wins training; this run has no decode workloads."
+    else:
+        kept = [r for r in decode if r.stays]
+        lost = [r for r in decode if r.stays is False]
+        if not lost and kept:
+            summary = f"{tw.backend} wins training and stays the decode winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
+        elif lost and not kept:
+            summary = f"{tw.backend} wins training but not decode: " + "; ".join(f"kv {r.kv_len} → {r.winner}" for r in lost) + "."
+        else:
+            summary = (f"{tw.backend} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)} "
+                       f"but not at " + "; ".join(f"kv {r.kv_len} (→ {r.winner})" for r in lost) + ": the verdict depends on context length.")
+    return Verdict(tw.backend if tw else None, tw.workload.tag if tw else None, summary, tuple(rows))

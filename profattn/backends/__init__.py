@@ -1,0 +1,81 @@
+"""The backend registry: every kernel family profattn can run, by name.
+
+Built-ins: the four SDPA kernels (``sdpa-math``, ``sdpa-flash``, ``sdpa-efficient``, ``sdpa-cudnn``),
+the eager reference (``eager``) and FlexAttention (``flex``). Tests and plugins add more with
+:func:`register`. Optional kernel packages are imported lazily inside ``prepare``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from profattn.backends.base import Backend, BackendInfo, KernelFamily, Prepared, Unsupported
+from profattn.backends.eager import EagerBackend
+from profattn.backends.flex import FlexBackend
+from profattn.backends.sdpa import SDPA_BACKENDS
+from profattn.errors import UnknownNameError
+
+__all__ = [
+    "Backend",
+    "BackendInfo",
+    "KernelFamily",
+    "Prepared",
+    "Unsupported",
+    "all_backends",
+    "backend_info",
+    "get_backend",
+    "register",
+    "unregister",
+]
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend, *, replace: bool = False) -> Backend:
+    """Add ``backend`` under ``backend.name``.
+
+    Raises:
+        ValueError: the name is taken and ``replace`` is False.
+    """
+    if backend.name in _REGISTRY and not replace:
+        raise ValueError(f"backend {backend.name!r} is already registered")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def unregister(name: str) -> None:
+    """Remove a backend (tests use this to clean up); unknown names are ignored."""
+    _REGISTRY.pop(name, None)
+
+
+def all_backends() -> tuple[Backend, ...]:
+    """Every registered backend, in registration order (the report's column order)."""
+    return tuple(_REGISTRY.values())
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises:
+        UnknownNameError: no such backend (message lists the registered names).
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown backend {name!r}; valid: {', '.join(_REGISTRY)}") from None
+
+
+def backend_info(device: torch.device) -> list[BackendInfo]:
+    """Availability of every backend on ``device`` (static checks on a seed-shaped GQA workload)."""
+    from profattn.workload import get_preset
+
+    probe = get_preset("small").workloads[1]
+    out = []
+    for b in all_backends():
+        reason = b.unsupported_reason(probe, device)
+        out.append(BackendInfo(b.name, b.family.name, b.description, reason is None, reason or ""))
+    return out
+
+
+for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend()):
+    register(_b)

@@ -1,0 +1,99 @@
+"""The backend interface: a kernel family that may run a workload, with a plan/run split.
+
+FlashInfer's plan/run split: :meth:`Backend.prepare` does host-side set-up (mask construction,
+compilation, a trial call) outside every timed and profiled window and returns a :class:`Prepared`
+whose ``forward`` is what the harness times. Backends never import the harness or the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Protocol, runtime_checkable
+
+import torch
+
+from profattn.workload import Workload
+
+#: ``forward(q, k, v) -> o``; q ``[B, Hq, Lq, d]``, k/v ``[B, Hkv, Lk, d]``, o ``[B, Hq, Lq, d]``.
+ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Unsupported(Exception):
+    """Raised by :meth:`Backend.prepare` when the backend cannot run the workload; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A backend made ready for one workload on one device.
+
+    Attributes:
+        forward: the call that is timed and profiled (see :data:`ForwardFn`).
+        context: factory of a context manager the harness enters around warm-up, timing and profiling
+            (e.g. ``sdpa_kernel([FLASH_ATTENTION])``), so its cost stays out of the per-call time.
+        notes: set-up facts worth showing in the report (e.g. "block mask built for causal").
+    """
+
+    forward: ForwardFn
+    context: Callable[[], ContextManager[object]] = contextlib.nullcontext
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """How to recognise a family's kernels in a trace.
+
+    ``kernel_patterns``: regexes (case-insensitive, ``re.search``) of GPU kernel names that are this
+    family's attention kernels; ``op_patterns``: the same for CPU operator names (CPU runs have no
+    kernels). A cell's evidence must match at least one own pattern and no other family's.
+    """
+
+    name: str
+    kernel_patterns: tuple[str, ...]
+    op_patterns: tuple[str, ...]
+
+    def matches_kernel(self, name: str) -> bool:
+        return any(re.search(p, name, re.IGNORECASE) for p in self.kernel_patterns)
+
+    def matches_op(self, name: str) -> bool:
+        return any(re.search(p, name, re.IGNORECASE) for p in self.op_patterns)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A kernel family that runs attention.
+
+    Attributes:
+        name: registry key, e.g. ``sdpa-flash``.
+        family: the :class:`KernelFamily` whose kernels must appear in this backend's cells.
+        description: one line for ``profattn backends`` and the report.
+    """
+
+    name: str
+    family: KernelFamily
+    description: str
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        """Cheap static check: ``None`` if it may run, else the reason (no tensors allocated)."""
+        ...
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        """Host-side set-up for ``workload`` on ``device``.
+
+        Raises:
+            Unsupported: the backend cannot run this workload here (message = reason).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What ``profattn backends`` prints: availability on a device and the reason when not."""
+
+    name: str
+    family: str
+    description: str
+    available: bool
+    reason: str = ""
+    extras: dict[str, str] = field(default_factory=dict)

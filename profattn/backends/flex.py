@@ -1,0 +1,77 @@
+"""FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``.
+
+The causal mask is a block mask built once in :meth:`FlexBackend.prepare` (``create_block_mask``), so fully
+masked tiles are skipped; compilation happens there too (a trial call), outside timing. Where it cannot
+compile, the cell is unsupported with the compiler's first error line.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from profattn.backends.base import Prepared, Unsupported
+from profattn.backends.families import FLEX
+from profattn.backends.masks import causal_mask_mod
+from profattn.workload import Mask, Workload
+
+_COMPILED = None
+
+
+def _compiled_flex():
+    """One ``torch.compile(flex_attention)`` shared by every cell (Dynamo caches per input shape)."""
+    global _COMPILED
+    if _COMPILED is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _COMPILED = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED
+
+
+class FlexBackend:
+    """FlexAttention, compiled; GQA via ``enable_gqa=True``; causal via a block mask."""
+
+    name = "flex"
+    family = FLEX
+    description = "FlexAttention compiled by Inductor into Triton (CPU: C++) with a causal block mask"
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - torch < 2.5
+            return f"FlexAttention is not in this torch ({exc})"
+        return None
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        block_mask = None
+        if workload.mask is Mask.CAUSAL:
+            offset = workload.kv_len - workload.q_len
+            block_mask = create_block_mask(
+                causal_mask_mod(offset), None, None, workload.q_len, workload.kv_len, device=str(device)
+            )
+        compiled = _compiled_flex()
+        gqa = workload.is_gqa
+
+        def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+
+        dtype = getattr(torch, workload.dtype)
+        q = torch.randn(workload.q_shape, device=device, dtype=dtype)
+        k = torch.randn(workload.kv_shape, device=device, dtype=dtype)
+        v = torch.randn(workload.kv_shape, device=device, dtype=dtype)
+        try:
+            if workload.phase.value == "train":
+                for t in (q, k, v):
+                    t.requires_grad_(True)
+                forward(q, k, v).sum().backward()
+            else:
+                forward(q, k, v)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure means "cannot compile here"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise Unsupported(f"FlexAttention did not compile for this workload: {type(exc).__name__}: {first}") from None
+        notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
+        return Prepared(forward=forward, notes=notes)

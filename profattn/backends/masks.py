@@ -1,0 +1,56 @@
+"""Mask semantics shared by every backend: one place that turns a workload's mask into call arguments.
+
+profattn's causal mask is bottom-right aligned (see :mod:`profattn.workload`). SDPA's ``is_causal=True``
+is top-left aligned (torch docs, ``torch.nn.functional.scaled_dot_product_attention``), so it is only
+used where the two agree (``q_len == kv_len``); a single query row sees every key (no mask needed);
+anything else gets ``torch.nn.attention.bias.causal_lower_right``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from profattn.workload import Mask, Workload
+
+
+@dataclass(frozen=True)
+class SdpaMaskArgs:
+    """Keyword arguments for SDPA: ``attn_mask`` (None or a ``CausalBias``) and ``is_causal``."""
+
+    attn_mask: object | None
+    is_causal: bool
+    how: str
+
+
+def sdpa_mask_args(workload: Workload) -> SdpaMaskArgs:
+    """SDPA arguments that implement the workload's (bottom-right) mask exactly."""
+    if workload.mask is Mask.NONE:
+        return SdpaMaskArgs(None, False, "no mask")
+    if workload.q_len == workload.kv_len:
+        return SdpaMaskArgs(None, True, "is_causal=True (square: top-left == bottom-right)")
+    if workload.q_len == 1:
+        return SdpaMaskArgs(None, False, "single query row sees every key: no mask")
+    from torch.nn.attention.bias import causal_lower_right
+
+    return SdpaMaskArgs(causal_lower_right(workload.q_len, workload.kv_len), False, "causal_lower_right bias")
+
+
+def dense_mask(workload: Workload, device: torch.device | str) -> torch.Tensor | None:
+    """Explicit boolean mask ``[q_len, kv_len]`` (True = attend), or None when nothing is masked."""
+    if workload.mask is Mask.NONE:
+        return None
+    offset = workload.kv_len - workload.q_len
+    rows = torch.arange(workload.q_len, device=device).unsqueeze(1)
+    cols = torch.arange(workload.kv_len, device=device).unsqueeze(0)
+    return cols <= rows + offset
+
+
+def causal_mask_mod(offset: int):
+    """FlexAttention ``mask_mod`` for a bottom-right causal mask with ``offset = kv_len - q_len``."""
+
+    def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
+        return q_idx + offset >= kv_idx
+
+    return mask_mod

@@ -1,0 +1,94 @@
+"""``torch.nn.functional.scaled_dot_product_attention`` pinned to one kernel family.
+
+Each backend enters ``torch.nn.attention.sdpa_kernel([one backend])`` so PyTorch cannot fall back to
+another kernel. GQA is passed natively with ``enable_gqa=True``; where the pinned kernel refuses it,
+the cell is "unsupported" with PyTorch's own reason (collected from the warnings SDPA emits when it
+rejects a kernel), never run on another kernel.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from profattn.backends.base import KernelFamily, Prepared, Unsupported
+from profattn.backends.families import CUDNN, DENSE, EFFICIENT, FLASH
+from profattn.backends.masks import sdpa_mask_args
+from profattn.workload import Workload
+
+
+@dataclass(frozen=True)
+class SdpaBackend:
+    """SDPA restricted to ``sdpa_backend`` (MATH, FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION)."""
+
+    name: str
+    sdpa_backend: SDPBackend
+    family: KernelFamily
+    description: str
+    cuda_only: bool
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if self.cuda_only and device.type != "cuda":
+            return f"{self.sdpa_backend.name} runs on CUDA only (device is {device.type})"
+        if self.sdpa_backend is SDPBackend.CUDNN_ATTENTION and device.type == "cuda" and not torch.backends.cudnn.is_available():
+            return "cuDNN is not available in this torch build"
+        return None
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        margs = sdpa_mask_args(workload)
+        gqa = workload.is_gqa
+        backend = self.sdpa_backend
+
+        def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=margs.attn_mask, is_causal=margs.is_causal, enable_gqa=gqa
+            )
+
+        # Trial call on tiny tensors of the same head layout and dtype: PyTorch's kernel selection
+        # depends on dtype, head_dim, GQA, mask and device, not on the lengths; a rejection raises
+        # "No available kernel" after warning why.
+        _trial(forward, workload, device, backend)
+        return Prepared(
+            forward=forward,
+            context=lambda: sdpa_kernel([backend]),
+            notes=(margs.how, "enable_gqa=True" if gqa else "MHA"),
+        )
+
+
+def _trial(forward, workload: Workload, device: torch.device, backend: SDPBackend) -> None:
+    """Run ``forward`` once on small inputs under ``sdpa_kernel([backend])``; raise Unsupported on rejection."""
+    small = workload.with_(batch=1, q_len=min(workload.q_len, 16), kv_len=min(workload.kv_len, 16))
+    if small.q_len > small.kv_len:  # keep the mask's shape class (Lq <= Lk) intact
+        small = small.with_(q_len=small.kv_len)
+    dtype = getattr(torch, workload.dtype)
+    q = torch.randn(small.q_shape, device=device, dtype=dtype)
+    k = torch.randn(small.kv_shape, device=device, dtype=dtype)
+    v = torch.randn(small.kv_shape, device=device, dtype=dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel([backend]):
+                if workload.phase.value == "train":
+                    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+                    forward(q, k, v).sum().backward()
+                else:
+                    forward(q, k, v)
+        except RuntimeError as exc:
+            why = [str(w.message).strip() for w in caught if "not used because" in str(w.message) or "does not support" in str(w.message)]
+            detail = "; ".join(dict.fromkeys(why)) or str(exc).splitlines()[0]
+            raise Unsupported(f"{backend.name} rejected this workload: {detail}") from None
+
+
+SDPA_BACKENDS: tuple[SdpaBackend, ...] = (
+    SdpaBackend("sdpa-math", SDPBackend.MATH, DENSE, "SDPA math backend: composite aten ops (K/V expanded for GQA)", False),
+    SdpaBackend("sdpa-flash", SDPBackend.FLASH_ATTENTION, FLASH, "SDPA FlashAttention-2 kernels (split-KV for decode)", False),
+    SdpaBackend("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION, EFFICIENT, "SDPA memory-efficient (xFormers CUTLASS) kernels", True),
+    SdpaBackend("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION, CUDNN, "SDPA cuDNN fused attention", True),
+)

@@ -1,0 +1,132 @@
+"""The ``profattn`` command line (click): ``profile``, ``report``, ``backends``.
+
+Bad input — an unknown name, a missing or malformed results file or trace — prints one line and exits
+with code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from profattn.errors import ProfattnError
+
+REGIMES = ("train", "prefill", "decode", "all")
+
+
+class _Group(click.Group):
+    """Turns usage errors and :class:`ProfattnError` into one line ``profattn: error: ...`` and exit code 2."""
+
+    def main(self, *args, **kwargs):  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            click.echo(f"profattn: error: {exc.format_message()} (see 'profattn --help')", err=True)
+            sys.exit(2)
+        except ProfattnError as exc:
+            click.echo(f"profattn: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"profattn: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("profattn: aborted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _device(name: str | None):
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cuda", "cpu") and not name.startswith("cuda:"):
+        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ProfattnError("--device cuda was asked for, but torch sees no CUDA device here (use --device cpu)")
+    return torch.device(name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="profattn")
+def main() -> None:
+    """profattn: for this attention workload, which kernel wins, and why?"""
+
+
+@main.command()
+@click.option("--regime", type=click.Choice(REGIMES), default="all", show_default=True, help="Which phase's workloads to run.")
+@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
+@click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed or small (default: seed on CUDA, small on CPU).")
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-run"), show_default=True, help="Run directory (results.json, traces/, report.html).")
+@click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
+def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int) -> None:
+    """Run every backend on the preset's workloads; write results.json, traces and report.html."""
+    from rich.console import Console
+
+    from profattn.backends import all_backends, get_backend
+    from profattn.report import write_report
+    from profattn.session import SessionConfig, run_session
+    from profattn.workload import Phase, default_preset_name, get_preset
+
+    device = _device(device_name)
+    preset_obj = get_preset(preset or default_preset_name(device.type))
+    backends = tuple(get_backend(n) for n in dict.fromkeys(backend_names)) if backend_names else all_backends()
+    regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
+    console = Console(stderr=True, highlight=False)
+    console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
+
+    def progress(event: str, cell, done: int, total: int) -> None:
+        if event == "start":
+            return
+        lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
+        why = f"  {cell.reason[:100]}" if cell.reason else ""
+        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
+
+    cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
+                        profile_calls=profile_calls, seed=seed)
+    try:
+        run = run_session(cfg, progress)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
+        sys.exit(130)
+    path = write_report(run, out_dir / "report.html")
+    from profattn.analysis import verdict
+
+    console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
+    console.print(f"report: {path}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="HTML path (default: RUN_DIR/report.html).")
+def report(run_dir: Path, out_path: Path | None) -> None:
+    """Re-render RUN_DIR/report.html from results.json and the traces it names."""
+    from profattn.report import write_report
+    from profattn.results import read_results
+    from profattn.session import reattach_traces
+
+    run = read_results(run_dir)
+    run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
+    path = write_report(run, out_path or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html")
+    click.echo(f"report: {path}")
+
+
+@main.command()
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+def backends(device_name: str | None) -> None:
+    """List backends and whether they can run here (and why not)."""
+    from profattn.backends import backend_info
+
+    device = _device(device_name)
+    for info in backend_info(device):
+        state = "available" if info.available else f"unavailable: {info.reason}"
+        click.echo(f"{info.name:<16} {info.family:<10} {state}\n{'':<16} {info.description}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

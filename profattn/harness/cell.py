@@ -1,0 +1,106 @@
+"""One cell = one (workload, backend) pair: prepare, check correctness, time, measure peak memory.
+
+A cell never raises: unsupported workloads, exceptions and out-of-memory become its status and reason,
+so one failing cell never loses the others.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from profattn.backends.base import Backend, Prepared, Unsupported
+from profattn.harness.inputs import AttentionInputs, Reference, check
+from profattn.harness.profiler import ProfiledCall
+from profattn.harness.timing import peak_memory, time_cpu, time_cuda
+from profattn.results import CellResult, CellStatus
+from profattn.workload import Phase, Workload
+
+
+def cell_id(workload: Workload, backend_name: str) -> str:
+    """The cell's name, also its ``record_function`` range in traces: ``<workload tag>.<backend>``."""
+    return f"{workload.tag}.{backend_name}"
+
+
+def _error_reason(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:400]
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return f"out of memory: {first}"
+    return f"{type(exc).__name__}: {first}"
+
+
+def _call_for(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -> Callable[[], object]:
+    q, k, v = inputs.q, inputs.k, inputs.v
+    if workload.phase is Phase.TRAIN:
+        grad_out = inputs.grad_out
+
+        def train_step() -> None:
+            prepared.forward(q, k, v).backward(grad_out)
+
+        return train_step
+    return lambda: prepared.forward(q, k, v)
+
+
+def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref: Reference,
+             device: torch.device) -> tuple[CellResult, ProfiledCall | None]:
+    """Measure one cell; return its result and, when it ran, what the profiler pass should call."""
+    cid = cell_id(workload, backend.name)
+    base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name)
+    reason = backend.unsupported_reason(workload, device)
+    if reason:
+        return CellResult(status=CellStatus.UNSUPPORTED, reason=reason, **base), None
+    try:
+        prepared = backend.prepare(workload, device)
+    except Unsupported as exc:
+        return CellResult(status=CellStatus.UNSUPPORTED, reason=str(exc), **base), None
+    except Exception as exc:  # noqa: BLE001 - a plugin or compiler may raise anything
+        _release(device)
+        return CellResult(status=CellStatus.ERROR, reason=f"prepare failed: {_error_reason(exc)}", **base), None
+    train = workload.phase is Phase.TRAIN
+    call = _call_for(prepared, workload, inputs)
+    try:
+        with prepared.context():
+            inputs.zero_grads()
+            if train:
+                out = prepared.forward(inputs.q, inputs.k, inputs.v)
+                out.backward(inputs.grad_out)
+                grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
+            else:
+                with torch.no_grad():
+                    out = prepared.forward(inputs.q, inputs.k, inputs.v)
+                grads = None
+            correctness = check(workload, out, grads, ref)
+            del out, grads
+            inputs.zero_grads()
+            if device.type == "cuda":
+                timing = time_cuda(call, grad_to_none=[inputs.q, inputs.k, inputs.v] if train else None)
+            else:
+                timing = time_cpu(call, before=inputs.zero_grads if train else None)
+            inputs.zero_grads()
+            peak, over = peak_memory(call, device)
+            inputs.zero_grads()
+    except Exception as exc:  # noqa: BLE001 - OOM and kernel errors become the cell's status
+        inputs.zero_grads()
+        _release(device)
+        return CellResult(status=CellStatus.ERROR, reason=_error_reason(exc), notes=prepared.notes, **base), None
+    status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
+    reason = "" if correctness.passed else _incorrect_reason(correctness)
+    result = CellResult(
+        status=status, reason=reason, notes=prepared.notes, correctness=correctness, timing=timing,
+        peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, **base,
+    )
+    return result, ProfiledCall(cid, call, prepared.context, inputs.zero_grads if train else None)
+
+
+def _incorrect_reason(c) -> str:
+    parts = [f"out rel err {c.out_rel_err:.3g} > {c.tolerance:g}" if c.out_rel_err > c.tolerance else ""]
+    for name, err in (c.grad_rel_err or {}).items():
+        parts.append(f"{name} rel err {err:.3g}")
+    return "failed correctness: " + ", ".join(p for p in parts if p)
+
+
+def _release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()

@@ -1,0 +1,52 @@
+"""The run's environment record: device and library versions, without host or user names."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+
+import torch
+
+import profattn
+from profattn.results import Environment
+
+
+def collect_environment(device: torch.device) -> Environment:
+    """GPU name, SM count, L2 size, memory, driver and torch/CUDA/cuDNN/triton versions."""
+    name, sms, l2, mem, driver = platform.processor() or platform.machine(), None, None, None, None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        name, sms, mem = props.name, props.multi_processor_count, props.total_memory
+        l2 = getattr(props, "L2_cache_size", None)
+        try:
+            import subprocess
+
+            driver = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10, check=False,
+            ).stdout.strip().splitlines()[0] or None
+        except (OSError, IndexError, subprocess.SubprocessError):
+            driver = None
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return Environment(
+        device=device.type,
+        device_name=name,
+        num_sms=sms,
+        l2_cache_bytes=l2,
+        total_memory_bytes=mem,
+        driver=driver,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cudnn=str(cudnn) if cudnn else None,
+        triton=triton_version,
+        python=platform.python_version(),
+        platform=f"{platform.system()} {platform.machine()}",
+        profattn=profattn.__version__,
+        created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )

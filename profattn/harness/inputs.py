@@ -1,0 +1,115 @@
+"""Fresh random inputs for a workload, the high-precision reference, and the correctness check.
+
+Never zeros: q, k, v and the output gradient are standard normal, drawn fresh for every workload
+(seeded per run so a run is reproducible, different across workloads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from profattn.backends.eager import eager_attention
+from profattn.backends.masks import dense_mask
+from profattn.results import Correctness
+from profattn.workload import Phase, Workload
+
+#: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention
+#: outputs from bf16 kernels land near 3e-3–8e-3 and their gradients near 1e-2, so 2e-2 / 3e-2 leaves
+#: room for accumulation order without letting a wrong kernel (errors ~1) through. fp16 has 11 bits.
+OUT_TOLERANCE: dict[str, float] = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}
+GRAD_TOLERANCE: dict[str, float] = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
+
+
+@dataclass
+class AttentionInputs:
+    """Inputs of one workload on one device.
+
+    ``q``: ``[B, Hq, Lq, d]``; ``k``, ``v``: ``[B, Hkv, Lk, d]``; ``grad_out``: like ``q`` (train only).
+    For train, q/k/v require grad.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    grad_out: torch.Tensor | None
+
+    @property
+    def nbytes(self) -> int:
+        ts = [self.q, self.k, self.v] + ([self.grad_out] if self.grad_out is not None else [])
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    def zero_grads(self) -> None:
+        for t in (self.q, self.k, self.v):
+            t.grad = None
+
+
+@dataclass
+class Reference:
+    """The reference output ``[B, Hq, Lq, d]`` and, for train, gradients of q, k, v (high precision)."""
+
+    out: torch.Tensor
+    grads: dict[str, torch.Tensor] | None
+    precision: str
+
+
+def make_inputs(workload: Workload, device: torch.device, seed: int) -> AttentionInputs:
+    """Standard-normal q, k, v (and dO for train) in the workload's dtype on ``device``."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = getattr(torch, workload.dtype)
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    train = workload.phase is Phase.TRAIN
+    q, k, v = draw(workload.q_shape), draw(workload.kv_shape), draw(workload.kv_shape)
+    if train:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+    return AttentionInputs(q, k, v, draw(workload.q_shape) if train else None)
+
+
+def reference(workload: Workload, inputs: AttentionInputs) -> Reference:
+    """Eager attention with an explicit mask on inputs upcast to fp32 (CUDA) or fp64 (CPU)."""
+    hi = torch.float64 if inputs.q.device.type == "cpu" else torch.float32
+    q, k, v = (t.detach().to(hi).requires_grad_(inputs.grad_out is not None) for t in (inputs.q, inputs.k, inputs.v))
+    mask = dense_mask(workload, q.device)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        out = eager_attention(q, k, v, mask=mask)
+        grads = None
+        if inputs.grad_out is not None:
+            out.backward(inputs.grad_out.to(hi))
+            grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()}
+    return Reference(out.detach(), grads, "fp64" if hi is torch.float64 else "fp32")
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖x − ref‖₂ / ‖ref‖₂ computed in ref's precision; NaN/inf in ``x`` give ``inf``.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if tuple(x.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(ref.shape)}")
+    x = x.detach().to(ref.dtype)
+    if not torch.isfinite(x).all():
+        return float("inf")
+    denom = torch.linalg.vector_norm(ref).item()
+    return torch.linalg.vector_norm(x - ref).item() / (denom if denom else 1.0)
+
+
+def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] | None, ref: Reference) -> Correctness:
+    """Compare a backend's output (and gradients) with the reference; see :data:`OUT_TOLERANCE`."""
+    tol = OUT_TOLERANCE[workload.dtype]
+    gtol = GRAD_TOLERANCE[workload.dtype]
+    err = rel_err(out, ref.out)
+    passed = err <= tol
+    grad_err = None
+    if ref.grads is not None:
+        if grads is None or any(g is None for g in grads.values()):
+            grad_err = {name: float("inf") for name in ref.grads}
+        else:
+            grad_err = {name: rel_err(grads[name], ref.grads[name]) for name in ref.grads}
+        passed = passed and all(e <= gtol for e in grad_err.values())
+    return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed), reference=ref.precision, grad_rel_err=grad_err)

@@ -1,0 +1,361 @@
+"""Typed records of a run and the versioned ``results.json`` that carries them from measuring to rendering.
+
+``results.json`` is the contract between ``profattn profile`` (writes it as cells finish) and
+``profattn report`` (reads it, plus the traces it names). Schema, version 1::
+
+    {"schema": "profattn.results", "schema_version": 1,
+     "environment": {...Environment...}, "preset": "seed", "preset_description": "...",
+     "ceilings": {...Ceilings...} | null,
+     "cells": [{...CellResult...}, ...]}
+
+Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/s (GB = 1e9),
+``_tflops`` TFLOP/s (1e12 FLOP/s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from profattn.errors import ResultsError
+from profattn.workload import Workload
+
+SCHEMA = "profattn.results"
+SCHEMA_VERSION = 1
+
+
+class CellStatus:
+    """Closed set of cell outcomes."""
+
+    OK = "ok"  #: ran, timed, passed correctness
+    INCORRECT = "incorrect"  #: ran and timed, failed correctness (never wins)
+    UNSUPPORTED = "unsupported"  #: the backend cannot run this workload (reason given)
+    ERROR = "error"  #: raised while running (out of memory included); message given
+    PENDING = "pending"  #: not run yet (a run interrupted before reaching it)
+
+    ALL = (OK, INCORRECT, UNSUPPORTED, ERROR, PENDING)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency of one call, from ``reps`` timed repetitions after warm-up.
+
+    ``method`` says how (e.g. "CUDA events via triton.testing.do_bench, L2 flushed before each rep").
+    """
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    min_us: float
+    reps: int
+    method: str
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """‖out − ref‖₂ / ‖ref‖₂ against a high-precision reference (fp32 on CUDA, fp64 on CPU).
+
+    ``grad_rel_err`` holds ``dq``/``dk``/``dv`` for train cells. ``passed`` is False when any error is
+    above ``tolerance`` or NaN/inf.
+    """
+
+    out_rel_err: float
+    tolerance: float
+    passed: bool
+    reference: str
+    grad_rel_err: dict[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One distinct kernel a cell launched, from the Kineto trace (per call of the cell).
+
+    ``grid``/``block`` are ``(x, y, z)`` or None (e.g. AMD or CPU traces); ``blocks_per_sm`` is Kineto's
+    ``blocks per SM`` (CTAs / SMs); ``dur_us_per_call`` is its GPU time per cell call.
+    """
+
+    name: str
+    count_per_call: float
+    dur_us_per_call: float
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_mem_bytes: int | None
+    ctas: int | None
+    blocks_per_sm: float | None
+    est_occupancy_pct: float | None
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What the profiler pass saw of one cell: the kernels that actually ran, per call.
+
+    ``family_ok`` is None when the trace gives no evidence either way (e.g. no events recorded),
+    False when kernels of another family ran or none of the backend's own did (``family_note`` says which).
+    """
+
+    trace_file: str
+    calls: int
+    kernels_per_call: float
+    gpu_time_per_call_us: float | None
+    ctas_per_call: float | None
+    ctas_per_sm: float | None
+    dominant_kernel: str | None
+    dominant_share: float | None
+    kernels: tuple[KernelLaunch, ...]
+    family_ok: bool | None
+    family_note: str
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One (workload, backend) cell: status, correctness, timing, memory and trace evidence."""
+
+    cell_id: str
+    workload: Workload
+    backend: str
+    family: str
+    status: str
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    peak_mem_bytes: int | None = None
+    peak_mem_over_inputs_bytes: int | None = None
+    trace: TraceSummary | None = None
+
+    @property
+    def latency_us(self) -> float | None:
+        """Median latency of one call (µs), or None when not timed."""
+        return self.timing.median_us if self.timing else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """``B·Lq`` tokens per call over the median latency (decode: B new tokens per step)."""
+        t = self.latency_us
+        return self.workload.tokens_per_call / (t * 1e-6) if t else None
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        """Workload FLOPs (query heads, causal counted exactly) over the median latency, in TFLOP/s."""
+        t = self.latency_us
+        return self.workload.flops / (t * 1e-6) / 1e12 if t else None
+
+    @property
+    def achieved_gbps(self) -> float | None:
+        """Requested bytes (the minimum traffic ledger) over the median latency, in GB/s (1e9 B/s)."""
+        t = self.latency_us
+        return self.workload.requested_bytes / (t * 1e-6) / 1e9 if t else None
+
+    @property
+    def kv_gbps(self) -> float | None:
+        """K/V bytes over the median latency, GB/s: the decode bandwidth figure."""
+        t = self.latency_us
+        return self.workload.kv_bytes / (t * 1e-6) / 1e9 if t else None
+
+    @property
+    def eligible(self) -> bool:
+        """May win: timed, passed correctness, and its trace does not contradict its backend's family."""
+        return (
+            self.status == CellStatus.OK
+            and self.timing is not None
+            and (self.trace is None or self.trace.family_ok is not False)
+        )
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a run happened: hardware and software versions (no host or user names)."""
+
+    device: str
+    device_name: str
+    num_sms: int | None
+    l2_cache_bytes: int | None
+    total_memory_bytes: int | None
+    driver: str | None
+    torch: str
+    cuda: str | None
+    cudnn: str | None
+    triton: str | None
+    python: str
+    platform: str
+    profattn: str
+    created_utc: str
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Rates measured on the same device in the same run (the roofline's roof).
+
+    ``copy_gbps``: device-to-device copy, bytes read + written per second / 1e9. ``matmul_tflops``:
+    an ``n×n×n`` GEMM in ``dtype``, 2n³ FLOPs per product.
+    """
+
+    copy_gbps: float
+    copy_bytes: int
+    matmul_tflops: float
+    matmul_n: int
+    dtype: str
+    method: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A whole run: environment, preset, measured ceilings and every cell."""
+
+    environment: Environment
+    preset: str
+    preset_description: str
+    cells: tuple[CellResult, ...]
+    ceilings: Ceilings | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def with_cell(self, cell: CellResult) -> "RunResult":
+        """A copy in which the cell with ``cell.cell_id`` is replaced (or appended)."""
+        cells = [c for c in self.cells if c.cell_id != cell.cell_id]
+        if len(cells) == len(self.cells):
+            return replace(self, cells=(*self.cells, cell))
+        return replace(self, cells=tuple(cell if c.cell_id == cell.cell_id else c for c in self.cells))
+
+
+# ---- JSON -------------------------------------------------------------------------------------------
+
+
+def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, Workload):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        return {f.name: _to_jsonable(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_to_jsonable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):  # JSON has no inf/NaN: store "inf", "-inf", "nan"
+        return str(obj)
+    return obj
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    """``RunResult`` → the results.json object (schema tag included; derived cell metrics added for readers)."""
+    data = _to_jsonable(run)
+    data = {"schema": SCHEMA, **data}
+    for cell, raw in zip(run.cells, data["cells"]):
+        raw["derived"] = {
+            "latency_us": cell.latency_us,
+            "tokens_per_s": cell.tokens_per_s,
+            "achieved_tflops": cell.achieved_tflops,
+            "achieved_gbps": cell.achieved_gbps,
+            "kv_gbps": cell.kv_gbps,
+        }
+    return data
+
+
+def _tuple3(v: Any) -> tuple[int, int, int] | None:
+    return tuple(int(x) for x in v) if v is not None else None  # type: ignore[return-value]
+
+
+def _correctness(d: dict[str, Any]) -> Correctness:
+    grads = d.get("grad_rel_err")
+    return Correctness(**{
+        **d,
+        "out_rel_err": float(d["out_rel_err"]),
+        "grad_rel_err": {k: float(v) for k, v in grads.items()} if grads is not None else None,
+    })
+
+
+def _cell_from_dict(d: dict[str, Any]) -> CellResult:
+    trace = d.get("trace")
+    if trace is not None:
+        kernels = tuple(
+            KernelLaunch(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block"))}) for k in trace["kernels"]
+        )
+        trace = TraceSummary(**{**trace, "kernels": kernels, "ops": tuple(trace.get("ops", ()))})
+    return CellResult(
+        cell_id=d["cell_id"],
+        workload=Workload.from_dict(d["workload"]),
+        backend=d["backend"],
+        family=d["family"],
+        status=d["status"],
+        reason=d.get("reason", ""),
+        notes=tuple(d.get("notes", ())),
+        correctness=_correctness(d["correctness"]) if d.get("correctness") else None,
+        timing=Timing(**d["timing"]) if d.get("timing") else None,
+        peak_mem_bytes=d.get("peak_mem_bytes"),
+        peak_mem_over_inputs_bytes=d.get("peak_mem_over_inputs_bytes"),
+        trace=trace,
+    )
+
+
+def run_from_dict(data: dict[str, Any]) -> RunResult:
+    """Inverse of :func:`run_to_dict`.
+
+    Raises:
+        ResultsError: wrong schema tag or version, or missing/ill-typed fields.
+    """
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ResultsError("not a profattn results file (missing 'schema': 'profattn.results')")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads {SCHEMA_VERSION})")
+    try:
+        return RunResult(
+            environment=Environment(**data["environment"]),
+            preset=data["preset"],
+            preset_description=data.get("preset_description", ""),
+            cells=tuple(_cell_from_dict(c) for c in data["cells"]),
+            ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
+            schema_version=version,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"malformed results.json: {type(exc).__name__}: {exc}") from None
+
+
+def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:
+    """Write ``run`` to ``path`` atomically (temp file + rename), so an interrupted run leaves valid JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".json", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(run_to_dict(run), fh, indent=1, allow_nan=False)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_results(path: str | os.PathLike[str]) -> RunResult:
+    """Read a results.json (or the one inside a run directory).
+
+    Raises:
+        ResultsError: missing, not JSON, or not a supported profattn results file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file (expected a run directory holding results.json)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return run_from_dict(data)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
+
+
+def cells_by_workload(cells: Iterable[CellResult]) -> dict[str, list[CellResult]]:
+    """Group cells by workload tag, preserving order."""
+    out: dict[str, list[CellResult]] = {}
+    for c in cells:
+        out.setdefault(c.workload.tag, []).append(c)
+    return out

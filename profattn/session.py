@@ -1,0 +1,142 @@
+"""A profile session: the harness per regime, each regime's trace parsed, evidence attached,
+``results.json`` rewritten as every cell finishes (so Ctrl-C keeps what was done).
+
+Order per regime: for each workload, fresh inputs and one high-precision reference; every backend's cell
+measured (correctness, timing, peak memory); then one profiler pass over the regime's cells into one trace;
+then the trace is parsed and each cell gets the kernels that actually ran.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from profattn.analysis import attach_trace
+from profattn.backends import Backend, get_backend
+from profattn.errors import ProfattnError
+from profattn.harness.cell import cell_id, run_cell
+from profattn.harness.ceilings import measure_ceilings
+from profattn.harness.environment import collect_environment
+from profattn.harness.inputs import make_inputs, reference
+from profattn.harness.profiler import ProfiledCall, profile_cells
+from profattn.results import CellResult, CellStatus, RunResult, write_results
+from profattn.trace import load_trace
+from profattn.workload import Phase, Preset, Workload
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """What to run: ``preset``'s workloads of ``regimes`` on ``backends``, writing under ``out_dir``."""
+
+    preset: Preset
+    regimes: tuple[Phase, ...]
+    backends: tuple[Backend, ...]
+    device: torch.device
+    out_dir: Path
+    profile_calls: int = 3
+    measure_ceilings: bool = True
+    seed: int = 0
+
+
+#: progress(event, cell) — event is "start" or "done"; cell is the pending or finished CellResult.
+Progress = Callable[[str, CellResult, int, int], None]
+
+
+def _pending(w: Workload, b: Backend) -> CellResult:
+    return CellResult(cell_id=cell_id(w, b.name), workload=w, backend=b.name, family=b.family.name, status=CellStatus.PENDING)
+
+
+def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResult:
+    """Run every cell, write ``out_dir/results.json`` after each, return the final :class:`RunResult`."""
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    workloads = [w for p in cfg.regimes for w in cfg.preset.regime(p)]
+    if not workloads:
+        raise ProfattnError(f"preset {cfg.preset.name!r} has no workloads for regimes {[str(r) for r in cfg.regimes]}")
+    run = RunResult(
+        environment=collect_environment(cfg.device),
+        preset=cfg.preset.name,
+        preset_description=cfg.preset.description,
+        cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
+    )
+    write_results(run, results_path)
+    if cfg.measure_ceilings and cfg.device.type == "cuda":
+        run = replace(run, ceilings=measure_ceilings(cfg.device))
+        write_results(run, results_path)
+    total, done = len(run.cells), 0
+    for phase in cfg.regimes:
+        regime_workloads = cfg.preset.regime(phase)
+        to_profile: list[ProfiledCall] = []
+        keep_alive = []  # inputs must outlive the profiler pass
+        for i, w in enumerate(regime_workloads):
+            inputs = make_inputs(w, cfg.device, seed=cfg.seed * 1000 + workloads.index(w))
+            ref = reference(w, inputs)
+            keep_alive.append(inputs)
+            for b in cfg.backends:
+                if progress:
+                    progress("start", _pending(w, b), done, total)
+                cell, profiled = run_cell(w, b, inputs, ref, cfg.device)
+                done += 1
+                run = run.with_cell(cell)
+                write_results(run, results_path)
+                if progress:
+                    progress("done", cell, done, total)
+                if profiled is not None:
+                    to_profile.append(profiled)
+            del ref
+        if to_profile:
+            run = _profile_regime(run, cfg, phase, to_profile, results_path)
+        del to_profile, keep_alive
+        gc.collect()
+        if cfg.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return run
+
+
+def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Sequence[ProfiledCall], results_path: Path) -> RunResult:
+    trace_dir = cfg.out_dir / "traces" / phase.value
+    try:
+        path = profile_cells(calls, trace_dir, device=cfg.device, calls=cfg.profile_calls)
+        trace = load_trace(path)
+    except (RuntimeError, ProfattnError) as exc:
+        note = f"profiler pass failed: {str(exc).splitlines()[0][:300]}"
+        for c in run.cells:
+            if c.cell_id in {p.cell_id for p in calls}:
+                run = run.with_cell(replace(c, notes=(*c.notes, note)))
+        write_results(run, results_path)
+        return run
+    rel = str(path.relative_to(cfg.out_dir))
+    ids = {p.cell_id for p in calls}
+    for c in run.cells:
+        if c.cell_id in ids:
+            run = run.with_cell(attach_trace(c, trace, rel, get_backend(c.backend).family))
+    write_results(run, results_path)
+    return run
+
+
+def reattach_traces(run: RunResult, run_dir: Path) -> RunResult:
+    """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``).
+
+    Cells whose trace file is missing keep their stored summary. Raises :class:`~profattn.errors.TraceError`
+    for a trace that exists but cannot be parsed.
+    """
+    cache = {}
+    for c in run.cells:
+        if c.trace is None:
+            continue
+        path = run_dir / c.trace.trace_file
+        if not path.exists():
+            continue
+        if path not in cache:
+            cache[path] = load_trace(path)
+        try:
+            family = get_backend(c.backend).family
+        except ProfattnError:
+            continue  # a backend this install does not have (e.g. a plugin): keep the stored summary
+        run = run.with_cell(attach_trace(c, cache[path], c.trace.trace_file, family))
+    return run

@@ -1,0 +1,386 @@
+"""The workload: one attention call's full shape contract, with its FLOP and byte ledgers.
+
+A ``Workload`` is what the seed lesson calls the unit of comparison: phase, batch, query length, key
+length, query heads, KV heads, head dimension, dtype, mask and cache layout. Everything the harness,
+the analysis and the report say about a cell derives from it.
+
+Tensor layout used throughout profattn (SDPA's): ``q`` is ``[batch, num_q_heads, q_len, head_dim]``,
+``k`` and ``v`` are ``[batch, num_kv_heads, kv_len, head_dim]``, the output ``o`` is shaped like ``q``.
+
+Mask semantics: ``causal`` is *bottom-right* aligned, as in flash-attn 2 (Dao, 2023, "FlashAttention-2",
+§ "causal mask" in the flash-attn README since v2.1): query row ``i`` of ``q_len`` sits at absolute
+position ``p = kv_len - q_len + i`` and sees keys ``0..p``. For ``q_len == kv_len`` that equals SDPA's
+top-left ``is_causal=True``; for ``q_len < kv_len`` (decode, chunked prefill) it does not, and backends
+must use ``torch.nn.attention.bias.causal_lower_right`` or an equivalent.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from profattn.errors import UnknownNameError, WorkloadError
+
+
+class _NamedEnum(str, enum.Enum):
+    """A closed set of names whose parse error lists the valid values."""
+
+    @classmethod
+    def parse(cls, value: "str | _NamedEnum") -> "_NamedEnum":
+        """Return the member named ``value``; raise ``WorkloadError`` listing valid names otherwise."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise WorkloadError(f"unknown {cls.__name__.lower()} {value!r}; valid: {valid}") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Phase(_NamedEnum):
+    """Execution regime: ``train`` (forward + backward), ``prefill`` (forward), ``decode`` (forward, few queries)."""
+
+    TRAIN = "train"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class Mask(_NamedEnum):
+    """Attention mask: ``causal`` (bottom-right aligned, see module docstring) or ``none``."""
+
+    CAUSAL = "causal"
+    NONE = "none"
+
+
+class KVLayout(_NamedEnum):
+    """Physical KV-cache layout. ``dense``: contiguous ``[B, Hkv, Lk, d]`` tensors (paged comes later)."""
+
+    DENSE = "dense"
+
+
+#: Bytes per element of the dtypes profattn accepts (``torch.<name>``).
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+_DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def parse_dtype(name: str) -> str:
+    """Canonical dtype name (``bfloat16``/``float16``/``float32``) for ``name`` or an alias like ``bf16``.
+
+    Raises:
+        WorkloadError: the dtype is not one of the supported ones.
+    """
+    canon = _DTYPE_ALIASES.get(str(name), str(name).removeprefix("torch."))
+    if canon not in DTYPE_BYTES:
+        raise WorkloadError(f"unsupported dtype {name!r}; valid: {', '.join(DTYPE_BYTES)}")
+    return canon
+
+
+@dataclass(frozen=True)
+class TensorTraffic:
+    """One tensor's entry in a byte ledger: it is read ``reads`` times and written ``writes`` times.
+
+    ``shape`` is the logical tensor shape; ``itemsize`` in bytes. ``kv`` marks K/V-cache tensors, whose
+    bytes are also totalled separately (the GQA saving lives there).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+    reads: int = 0
+    writes: int = 0
+    kv: bool = False
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def bytes_read(self) -> int:
+        return self.numel * self.itemsize * self.reads
+
+    @property
+    def bytes_written(self) -> int:
+        return self.numel * self.itemsize * self.writes
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+def causal_pairs(q_len: int, kv_len: int) -> int:
+    """Number of (query, key) pairs a bottom-right-aligned causal mask keeps, per batch and head.
+
+    Query row ``i`` (0-based) sits at position ``kv_len - q_len + i`` and sees
+    ``clamp(kv_len - q_len + i + 1, 0, kv_len)`` keys. Summed in closed form: rows with no visible key
+    (possible when ``q_len > kv_len``) contribute 0, rows past ``kv_len`` are clamped.
+    Example: ``causal_pairs(2048, 2048) == 2048 * 2049 // 2``; ``causal_pairs(1, n) == n``.
+    """
+    offset = kv_len - q_len
+    # visible(i) = i + offset + 1 for i in [lo, q_len), clamped at kv_len (never exceeded since i < q_len).
+    lo = max(0, -offset)  # first row that sees at least one key
+    if lo >= q_len:
+        return 0
+    first = lo + offset + 1
+    last = q_len - 1 + offset + 1
+    return (first + last) * (q_len - lo) // 2
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One attention call's shape contract (frozen; validated on construction).
+
+    Attributes:
+        phase: ``train`` (fwd+bwd), ``prefill`` or ``decode``.
+        batch: sequences per call, B.
+        q_len: query positions per sequence, Lq (1 for decode).
+        kv_len: key/value positions per sequence, Lk.
+        num_q_heads: Hq.
+        num_kv_heads: Hkv; must divide Hq (GQA group size = Hq / Hkv; MHA when equal, MQA when 1).
+        head_dim: d.
+        dtype: ``bfloat16``, ``float16`` or ``float32`` (aliases ``bf16``... accepted).
+        mask: ``causal`` (bottom-right aligned) or ``none``.
+        kv_layout: ``dense`` (paged comes with the paged-decode work).
+
+    Raises:
+        WorkloadError: a field is out of domain.
+    """
+
+    phase: Phase
+    batch: int
+    q_len: int
+    kv_len: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    mask: Mask = Mask.CAUSAL
+    kv_layout: KVLayout = KVLayout.DENSE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "phase", Phase.parse(self.phase))
+        object.__setattr__(self, "mask", Mask.parse(self.mask))
+        object.__setattr__(self, "kv_layout", KVLayout.parse(self.kv_layout))
+        object.__setattr__(self, "dtype", parse_dtype(self.dtype))
+        for name in ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise WorkloadError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise WorkloadError(
+                f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+
+    # ---- derived shape facts -------------------------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """GQA group size Hq / Hkv: query heads that share one KV head."""
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def is_gqa(self) -> bool:
+        """True when K/V heads are shared (Hkv < Hq)."""
+        return self.num_kv_heads < self.num_q_heads
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of ``dtype``."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def q_shape(self) -> tuple[int, int, int, int]:
+        """``[batch, num_q_heads, q_len, head_dim]`` (also the output's shape)."""
+        return (self.batch, self.num_q_heads, self.q_len, self.head_dim)
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        """``[batch, num_kv_heads, kv_len, head_dim]`` for each of K and V."""
+        return (self.batch, self.num_kv_heads, self.kv_len, self.head_dim)
+
+    @property
+    def tag(self) -> str:
+        """Short, file-name-safe name from axis abbreviations (FlashInfer style), e.g.
+        ``decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal``."""
+        return (
+            f"{self.phase.value}_b{self.batch}_q{self.q_len}_kv{self.kv_len}_hq{self.num_q_heads}"
+            f"_hkv{self.num_kv_heads}_d{self.head_dim}_{_DTYPE_SHORT[self.dtype]}_{self.mask.value}"
+        )
+
+    # ---- arithmetic ledger ---------------------------------------------------------------------
+    @property
+    def attended_pairs(self) -> int:
+        """(query, key) pairs computed per batch element and query head, after the mask."""
+        if self.mask is Mask.CAUSAL:
+            return causal_pairs(self.q_len, self.kv_len)
+        return self.q_len * self.kv_len
+
+    @property
+    def forward_flops(self) -> int:
+        """Forward FLOPs: two matmuls (QKᵀ and PV), 2 FLOPs per multiply-add each, over the kept pairs.
+
+        ``4 · B · Hq · pairs · d`` (FlashAttention-2 paper, Dao 2023, §4 benchmark FLOP count; the
+        non-causal case is ``4·B·Hq·Lq·Lk·d``). Query heads, not KV heads: GQA does not reduce this work.
+        Softmax exponentials are not counted, as in the paper.
+        """
+        return 4 * self.batch * self.num_q_heads * self.attended_pairs * self.head_dim
+
+    @property
+    def backward_flops(self) -> int:
+        """Backward FLOPs = 2.5 × forward (five matmuls against two; FlashAttention-2 paper, §4)."""
+        return self.forward_flops * 5 // 2
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of one call in this phase: forward, plus backward when ``phase == train``."""
+        if self.phase is Phase.TRAIN:
+            return self.forward_flops + self.backward_flops
+        return self.forward_flops
+
+    # ---- byte ledger ---------------------------------------------------------------------------
+    def traffic(self) -> tuple[TensorTraffic, ...]:
+        """Minimum DRAM traffic of one call, as a ledger: each input read once, each output written once.
+
+        Forward: Q, K, V read; O written. Train adds what a FlashAttention-style backward must move
+        (FlashAttention-2 paper, Algorithm 2): the forward's log-sum-exp (fp32, ``[B, Hq, Lq]``) written
+        then read; Q, K, V, O, dO read; dQ, dK, dV written. K/V (and dK/dV) use Hkv heads, not Hq.
+        Writing new tokens into the KV cache happens outside the attention call and is not counted.
+        """
+        s = self.itemsize
+        q, kv = self.q_shape, self.kv_shape
+        fwd = [
+            TensorTraffic("Q", q, s, reads=1),
+            TensorTraffic("K", kv, s, reads=1, kv=True),
+            TensorTraffic("V", kv, s, reads=1, kv=True),
+            TensorTraffic("O", q, s, writes=1),
+        ]
+        if self.phase is not Phase.TRAIN:
+            return tuple(fwd)
+        lse = (self.batch, self.num_q_heads, self.q_len)
+        return (
+            TensorTraffic("Q", q, s, reads=2),
+            TensorTraffic("K", kv, s, reads=2, kv=True),
+            TensorTraffic("V", kv, s, reads=2, kv=True),
+            TensorTraffic("O", q, s, reads=1, writes=1),
+            TensorTraffic("LSE", lse, 4, reads=1, writes=1),
+            TensorTraffic("dO", q, s, reads=1),
+            TensorTraffic("dQ", q, s, writes=1),
+            TensorTraffic("dK", kv, s, writes=1, kv=True),
+            TensorTraffic("dV", kv, s, writes=1, kv=True),
+        )
+
+    @property
+    def requested_bytes(self) -> int:
+        """Total bytes of :meth:`traffic` (reads + writes) for one call."""
+        return sum(t.bytes_total for t in self.traffic())
+
+    @property
+    def kv_bytes(self) -> int:
+        """K and V bytes read by one forward: ``2 · B · Lk · Hkv · d · itemsize``."""
+        return 2 * self.batch * self.kv_len * self.num_kv_heads * self.head_dim * self.itemsize
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per requested byte (FLOP/B): places the call on a roofline."""
+        return self.flops / self.requested_bytes
+
+    @property
+    def tokens_per_call(self) -> int:
+        """Tokens one call processes: ``B · Lq`` (decode: ``B`` new tokens per step)."""
+        return self.batch * self.q_len
+
+    def with_(self, **changes: object) -> "Workload":
+        """A copy with ``changes`` applied (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields plus derived numbers (for results.json)."""
+        return {
+            "phase": self.phase.value,
+            "batch": self.batch,
+            "q_len": self.q_len,
+            "kv_len": self.kv_len,
+            "num_q_heads": self.num_q_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "dtype": self.dtype,
+            "mask": self.mask.value,
+            "kv_layout": self.kv_layout.value,
+            "tag": self.tag,
+            "group_size": self.group_size,
+            "flops": self.flops,
+            "requested_bytes": self.requested_bytes,
+            "kv_bytes": self.kv_bytes,
+            "arithmetic_intensity": self.arithmetic_intensity,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> "Workload":
+        """Inverse of :meth:`to_dict` (derived keys ignored)."""
+        fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask", "kv_layout")
+        return cls(**{k: data[k] for k in fields_ if k in data})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of workloads: the seed's exercise, or a CPU-sized copy of it."""
+
+    name: str
+    description: str
+    workloads: tuple[Workload, ...] = field(default_factory=tuple)
+
+    def regime(self, phase: Phase | str | None) -> tuple[Workload, ...]:
+        """Workloads of one phase (all when ``phase`` is None or ``"all"``)."""
+        if phase is None or str(phase) == "all":
+            return self.workloads
+        p = Phase.parse(phase)
+        return tuple(w for w in self.workloads if w.phase is p)
+
+
+def _seed_like(batch: int, hq: int, hkv: int, d: int, dtype: str, train_len: int, decode_lens: Iterable[int]) -> tuple[Workload, ...]:
+    common = dict(batch=batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype=dtype)
+    out = [
+        Workload(phase=Phase.TRAIN, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
+        Workload(phase=Phase.PREFILL, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
+    ]
+    out += [Workload(phase=Phase.DECODE, q_len=1, kv_len=n, mask=Mask.CAUSAL, **common) for n in decode_lens]
+    return tuple(out)
+
+
+PRESETS: dict[str, Preset] = {
+    "seed": Preset(
+        "seed",
+        "the seed lesson's exercise: B=8, Hq=16, Hkv=4, d=128, bf16; train and prefill 2048/2048 causal; "
+        "decode q_len 1 at kv_len 512, 2048, 8192",
+        _seed_like(8, 16, 4, 128, "bfloat16", 2048, (512, 2048, 8192)),
+    ),
+    "small": Preset(
+        "small",
+        "the seed's structure at CPU size: B=2, Hq=8, Hkv=2, d=64, bf16; train and prefill 256/256 causal; "
+        "decode q_len 1 at kv_len 128, 512, 2048",
+        _seed_like(2, 8, 2, 64, "bfloat16", 256, (128, 512, 2048)),
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``.
+
+    Raises:
+        UnknownNameError: no such preset (message lists the valid names).
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
+
+
+def default_preset_name(device: str) -> str:
+    """``seed`` on CUDA, ``small`` on CPU."""
+    return "seed" if device.startswith("cuda") else "small"

@@ -1,0 +1,94 @@
+"""CLI: the main job end to end on the CPU, re-rendering, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profattn.cli import main
+from profattn.results import CellStatus, read_results
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """`profattn profile --regime all --preset small --device cpu`, once for the module (compiles Flex)."""
+    out = tmp_path_factory.mktemp("run") / "small"
+    res = invoke("profile", "--regime", "all", "--preset", "small", "--device", "cpu", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_profile_end_to_end(small_run: Path):
+    assert (small_run / "report.html").stat().st_size > 1_000_000  # plotly.js inline
+    run = read_results(small_run)
+    assert run.preset == "small" and run.environment.device == "cpu"
+    assert len(run.cells) == 5 * 6
+    assert all(c.status in (CellStatus.OK, CellStatus.INCORRECT, CellStatus.UNSUPPORTED, CellStatus.ERROR) for c in run.cells)
+    for c in run.cells:
+        if c.backend in ("eager", "sdpa-math"):
+            assert c.status == CellStatus.OK and c.correctness.passed, c.cell_id
+            assert c.trace is not None and c.trace.calls == 3 and c.trace.family_ok is True
+        if c.status == CellStatus.UNSUPPORTED:
+            assert c.reason
+    flex_train = next(c for c in run.cells if c.backend == "flex" and c.workload.phase.value == "train")
+    assert flex_train.status == CellStatus.UNSUPPORTED and "backward" in flex_train.reason
+    html = (small_run / "report.html").read_text()
+    assert "Verdict" in html and "preset <b>small</b>".lower() in html.lower()
+    assert "the default preset for this device" in html
+
+
+def test_report_rerenders_from_results_and_traces(small_run: Path, tmp_path: Path):
+    out = tmp_path / "again.html"
+    res = invoke("report", str(small_run), "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert out.read_text().count('class="chart"') == 3
+
+
+def test_backends_lists_reasons():
+    res = invoke("backends", "--device", "cpu")
+    assert res.exit_code == 0
+    assert "sdpa-cudnn" in res.output and "unavailable: CUDNN_ATTENTION runs on CUDA only" in res.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["profile", "--regime", "inference"], "Invalid value for '--regime'"),
+    (["profile", "--backend", "flashinfer", "--device", "cpu"], "unknown backend 'flashinfer'"),
+    (["profile", "--preset", "huge", "--device", "cpu"], "unknown preset 'huge'"),
+    (["profile", "--device", "tpu"], "unknown device 'tpu'"),
+    (["profile", "--bogus"], "No such option '--bogus'"),
+    (["report", "/nonexistent/run"], "no such file"),
+    (["frobnicate"], "No such command"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("profattn: error:") and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_results_json(tmp_path: Path):
+    (tmp_path / "results.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "report", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "profattn.results", "schema_version": 99}))
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "report", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "schema_version 99" in proc.stderr
+
+
+def test_cuda_requested_without_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "profile", "--device", "cuda"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no CUDA device" in proc.stderr

@@ -17,7 +17,7 @@ import pandas as pd
 from profattn.backends.base import KernelFamily
 from profattn.backends.families import ATTENTION_FAMILIES
 from profattn.results import CellResult, KernelLaunch, RunResult, TraceSummary
-from profattn.trace import Trace
+from profattn.trace import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
 
 
@@ -39,14 +39,21 @@ def _shape(row: pd.Series, prefix: str) -> tuple[int, int, int] | None:
     return tuple(int(v) for v in vals)  # type: ignore[return-value]
 
 
-def family_check(family: KernelFamily, kernel_names: list[str], op_names: list[str]) -> tuple[bool | None, str]:
-    """Do the kernels (GPU) or operators (CPU run) that ran belong to ``family``?
+def family_check(family: KernelFamily, kernel_names: list[str], op_names: list[str], *, gpu: bool | None = None) -> tuple[bool | None, str]:
+    """Do the kernels (GPU run) or operators (CPU run) that ran belong to ``family``?
 
+    ``gpu`` says whether the trace recorded GPU kernels at all (default: whether ``kernel_names`` is
+    non-empty). On a GPU trace only kernels count: operator names say what was *called*, not what ran
+    (a compiled region that fell back to an unfused path still shows its operator).
     Returns ``(ok, note)``: ``ok`` is False when another attention family's kernel ran or none of the
-    family's own did; None when there is no evidence (no kernels and no operators recorded).
+    family's own did (on a GPU trace, also when the cell launched no kernel); None when there is no
+    evidence (a CPU trace without operators).
     """
-    names, kind, match = (kernel_names, "kernel", family.matches_kernel) if kernel_names else (op_names, "operator", family.matches_op)
+    gpu = bool(kernel_names) if gpu is None else gpu
+    names, kind, match = (kernel_names, "kernel", family.matches_kernel) if gpu else (op_names, "operator", family.matches_op)
     if not names:
+        if gpu:
+            return False, "no kernel was launched inside this cell's ranges"
         return None, "no kernels or operators recorded for this cell"
     others = [f for f in ATTENTION_FAMILIES if f.name != family.name]
     foreign = sorted({n for n in names for f in others if (f.matches_kernel(n) if kind == "kernel" else f.matches_op(n))})
@@ -63,9 +70,9 @@ def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: Kern
     rid = cell.cell_id
     ranges = trace.ranges
     calls = int((ranges["name"] == rid).sum()) if len(ranges) else 0
-    k = trace.kernels[trace.kernels["range"] == rid] if len(trace.kernels) else trace.kernels
-    ops = trace.ops[trace.ops["range"] == rid]["name"].tolist() if len(trace.ops) else []
-    ok, note = family_check(family, k["name"].tolist() if len(k) else [], ops)
+    k = kernels_in_range(trace, rid)
+    ops = ops_in_range(trace, rid)["name"].tolist()
+    ok, note = family_check(family, k["name"].tolist(), ops, gpu=trace.has_gpu_kernels)
     per = max(calls, 1)
     launches: list[KernelLaunch] = []
     if len(k):
@@ -207,8 +214,9 @@ def _launch_phrase(e: CellEvidence, sms: int | None) -> str:
     if e.ctas is None:
         return f"{e.backend}: launch shape not recorded"
     fill = f"{e.ctas_per_sm:.2f} CTAs per SM on {sms} SMs" if e.ctas_per_sm is not None else "SM count unknown"
-    rows = f", {e.rows_per_cta:.2f} query rows per CTA" if e.rows_per_cta is not None else ""
-    return f"{e.backend}'s main kernel launches {e.ctas:,} CTAs ({fill}{rows})"
+    rows = f", {e.rows_per_cta:,.2f} query rows per CTA" if e.rows_per_cta is not None else ""
+    persistent = ": a persistent grid, one CTA per SM looping over tiles" if sms and e.ctas == sms else ""
+    return f"{e.backend}'s main kernel launches {e.ctas:,} CTAs ({fill}{rows}{persistent})"
 
 
 def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train_cell: CellResult | None, run: RunResult) -> list[str]:
@@ -252,6 +260,14 @@ def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train
             + ("; ".join(parts) if parts else "no timing")
             + floor_txt + "."
         )
+    for c in cells:
+        gpu = c.trace.gpu_time_per_call_us if c.trace else None
+        lat = c.latency_us
+        if gpu is not None and lat and gpu < 0.6 * lat:
+            reasons.append(
+                f"{c.backend} is launch-bound here: its kernels run {_fmt_us(gpu)} of the {_fmt_us(lat)} median latency; "
+                f"the other {_fmt_us(lat - gpu)} is host-side dispatch and launch gaps (a CUDA graph would hide most of it)."
+            )
     kpc = [(c.backend, ev[c.backend].kernels_per_call) for c in cells if ev[c.backend].kernels_per_call is not None]
     if kpc:
         reasons.append("Kernels per call: " + ", ".join(f"{b} {k:g}" for b, k in kpc) + ".")
@@ -290,7 +306,13 @@ def verdict(run: RunResult) -> Verdict:
                 cmp = f"{tw.backend} did not produce an eligible cell here ({status}{': ' + t_here.reason if t_here is not None and t_here.reason else ''})"
             headline = f"{w.phase.value} kv {w.kv_len}: the training winner {tw.backend} does not stay the winner — {cw.backend} wins at {_fmt_us(cw.latency_us)}, {cmp}"
             stays = False
-        reasons = _explain(cw, t_here if (t_here is not None and cw is not None and t_here.backend != cw.backend) else None, tw, run)
+        if cw is not None and t_here is not None and t_here.backend != cw.backend:
+            other = t_here
+        else:  # the training winner also wins here: contrast it with the runner-up
+            ranked = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and (cw is None or c.backend != cw.backend)),
+                            key=lambda c: c.latency_us)
+            other = ranked[0] if ranked else None
+        reasons = _explain(cw, other, tw, run)
         rows.append(VerdictRow(tag, w.phase.value, w.kv_len, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
     decode = [r for r in rows if r.phase == Phase.DECODE.value]
     if tw is None:

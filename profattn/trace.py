@@ -68,6 +68,8 @@ __all__ = [
     "GRAPH_LAUNCHERS",
     "Trace",
     "load_trace",
+    "kernels_in_range",
+    "ops_in_range",
     "kernel_summary",
 ]
 
@@ -143,6 +145,9 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "threads_per_cta",
     *_SPEC_COLUMNS[10:],  # registers_per_thread .. est_occupancy_pct
     "launcher",
+    "launch_ts_us",
+    "launch_pid",
+    "launch_tid",
     "graph_launched",
     "range",
     "range_instance",
@@ -522,6 +527,9 @@ def _kernels_frame(
 
     launch = [launchers.get(c) if c is not pd.NA else None for c in frame["correlation"].tolist()]
     frame["launcher"] = pd.Series([x[0] if x else None for x in launch], index=frame.index, dtype=object)
+    frame["launch_ts_us"] = np.array([x[1] if x else np.nan for x in launch], dtype="float64")
+    frame["launch_pid"] = pd.Series([x[2] if x else None for x in launch], index=frame.index, dtype=object)
+    frame["launch_tid"] = pd.Series([x[3] if x else None for x in launch], index=frame.index, dtype=object)
     frame["graph_launched"] = frame["launcher"].isin(GRAPH_LAUNCHERS).astype(bool)
     idx = _attribute(
         ranges,
@@ -630,6 +638,59 @@ def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
             parent[i] = stack[-1]
         stack.append(i)
     return parent
+
+
+# ----------------------------------------------------------------------------------------------------
+# Selection by range name
+# ----------------------------------------------------------------------------------------------------
+
+
+def _within(ranges: pd.DataFrame, name: str, pid: pd.Series, ts: np.ndarray) -> np.ndarray:
+    """For each point, the ``instance`` of the range called ``name`` (same pid, any thread, any nesting
+    depth) whose window ``[ts_us, ts_us + dur_us]`` holds it; -1 where none does."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    mine = ranges[ranges["name"] == name]
+    if not len(mine) or not len(ts):
+        return out
+    pids = pid.to_numpy(dtype=object)
+    for rpid, group in mine.groupby("pid", sort=False):
+        group = group.sort_values("ts_us")
+        start = group["ts_us"].to_numpy()
+        end = start + group["dur_us"].to_numpy()
+        inst = group["instance"].to_numpy()
+        sel = np.array([p == rpid for p in pids], dtype=bool) & ~np.isnan(ts)
+        if not sel.any():
+            continue
+        j = np.searchsorted(start, ts[sel], side="right") - 1
+        hit = (j >= 0) & (ts[sel] <= end[np.maximum(j, 0)])
+        idx = np.flatnonzero(sel)
+        out[idx[hit]] = inst[j[hit]]
+    return out
+
+
+def kernels_in_range(trace: Trace, name: str) -> pd.DataFrame:
+    """Kernels launched inside any instance of the range ``name``, at any nesting depth and from any
+    thread of the range's process (so kernels under an inner ``## Call CompiledFxGraph ##`` range, and
+    backward kernels launched by autograd's device thread, count). Adds column ``call``: the instance.
+
+    Assumes instances of one name do not overlap in time (true for profattn's cells; for overlapping
+    instances the latest-starting one wins).
+    """
+    k = trace.kernels
+    inst = _within(trace.ranges, name, k["launch_pid"], k["launch_ts_us"].to_numpy(dtype="float64"))
+    out = k[inst >= 0].copy()
+    out["call"] = inst[inst >= 0]
+    return out
+
+
+def ops_in_range(trace: Trace, name: str) -> pd.DataFrame:
+    """CPU operators that start inside any instance of the range ``name`` (same rules as
+    :func:`kernels_in_range`), with column ``call``."""
+    o = trace.ops
+    inst = _within(trace.ranges, name, o["pid"], o["ts_us"].to_numpy(dtype="float64"))
+    out = o[inst >= 0].copy()
+    out["call"] = inst[inst >= 0]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------

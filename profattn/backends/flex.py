@@ -23,6 +23,13 @@ def _compiled_flex():
     if _COMPILED is None:
         from torch.nn.attention.flex_attention import flex_attention
 
+        # Every workload shape (and train's grad mode) is its own graph; Dynamo's default limit of 8
+        # recompiles would silently fall back to the unfused eager path for later cells.
+        import torch._dynamo.config as dynamo_config
+
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(dynamo_config, knob):
+                setattr(dynamo_config, knob, max(getattr(dynamo_config, knob), 256))
         _COMPILED = torch.compile(flex_attention, dynamic=False)
     return _COMPILED
 

@@ -8,6 +8,7 @@ rejects a kernel), never run on another kernel.
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -81,9 +82,14 @@ def _trial(forward, workload: Workload, device: torch.device, backend: SDPBacken
                 else:
                     forward(q, k, v)
         except RuntimeError as exc:
-            why = [str(w.message).strip() for w in caught if "not used because" in str(w.message) or "does not support" in str(w.message)]
-            detail = "; ".join(dict.fromkeys(why)) or str(exc).splitlines()[0]
-            raise Unsupported(f"{backend.name} rejected this workload: {detail}") from None
+            why = [_clean(str(w.message)) for w in caught]
+            detail = " ".join(dict.fromkeys(w for w in why if w)) or str(exc).splitlines()[0]
+            raise Unsupported(f"{backend.name} rejected this workload: {detail[:600]}") from None
+
+
+def _clean(message: str) -> str:
+    """A PyTorch kernel-selection warning without its "(Triggered internally at file:line.)" suffix."""
+    return re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", message).strip()
 
 
 SDPA_BACKENDS: tuple[SdpaBackend, ...] = (

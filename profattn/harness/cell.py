@@ -11,10 +11,10 @@ from typing import Callable
 import torch
 
 from profattn.backends.base import Backend, Prepared, Unsupported
-from profattn.harness.inputs import AttentionInputs, Reference, check
+from profattn.harness.inputs import GRAD_TOLERANCE, AttentionInputs, Reference, check
 from profattn.harness.profiler import ProfiledCall
 from profattn.harness.timing import peak_memory, time_cpu, time_cuda
-from profattn.results import CellResult, CellStatus
+from profattn.results import CellResult, CellStatus, Correctness
 from profattn.workload import Phase, Workload
 
 
@@ -67,8 +67,9 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
                 out.backward(inputs.grad_out)
                 grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
             else:
-                with torch.no_grad():
-                    out = prepared.forward(inputs.q, inputs.k, inputs.v)
+                # Same grad mode as the timed calls (inputs need no grad, so no graph is built): a
+                # compiled backend would otherwise recompile on the grad-mode change.
+                out = prepared.forward(inputs.q, inputs.k, inputs.v)
                 grads = None
             correctness = check(workload, out, grads, ref)
             del out, grads
@@ -85,7 +86,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         _release(device)
         return CellResult(status=CellStatus.ERROR, reason=_error_reason(exc), notes=prepared.notes, **base), None
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
-    reason = "" if correctness.passed else _incorrect_reason(correctness)
+    reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype)
     result = CellResult(
         status=status, reason=reason, notes=prepared.notes, correctness=correctness, timing=timing,
         peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, **base,
@@ -93,11 +94,11 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     return result, ProfiledCall(cid, call, prepared.context, inputs.zero_grads if train else None)
 
 
-def _incorrect_reason(c) -> str:
-    parts = [f"out rel err {c.out_rel_err:.3g} > {c.tolerance:g}" if c.out_rel_err > c.tolerance else ""]
-    for name, err in (c.grad_rel_err or {}).items():
-        parts.append(f"{name} rel err {err:.3g}")
-    return "failed correctness: " + ", ".join(p for p in parts if p)
+def _incorrect_reason(c: Correctness, dtype: str) -> str:
+    parts = [f"out rel err {c.out_rel_err:.3g} > {c.tolerance:g}"] if not c.out_rel_err <= c.tolerance else []
+    gtol = GRAD_TOLERANCE[dtype]
+    parts += [f"{name} rel err {err:.3g} > {gtol:g}" for name, err in (c.grad_rel_err or {}).items() if not err <= gtol]
+    return "failed correctness: " + ", ".join(parts)
 
 
 def _release(device: torch.device) -> None:

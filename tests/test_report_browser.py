@@ -1,0 +1,71 @@
+"""The report opened in headless Chromium: no console errors, every chart container rendered."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from profattn.report import write_report
+from profattn.results import read_results
+
+from factories import SEED, cell, kernel, run
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.browser
+
+
+def _browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    return playwright
+
+
+def open_report(path: Path) -> tuple[list[str], dict]:
+    sync_api = _browser()
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        # offline: any network request is an error (the report must be self-contained)
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else (errors.append("network: " + route.request.url), route.abort()))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_load_state("load")
+        state = page.evaluate("""() => Array.from(document.querySelectorAll('div.chart')).map(d => ({
+            id: d.id, plotted: d.classList.contains('js-plotly-plot'), svgs: d.querySelectorAll('svg.main-svg').length,
+            traces: (d.data || []).length }))""")
+        title = page.title()
+        browser.close()
+    return errors, {"charts": state, "title": title}
+
+
+def test_synthetic_report_renders(tmp_path: Path):
+    TRAIN, PREFILL, D512, D2048, D8192 = SEED.workloads
+    r = run([
+        cell(TRAIN, "sdpa-flash", 2209.0, kernels=(kernel("flash_fwd_kernel", 1024, 700),)),
+        cell(D512, "sdpa-flash", 18.0, kernels=(kernel("<script>alert('x')</script>", 224, 14),)),
+        cell(D8192, "sdpa-flash", 55.8, kernels=(kernel("flash_fwd_splitkv_kernel", 224, 44),)),
+        cell(D8192, "sdpa-cudnn", 50.0),
+    ])
+    path = write_report(r, tmp_path / "report.html")
+    errors, state = open_report(path)
+    assert errors == []
+    assert [c["id"] for c in state["charts"]] == ["chart-latency", "chart-decode-latency", "chart-decode-bandwidth"]
+    assert all(c["plotted"] and c["svgs"] >= 1 and c["traces"] >= 1 for c in state["charts"]), state
+
+
+def test_committed_h200_example_renders(tmp_path: Path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    if not (example / "results.json").exists():
+        pytest.skip("no committed H200 example")
+    path = write_report(read_results(example), tmp_path / "report.html")
+    errors, state = open_report(path)
+    assert errors == [] and len(state["charts"]) == 3 and all(c["plotted"] for c in state["charts"])

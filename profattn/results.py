@@ -324,6 +324,7 @@ def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(run_to_dict(run), fh, indent=1, allow_nan=False)
         fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; a results file is meant to be shared
     os.replace(tmp, path)
     return path
 

@@ -82,3 +82,35 @@ def test_family_check():
     assert ok is False and "no flash kernel" in note
     assert family_check(FLASH, [], ["aten::_scaled_dot_product_flash_attention_for_cpu"])[0] is True
     assert family_check(FLASH, [], [])[0] is None
+
+
+def test_committed_h200_run_evidence_from_real_traces():
+    """Re-derive the evidence of the committed H200 run from its real Kineto traces."""
+    from pathlib import Path
+
+    import pytest
+
+    from profattn.results import read_results
+    from profattn.session import reattach_traces
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    if not (example / "results.json").exists():
+        pytest.skip("no committed H200 example")
+    r = reattach_traces(read_results(example), example)
+    cells = {c.cell_id: c for c in r.cells}
+    flash = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.sdpa-flash"].trace
+    assert flash.calls == 3 and flash.kernels_per_call == 2 and flash.family_ok
+    split = next(k for k in flash.kernels if "flash_fwd_splitkv_kernel" in k.name)
+    assert split.grid == (1, 7, 32) and split.block == (128, 1, 1)
+    assert split.registers_per_thread == 246 and split.shared_mem_bytes == 81920 and split.ctas == 224
+    combine = next(k for k in flash.kernels if "combine" in k.name)
+    assert combine.grid == (32, 1, 1)
+    # the training backward runs on autograd's device thread, and is still attributed to its cell
+    cudnn_train = cells["train_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal.sdpa-cudnn"].trace
+    assert any("bprop" in k.name for k in cudnn_train.kernels) and cudnn_train.family_ok
+    # compiled Flex kernels sit under Inductor's nested range and are still the cell's
+    flex = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.flex"].trace
+    assert flex.family_ok and any(k.name.startswith("triton_tem_fused") for k in flex.kernels)
+    # the math path materializes K/V at Hq heads and runs a softmax kernel: dense family, many kernels
+    math_ = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.sdpa-math"].trace
+    assert math_.family_ok and math_.kernels_per_call > 5

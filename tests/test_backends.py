@@ -91,3 +91,20 @@ def test_registry_names_and_unknown():
     assert names[:6] == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "eager", "flex"]
     with pytest.raises(UnknownNameError, match="valid: sdpa-math"):
         get_backend("flashinfer")
+
+
+def test_rejection_reason_keeps_only_the_pinned_kernels_reason():
+    from profattn.backends.sdpa import _rejection_reasons
+
+    warnings = [
+        "Memory efficient kernel not used because: (Triggered internally at /pytorch/sdp_utils.cpp:986.)",
+        "For dense input, both fused kernels require query, key and value to have the same num_heads. (Triggered internally at /pytorch/sdp_utils.cpp:1.)",
+        "Flash attention kernel not used because: (Triggered internally at /pytorch/sdp_utils.cpp:988.)",
+        "Flash attention has been runtime disabled. (Triggered internally at /pytorch/sdp_utils.cpp:2.)",
+        "cuDNN attention kernel not used because:",
+        "cuDNN attention has been runtime disabled.",
+    ]
+    assert _rejection_reasons(warnings) == (
+        "Memory efficient kernel not used because: For dense input, both fused kernels require query, key and value "
+        "to have the same num_heads."
+    )

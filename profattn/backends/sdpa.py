@@ -82,9 +82,28 @@ def _trial(forward, workload: Workload, device: torch.device, backend: SDPBacken
                 else:
                     forward(q, k, v)
         except RuntimeError as exc:
-            why = [_clean(str(w.message)) for w in caught]
-            detail = " ".join(dict.fromkeys(w for w in why if w)) or str(exc).splitlines()[0]
+            detail = _rejection_reasons([str(w.message) for w in caught]) or str(exc).splitlines()[0]
             raise Unsupported(f"{backend.name} rejected this workload: {detail[:600]}") from None
+
+
+def _rejection_reasons(messages: list[str]) -> str:
+    """PyTorch's reasons for rejecting the pinned kernel, from SDPA's warnings.
+
+    SDPA warns a header ("Memory efficient kernel not used because:") then the reason, for every
+    kernel it considered; the kernels we disabled on purpose ("... has been runtime disabled.") are
+    dropped with their headers, as is each "(Triggered internally at file:line)" suffix. The sizes in
+    the text are those of the small trial call (same heads, head_dim and dtype; lengths capped at 16).
+    """
+    cleaned = [_clean(m) for m in messages]
+    out: list[str] = []
+    for i, m in enumerate(cleaned):
+        if not m or "runtime disabled" in m:
+            continue
+        nxt = cleaned[i + 1] if i + 1 < len(cleaned) else ""
+        if m.endswith(":") and (not nxt or "runtime disabled" in nxt):
+            continue
+        out.append(m)
+    return " ".join(dict.fromkeys(out))
 
 
 def _clean(message: str) -> str:

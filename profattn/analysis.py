@@ -16,7 +16,7 @@ import pandas as pd
 
 from profattn.backends.base import KernelFamily
 from profattn.backends.families import ATTENTION_FAMILIES
-from profattn.results import CellResult, KernelLaunch, RunResult, TraceSummary
+from profattn.results import CellResult, CounterKernel, CounterSummary, CountersInfo, KernelLaunch, RunResult, TraceSummary
 from profattn.trace import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
 
@@ -55,7 +55,7 @@ def family_check(family: KernelFamily, kernel_names: list[str], op_names: list[s
         if gpu:
             return False, "no kernel was launched inside this cell's ranges"
         return None, "no kernels or operators recorded for this cell"
-    others = [f for f in ATTENTION_FAMILIES if f.name != family.name]
+    others = [f for f in ATTENTION_FAMILIES if f.name != family.name and f.name not in family.allows]
     foreign = sorted({n for n in names for f in others if (f.matches_kernel(n) if kind == "kernel" else f.matches_op(n))})
     own = sorted({n for n in names if match(n)})
     if foreign:
@@ -330,3 +330,113 @@ def verdict(run: RunResult) -> Verdict:
             summary = (f"{tw.backend} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)} "
                        f"but not at " + "; ".join(f"kv {r.kv_len} (→ {r.winner})" for r in lost) + ": the verdict depends on context length.")
     return Verdict(tw.backend if tw else None, tw.workload.tag if tw else None, summary, tuple(rows))
+
+
+# ---- counters and ledgers ------------------------------------------------------------------------
+
+#: DRAM traffic above this multiple of the requested bytes is flagged as redundant reads.
+REDUNDANT_DRAM_RATIO = 1.2
+#: L2→SM traffic above this multiple of the requested bytes means rereads served from L2.
+L2_REREAD_RATIO = 1.5
+
+
+def _nan_to_none(v: object) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
+
+
+def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
+    """Sum one cell's ncu kernel rows (``profattn.counters`` columns) into a :class:`CounterSummary`."""
+    if not len(kernels):
+        return None
+    def total(col: str) -> float:
+        return float(kernels[col].fillna(0).sum()) if col in kernels else 0.0
+    ks = tuple(
+        CounterKernel(
+            name=str(r["name"]), grid=r["grid"], block=r["block"],
+            registers_per_thread=_opt_int(r.get("registers_per_thread")),
+            shared_mem_dynamic_bytes=_nan_to_none(r.get("shared_mem_dynamic_bytes")),
+            shared_mem_static_bytes=_nan_to_none(r.get("shared_mem_static_bytes")),
+            waves_per_sm=_nan_to_none(r.get("waves_per_sm")),
+            dram_read_bytes=_nan_to_none(r.get("dram_read_bytes")),
+            dram_write_bytes=_nan_to_none(r.get("dram_write_bytes")),
+            l2_to_sm_read_bytes=_nan_to_none(r.get("l2_to_sm_read_bytes")),
+            l1_global_load_bytes=_nan_to_none(r.get("l1_global_load_bytes")),
+            gpu_time_us=_nan_to_none(r.get("gpu_time_us")),
+        )
+        for _, r in kernels.iterrows()
+    )
+    return CounterSummary(
+        dram_read_bytes=total("dram_read_bytes"), dram_write_bytes=total("dram_write_bytes"),
+        l2_to_sm_read_bytes=total("l2_to_sm_read_bytes"), l1_global_load_bytes=total("l1_global_load_bytes"),
+        gpu_time_us=total("gpu_time_us"), kernels=ks,
+    )
+
+
+def attach_counters(run: RunResult, kernels: pd.DataFrame, info: CountersInfo) -> RunResult:
+    """``run`` with each cell's :class:`CounterSummary` (kernels whose NVTX ``range`` is the cell id)."""
+    out = replace(run, counters_info=info)
+    for cell in run.cells:
+        rows = kernels[kernels["range"] == cell.cell_id] if len(kernels) else kernels
+        summary = counter_summary(rows)
+        if summary is not None:
+            out = out.with_cell(replace(cell, counters=summary))
+    return out
+
+
+@dataclass(frozen=True)
+class ByteLedger:
+    """Cache traffic of one call: requested (the workload's minimum) against measured.
+
+    ``dram_ratio`` = DRAM bytes (read + write) / requested; ``l2_ratio`` = L2→SM read bytes / requested.
+    ``redundant``: DRAM above :data:`REDUNDANT_DRAM_RATIO` × requested; ``l2_rereads``: L2→SM above
+    :data:`L2_REREAD_RATIO` × requested while DRAM is not (rereads, e.g. per query head, served by L2).
+    Measured fields are None when no counters were read — never estimated.
+    """
+
+    requested_bytes: int
+    kv_bytes: int
+    dram_bytes: float | None
+    dram_read_bytes: float | None
+    l2_to_sm_bytes: float | None
+    dram_ratio: float | None
+    l2_ratio: float | None
+    redundant: bool | None
+    l2_rereads: bool | None
+    note: str
+
+
+def byte_ledger(cell: CellResult) -> ByteLedger:
+    """The :class:`ByteLedger` of ``cell`` (requested only when it has no counters)."""
+    w = cell.workload
+    req = w.requested_bytes
+    c = cell.counters
+    if c is None:
+        return ByteLedger(req, w.kv_bytes, None, None, None, None, None, None, None, "no counters measured")
+    dram_ratio = c.dram_bytes / req
+    l2_ratio = c.l2_to_sm_read_bytes / req
+    redundant = dram_ratio > REDUNDANT_DRAM_RATIO
+    l2_rereads = (not redundant) and l2_ratio > L2_REREAD_RATIO
+    if redundant:
+        note = f"DRAM traffic {dram_ratio:.2f}× the requested bytes: redundant reads (or materialised copies)"
+    elif l2_rereads:
+        note = f"DRAM ≈ requested ({dram_ratio:.2f}×) but L2→SM traffic {l2_ratio:.2f}×: rereads served from L2"
+    else:
+        note = f"DRAM {dram_ratio:.2f}× requested: each byte moved about once"
+    return ByteLedger(req, w.kv_bytes, c.dram_bytes, c.dram_read_bytes, c.l2_to_sm_read_bytes, dram_ratio, l2_ratio,
+                      redundant, l2_rereads, note)
+
+
+@dataclass(frozen=True)
+class FlopLedger:
+    """Arithmetic of one call: FLOPs from query heads (GQA does not shrink them), achieved rate."""
+
+    flops: int
+    achieved_tflops: float | None
+    fraction_of_ceiling: float | None
+
+
+def flop_ledger(cell: CellResult, run: RunResult) -> FlopLedger:
+    """The :class:`FlopLedger` of ``cell`` against the run's measured GEMM ceiling."""
+    t = cell.achieved_tflops
+    ceil = run.ceilings.matmul_tflops if run.ceilings else None
+    return FlopLedger(cell.workload.flops, t, t / ceil if t is not None and ceil else None)

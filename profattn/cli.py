@@ -64,7 +64,9 @@ def main() -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-run"), show_default=True, help="Run directory (results.json, traces/, report.html).")
 @click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
-def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int) -> None:
+@click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
+def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int,
+            counters: bool | None) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html."""
     from rich.console import Console
 
@@ -83,12 +85,17 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     def progress(event: str, cell, done: int, total: int) -> None:
         if event == "start":
             return
+        if event == "counters":
+            console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
+            return
         lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
         why = f"  {cell.reason[:100]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
+    if counters and device.type != "cuda":
+        raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
     cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
-                        profile_calls=profile_calls, seed=seed)
+                        profile_calls=profile_calls, seed=seed, counters=counters)
     try:
         run = run_session(cfg, progress)
     except KeyboardInterrupt:
@@ -113,6 +120,33 @@ def report(run_dir: Path, out_path: Path | None) -> None:
     run = read_results(run_dir)
     run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
     path = write_report(run, out_path or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html")
+    click.echo(f"report: {path}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+def counters(run_dir: Path) -> None:
+    """Add Nsight Compute counters (DRAM and L2 bytes per cell) to an existing GPU run, re-render its report."""
+    from profattn.harness.ncu import find_ncu
+    from profattn.report import write_report
+    from profattn.results import read_results, write_results
+    from profattn.session import add_counters, reattach_traces
+
+    run = read_results(run_dir)
+    if run.environment.device != "cuda":
+        raise ProfattnError(f"{run_dir} is a CPU run: hardware counters need a CUDA GPU and Nsight Compute")
+    exe, reason = find_ncu()
+    if exe is None:
+        raise ProfattnError(reason)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ProfattnError("torch sees no CUDA device here: run `profattn counters` on the GPU machine that made the run")
+    run = add_counters(run, run_dir)
+    write_results(run, run_dir / "results.json")
+    path = write_report(reattach_traces(run, run_dir), run_dir / "report.html")
+    info = run.counters_info
+    click.echo(f"counters: {info.status}{': ' + info.reason if info.reason else ''}")
     click.echo(f"report: {path}")
 
 

@@ -95,7 +95,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
     mm = run.ceilings.matmul_tflops if run.ceilings else None
     rows = []
     for c in sorted(run.cells, key=lambda c: (PHASE_ORDER.index(c.workload.phase.value), c.workload.kv_len)):
-        t = c.timing
+        t = c.graph_timing or c.timing
         corr = c.correctness
         grad = ", ".join(f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()) if corr else ""
         w_cell = win.get(c.workload.tag)
@@ -104,6 +104,8 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "kv_len": c.workload.kv_len, "backend": c.backend, "status": c.status, "reason": c.reason,
             "winner": w_cell is not None and w_cell.cell_id == c.cell_id,
             "latency": fmt_us(t.median_us) if t else "–",
+            "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
+            "eager": fmt_us(c.eager_latency_us),
             "spread": f"{fmt_us(t.p10_us)} – {fmt_us(t.p90_us)}, {t.reps} reps" if t else "",
             "latency_us": t.median_us if t else None,
             "gpu_time": fmt_us(c.trace.gpu_time_per_call_us) if c.trace else "–",

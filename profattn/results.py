@@ -3,13 +3,14 @@
 ``results.json`` is the contract between ``profattn profile`` (writes it as cells finish) and
 ``profattn report`` (reads it, plus the traces it names). Schema, version 1::
 
-    {"schema": "profattn.results", "schema_version": 1,
+    {"schema": "profattn.results", "schema_version": 2,
      "environment": {...Environment...}, "preset": "seed", "preset_description": "...",
      "ceilings": {...Ceilings...} | null,
      "cells": [{...CellResult...}, ...]}
 
 Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/s (GB = 1e9),
-``_tflops`` TFLOP/s (1e12 FLOP/s).
+``_tflops`` TFLOP/s (1e12 FLOP/s). Version 2 added ``graph_timing`` (decode cells, CUDA-graph replay)
+and the counter fields; version 1 files are still read.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from profattn.errors import ResultsError
 from profattn.workload import Workload
 
 SCHEMA = "profattn.results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this code reads: v1 (no graph timing, no counters) is read with those fields empty.
+READABLE_VERSIONS = (1, 2)
 
 
 class CellStatus:
@@ -114,6 +117,60 @@ class TraceSummary:
 
 
 @dataclass(frozen=True)
+class CounterKernel:
+    """One kernel of a cell as Nsight Compute measured it (one call, cold caches: see CountersInfo).
+
+    ``l2_to_sm_read_bytes`` = ``lts__t_sectors_srcunit_tex_op_read.sum`` × 32 B; ``dram_*`` from
+    ``dram__bytes_{read,write}.sum``; launch shape from ``launch__*`` metrics and ncu's Grid/Block Size.
+    """
+
+    name: str
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_mem_dynamic_bytes: float | None
+    shared_mem_static_bytes: float | None
+    waves_per_sm: float | None
+    dram_read_bytes: float | None
+    dram_write_bytes: float | None
+    l2_to_sm_read_bytes: float | None
+    l1_global_load_bytes: float | None
+    gpu_time_us: float | None
+
+
+@dataclass(frozen=True)
+class CounterSummary:
+    """A cell's measured traffic: sums over its kernels of one call (bytes; µs)."""
+
+    dram_read_bytes: float
+    dram_write_bytes: float
+    l2_to_sm_read_bytes: float
+    l1_global_load_bytes: float
+    gpu_time_us: float
+    kernels: tuple[CounterKernel, ...]
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+
+@dataclass(frozen=True)
+class CountersInfo:
+    """How (and whether) hardware counters were read for a run. ``status``: ``measured``,
+    ``unavailable`` (``reason`` says why: no ncu, no permission, CPU run...) or ``not requested``.
+    ``cache_control``/``replay_mode``/``clock_control`` are ncu's settings: they define what the bytes mean."""
+
+    status: str
+    reason: str = ""
+    ncu_version: str | None = None
+    cache_control: str | None = None
+    replay_mode: str | None = None
+    clock_control: str | None = None
+    wall_s: float | None = None
+    csv_file: str | None = None
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One (workload, backend) cell: status, correctness, timing, memory and trace evidence."""
 
@@ -126,13 +183,23 @@ class CellResult:
     notes: tuple[str, ...] = ()
     correctness: Correctness | None = None
     timing: Timing | None = None
+    graph_timing: Timing | None = None
     peak_mem_bytes: int | None = None
     peak_mem_over_inputs_bytes: int | None = None
     trace: TraceSummary | None = None
+    counters: CounterSummary | None = None
 
     @property
     def latency_us(self) -> float | None:
-        """Median latency of one call (µs), or None when not timed."""
+        """Median latency of one call (µs), or None when not timed: the CUDA-graph replay time where the
+        cell was captured (decode, as serving runs it), else the eager-launch time."""
+        if self.graph_timing is not None:
+            return self.graph_timing.median_us
+        return self.timing.median_us if self.timing else None
+
+    @property
+    def eager_latency_us(self) -> float | None:
+        """Median latency with eager launches (µs), launch overhead included."""
         return self.timing.median_us if self.timing else None
 
     @property
@@ -215,6 +282,8 @@ class RunResult:
     cells: tuple[CellResult, ...]
     ceilings: Ceilings | None = None
     schema_version: int = SCHEMA_VERSION
+    seed: int = 0
+    counters_info: CountersInfo = CountersInfo("not requested")
 
     def with_cell(self, cell: CellResult) -> "RunResult":
         """A copy in which the cell with ``cell.cell_id`` is replaced (or appended)."""
@@ -248,6 +317,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
     for cell, raw in zip(run.cells, data["cells"]):
         raw["derived"] = {
             "latency_us": cell.latency_us,
+            "eager_latency_us": cell.eager_latency_us,
             "tokens_per_s": cell.tokens_per_s,
             "achieved_tflops": cell.achieved_tflops,
             "achieved_gbps": cell.achieved_gbps,
@@ -276,6 +346,10 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
             KernelLaunch(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block"))}) for k in trace["kernels"]
         )
         trace = TraceSummary(**{**trace, "kernels": kernels, "ops": tuple(trace.get("ops", ()))})
+    counters = d.get("counters")
+    if counters is not None:
+        ck = tuple(CounterKernel(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block"))}) for k in counters["kernels"])
+        counters = CounterSummary(**{**counters, "kernels": ck})
     return CellResult(
         cell_id=d["cell_id"],
         workload=Workload.from_dict(d["workload"]),
@@ -286,9 +360,11 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         notes=tuple(d.get("notes", ())),
         correctness=_correctness(d["correctness"]) if d.get("correctness") else None,
         timing=Timing(**d["timing"]) if d.get("timing") else None,
+        graph_timing=Timing(**d["graph_timing"]) if d.get("graph_timing") else None,
         peak_mem_bytes=d.get("peak_mem_bytes"),
         peak_mem_over_inputs_bytes=d.get("peak_mem_over_inputs_bytes"),
         trace=trace,
+        counters=counters,
     )
 
 
@@ -301,8 +377,8 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultsError("not a profattn results file (missing 'schema': 'profattn.results')")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads {SCHEMA_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads {READABLE_VERSIONS})")
     try:
         return RunResult(
             environment=Environment(**data["environment"]),
@@ -310,7 +386,9 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             preset_description=data.get("preset_description", ""),
             cells=tuple(_cell_from_dict(c) for c in data["cells"]),
             ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
-            schema_version=version,
+            schema_version=SCHEMA_VERSION,
+            seed=int(data.get("seed", 0)),
+            counters_info=CountersInfo(**data["counters_info"]) if data.get("counters_info") else CountersInfo("not requested"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"malformed results.json: {type(exc).__name__}: {exc}") from None

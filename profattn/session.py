@@ -15,15 +15,17 @@ from typing import Callable, Sequence
 
 import torch
 
-from profattn.analysis import attach_trace
+from profattn.analysis import attach_counters, attach_trace
+from profattn.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, run_cell
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.environment import collect_environment
 from profattn.harness.inputs import make_inputs, reference
+from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
-from profattn.results import CellResult, CellStatus, RunResult, write_results
+from profattn.results import CellResult, CellStatus, CountersInfo, RunResult, write_results
 from profattn.trace import load_trace
 from profattn.workload import Phase, Preset, Workload
 
@@ -40,6 +42,7 @@ class SessionConfig:
     profile_calls: int = 3
     measure_ceilings: bool = True
     seed: int = 0
+    counters: bool | None = None  #: None: on when the device is CUDA and ncu is on PATH
 
 
 #: progress(event, cell) — event is "start" or "done"; cell is the pending or finished CellResult.
@@ -63,6 +66,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
         preset=cfg.preset.name,
         preset_description=cfg.preset.description,
         cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
+        seed=cfg.seed,
     )
     write_results(run, results_path)
     if cfg.measure_ceilings and cfg.device.type == "cuda":
@@ -95,7 +99,42 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
         gc.collect()
         if cfg.device.type == "cuda":
             torch.cuda.empty_cache()
+    want = cfg.counters
+    if want is None:
+        want = cfg.device.type == "cuda" and find_ncu()[0] is not None
+    if want:
+        if progress:
+            progress("counters", run.cells[0], done, total)
+        run = add_counters(run, out)
+    else:
+        reason = ("CPU run: hardware counters need a CUDA GPU and Nsight Compute" if cfg.device.type != "cuda"
+                  else (find_ncu()[1] or "counters turned off (--no-counters)") if cfg.counters is None
+                  else "counters turned off (--no-counters)")
+        run = replace(run, counters_info=CountersInfo("unavailable" if cfg.counters is None else "not requested", reason))
+    write_results(run, results_path)
     return run
+
+
+def add_counters(run: RunResult, run_dir: Path) -> RunResult:
+    """Run the Nsight Compute pass over the run's timed cells and attach each cell's measured bytes.
+
+    Returns ``run`` with ``counters_info`` set to ``measured`` or to ``unavailable`` with the reason
+    (no ncu, no counter permission, CPU run); never raises for an unusable ncu.
+    """
+    if run.environment.device != "cuda":
+        return replace(run, counters_info=CountersInfo("unavailable", "CPU run: hardware counters need a CUDA GPU and Nsight Compute"))
+    ids = [c.cell_id for c in run.cells if c.status in (CellStatus.OK, CellStatus.INCORRECT)]
+    res = run_counter_pass(run_dir, ids)
+    settings = dict(ncu_version=res.version, cache_control=CACHE_CONTROL, replay_mode=REPLAY_MODE, clock_control=CLOCK_CONTROL,
+                    wall_s=res.wall_s)
+    if res.reason or res.csv_path is None:
+        return replace(run, counters_info=CountersInfo("unavailable", res.reason or "no CSV", **settings))
+    try:
+        report = parse_ncu_csv(res.csv_path)
+    except ProfattnError as exc:
+        return replace(run, counters_info=CountersInfo("unavailable", f"unreadable ncu output: {exc}", **settings))
+    info = CountersInfo("measured", "", csv_file=str(res.csv_path.relative_to(run_dir)), **settings)
+    return attach_counters(run, report.kernels, info)
 
 
 def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Sequence[ProfiledCall], results_path: Path) -> RunResult:

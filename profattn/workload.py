@@ -57,9 +57,19 @@ class Mask(_NamedEnum):
 
 
 class KVLayout(_NamedEnum):
-    """Physical KV-cache layout. ``dense``: contiguous ``[B, Hkv, Lk, d]`` tensors (paged comes later)."""
+    """Physical KV-cache layout.
+
+    ``dense``: contiguous ``[B, Hkv, Lk, d]`` tensors. ``paged``: pages ``[num_pages, page_size, Hkv, d]``
+    addressed through a block table (see :mod:`profattn.paged`); dense backends then run on the contiguous
+    copy of the same logical cache, for contrast.
+    """
 
     DENSE = "dense"
+    PAGED = "paged"
+
+
+#: Per-sequence KV length distributions (see :func:`profattn.paged.ragged_lengths`).
+KV_LEN_DISTS = ("uniform", "ragged", "lognormal")
 
 
 #: Bytes per element of the dtypes profattn accepts (``torch.<name>``).
@@ -147,7 +157,13 @@ class Workload:
         head_dim: d.
         dtype: ``bfloat16``, ``float16`` or ``float32`` (aliases ``bf16``... accepted).
         mask: ``causal`` (bottom-right aligned) or ``none``.
-        kv_layout: ``dense`` (paged comes with the paged-decode work).
+        kv_layout: ``dense`` or ``paged``.
+        page_size: tokens per KV page (paged layout only).
+        kv_len_dist: per-sequence KV lengths: ``uniform`` (all ``kv_len``), ``ragged`` or ``lognormal``
+            (drawn with ``kv_len_seed``; ``kv_len`` is then the longest).
+        kv_len_seed: seed of the length draw.
+        shared_prefix_len: tokens at the start of every sequence stored once in shared pages (paged only;
+            a multiple of ``page_size``).
 
     Raises:
         WorkloadError: a field is out of domain.
@@ -163,6 +179,10 @@ class Workload:
     dtype: str = "bfloat16"
     mask: Mask = Mask.CAUSAL
     kv_layout: KVLayout = KVLayout.DENSE
+    page_size: int | None = None
+    kv_len_dist: str = "uniform"
+    kv_len_seed: int = 0
+    shared_prefix_len: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", Phase.parse(self.phase))
@@ -177,6 +197,21 @@ class Workload:
             raise WorkloadError(
                 f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
+        if self.kv_len_dist not in KV_LEN_DISTS:
+            raise WorkloadError(f"unknown kv_len_dist {self.kv_len_dist!r}; valid: {', '.join(KV_LEN_DISTS)}")
+        if self.kv_layout is KVLayout.PAGED:
+            if not isinstance(self.page_size, int) or self.page_size < 1:
+                raise WorkloadError(f"a paged workload needs a positive page_size, got {self.page_size!r}")
+        elif self.page_size is not None or self.shared_prefix_len or self.kv_len_dist != "uniform":
+            raise WorkloadError("page_size, shared_prefix_len and ragged kv_len_dist need kv_layout='paged'")
+        if self.shared_prefix_len:
+            if self.shared_prefix_len % self.page_size or self.shared_prefix_len > min(self.kv_lens):
+                raise WorkloadError(
+                    f"shared_prefix_len {self.shared_prefix_len} must be a multiple of page_size {self.page_size} "
+                    f"and at most the shortest sequence ({min(self.kv_lens)})"
+                )
+        if self.is_ragged and self.q_len != 1:
+            raise WorkloadError("ragged KV lengths are defined for decode (q_len 1) only")
 
     # ---- derived shape facts -------------------------------------------------------------------
     @property
@@ -207,19 +242,50 @@ class Workload:
     @property
     def tag(self) -> str:
         """Short, file-name-safe name from axis abbreviations (FlashInfer style), e.g.
-        ``decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal``."""
-        return (
+        ``decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal`` or ``..._causal_paged16_lognormal7_prefix512``."""
+        tag = (
             f"{self.phase.value}_b{self.batch}_q{self.q_len}_kv{self.kv_len}_hq{self.num_q_heads}"
             f"_hkv{self.num_kv_heads}_d{self.head_dim}_{_DTYPE_SHORT[self.dtype]}_{self.mask.value}"
         )
+        if self.kv_layout is KVLayout.PAGED:
+            tag += f"_paged{self.page_size}"
+        if self.is_ragged:
+            tag += f"_{self.kv_len_dist}{self.kv_len_seed}"
+        if self.shared_prefix_len:
+            tag += f"_prefix{self.shared_prefix_len}"
+        return tag
+
+    @property
+    def is_ragged(self) -> bool:
+        """True when sequences have different KV lengths."""
+        return self.kv_len_dist != "uniform"
+
+    @property
+    def kv_lens(self) -> tuple[int, ...]:
+        """KV length of every sequence (``kv_len`` is the longest)."""
+        from profattn.paged import ragged_lengths
+
+        return tuple(ragged_lengths(self.kv_len, self.batch, self.kv_len_dist, self.kv_len_seed))
+
+    @property
+    def unique_kv_tokens(self) -> int:
+        """Token slots of K (or V) that physically exist: a shared prefix counts once."""
+        lens = self.kv_lens
+        return sum(lens) - (len(lens) - 1) * self.shared_prefix_len
+
+    @property
+    def logical_kv_tokens(self) -> int:
+        """Token slots every sequence reads, shared prefix counted per sequence: ``Σ len_b``."""
+        return sum(self.kv_lens)
 
     # ---- arithmetic ledger ---------------------------------------------------------------------
     @property
     def attended_pairs(self) -> int:
-        """(query, key) pairs computed per batch element and query head, after the mask."""
+        """(query, key) pairs computed per query head, summed over the batch, after the mask."""
+        lens = self.kv_lens
         if self.mask is Mask.CAUSAL:
-            return causal_pairs(self.q_len, self.kv_len)
-        return self.q_len * self.kv_len
+            return sum(causal_pairs(self.q_len, n) for n in lens)
+        return sum(self.q_len * n for n in lens)
 
     @property
     def forward_flops(self) -> int:
@@ -229,7 +295,7 @@ class Workload:
         non-causal case is ``4·B·Hq·Lq·Lk·d``). Query heads, not KV heads: GQA does not reduce this work.
         Softmax exponentials are not counted, as in the paper.
         """
-        return 4 * self.batch * self.num_q_heads * self.attended_pairs * self.head_dim
+        return 4 * self.num_q_heads * self.attended_pairs * self.head_dim
 
     @property
     def backward_flops(self) -> int:
@@ -251,15 +317,23 @@ class Workload:
         (FlashAttention-2 paper, Algorithm 2): the forward's log-sum-exp (fp32, ``[B, Hq, Lq]``) written
         then read; Q, K, V, O, dO read; dQ, dK, dV written. K/V (and dK/dV) use Hkv heads, not Hq.
         Writing new tokens into the KV cache happens outside the attention call and is not counted.
+        Paged (decode): K and V count the unique token slots (a shared prefix once; ``[tokens, Hkv, d]``),
+        plus the block table (int32) and sequence lengths read once.
         """
         s = self.itemsize
         q, kv = self.q_shape, self.kv_shape
+        if self.kv_layout is KVLayout.PAGED:
+            kv = (self.unique_kv_tokens, self.num_kv_heads, self.head_dim)
         fwd = [
             TensorTraffic("Q", q, s, reads=1),
             TensorTraffic("K", kv, s, reads=1, kv=True),
             TensorTraffic("V", kv, s, reads=1, kv=True),
             TensorTraffic("O", q, s, writes=1),
         ]
+        if self.kv_layout is KVLayout.PAGED:
+            pages = sum(-(-n // self.page_size) for n in self.kv_lens)
+            fwd.append(TensorTraffic("block_table", (pages,), 4, reads=1))
+            fwd.append(TensorTraffic("seq_lens", (self.batch,), 4, reads=1))
         if self.phase is not Phase.TRAIN:
             return tuple(fwd)
         lse = (self.batch, self.num_q_heads, self.q_len)
@@ -282,8 +356,14 @@ class Workload:
 
     @property
     def kv_bytes(self) -> int:
-        """K and V bytes read by one forward: ``2 · B · Lk · Hkv · d · itemsize``."""
-        return 2 * self.batch * self.kv_len * self.num_kv_heads * self.head_dim * self.itemsize
+        """Unique K and V bytes read by one forward: ``2 · tokens · Hkv · d · itemsize`` with
+        ``tokens = B · Lk`` for a dense uniform cache, or the unique token slots of a paged one."""
+        return 2 * self.unique_kv_tokens * self.num_kv_heads * self.head_dim * self.itemsize
+
+    @property
+    def logical_kv_bytes(self) -> int:
+        """K and V bytes as every sequence sees them (shared prefix counted per sequence)."""
+        return 2 * self.logical_kv_tokens * self.num_kv_heads * self.head_dim * self.itemsize
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -312,6 +392,12 @@ class Workload:
             "dtype": self.dtype,
             "mask": self.mask.value,
             "kv_layout": self.kv_layout.value,
+            "page_size": self.page_size,
+            "kv_len_dist": self.kv_len_dist,
+            "kv_len_seed": self.kv_len_seed,
+            "shared_prefix_len": self.shared_prefix_len,
+            "kv_lens": list(self.kv_lens),
+            "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,
             "group_size": self.group_size,
             "flops": self.flops,
@@ -323,7 +409,8 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> "Workload":
         """Inverse of :meth:`to_dict` (derived keys ignored)."""
-        fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask", "kv_layout")
+        fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
+                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len")
         return cls(**{k: data[k] for k in fields_ if k in data})  # type: ignore[arg-type]
 
 
@@ -349,7 +436,8 @@ def _seed_like(batch: int, hq: int, hkv: int, d: int, dtype: str, train_len: int
         Workload(phase=Phase.TRAIN, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
         Workload(phase=Phase.PREFILL, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
     ]
-    out += [Workload(phase=Phase.DECODE, q_len=1, kv_len=n, mask=Mask.CAUSAL, **common) for n in decode_lens]
+    out += [Workload(phase=Phase.DECODE, q_len=1, kv_len=n, mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=16, **common)
+            for n in decode_lens]
     return tuple(out)
 
 
@@ -357,13 +445,14 @@ PRESETS: dict[str, Preset] = {
     "seed": Preset(
         "seed",
         "the seed lesson's exercise: B=8, Hq=16, Hkv=4, d=128, bf16; train and prefill 2048/2048 causal; "
-        "decode q_len 1 at kv_len 512, 2048, 8192",
+        "decode q_len 1 at kv_len 512, 2048, 8192 from a paged KV cache (page size 16, shuffled pages; dense "
+        "backends read the contiguous copy)",
         _seed_like(8, 16, 4, 128, "bfloat16", 2048, (512, 2048, 8192)),
     ),
     "small": Preset(
         "small",
         "the seed's structure at CPU size: B=2, Hq=8, Hkv=2, d=64, bf16; train and prefill 256/256 causal; "
-        "decode q_len 1 at kv_len 128, 512, 2048",
+        "decode q_len 1 at kv_len 128, 512, 2048 from a paged KV cache (page size 16)",
         _seed_like(2, 8, 2, 64, "bfloat16", 256, (128, 512, 2048)),
     ),
 }

@@ -13,6 +13,7 @@ from profattn.backends.base import Backend, BackendInfo, KernelFamily, Prepared,
 from profattn.backends.eager import EagerBackend
 from profattn.backends.flex import FlexBackend
 from profattn.backends.sdpa import SDPA_BACKENDS
+from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecode
 from profattn.errors import UnknownNameError
 
 __all__ = [
@@ -77,5 +78,5 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     return out
 
 
-for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend()):
+for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference()):
     register(_b)

@@ -38,6 +38,15 @@ class Prepared:
     forward: ForwardFn
     context: Callable[[], ContextManager[object]] = contextlib.nullcontext
     notes: tuple[str, ...] = ()
+    bind: Callable[["AttentionInputs"], Callable[[], torch.Tensor]] | None = None
+
+    def bound(self, inputs: "AttentionInputs") -> Callable[[], torch.Tensor]:
+        """The zero-argument call the harness times: ``bind(inputs)`` when the backend reads its own
+        layout (e.g. the paged cache; layout work happens here, untimed), else ``forward(q, k, v)``."""
+        if self.bind is not None:
+            return self.bind(inputs)
+        q, k, v = inputs.q, inputs.k, inputs.v
+        return lambda: self.forward(q, k, v)
 
 
 @dataclass(frozen=True)
@@ -52,12 +61,39 @@ class KernelFamily:
     name: str
     kernel_patterns: tuple[str, ...]
     op_patterns: tuple[str, ...]
+    allows: tuple[str, ...] = ()  #: other families whose kernels may run too (e.g. gather + SDPA)
 
     def matches_kernel(self, name: str) -> bool:
         return any(re.search(p, name, re.IGNORECASE) for p in self.kernel_patterns)
 
     def matches_op(self, name: str) -> bool:
         return any(re.search(p, name, re.IGNORECASE) for p in self.op_patterns)
+
+
+@dataclass
+class AttentionInputs:
+    """Inputs of one workload on one device (the harness draws them; backends read them).
+
+    ``q``: ``[B, Hq, Lq, d]``; ``k``, ``v``: ``[B, Hkv, Lk, d]`` (the logical cache, contiguous; for ragged
+    workloads the slots past a sequence's length are unused); ``grad_out``: like ``q`` (train only);
+    ``paged``: the same cache as a :class:`~profattn.paged.PagedKVCache` (paged workloads only).
+    For train, q/k/v require grad.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    grad_out: torch.Tensor | None = None
+    paged: "object | None" = None
+
+    @property
+    def nbytes(self) -> int:
+        ts = [self.q, self.k, self.v] + ([self.grad_out] if self.grad_out is not None else [])
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    def zero_grads(self) -> None:
+        for t in (self.q, self.k, self.v):
+            t.grad = None
 
 
 @runtime_checkable

@@ -39,8 +39,15 @@ FLEX = KernelFamily(
     kernel_patterns=(r"triton_tem", r"flex_attention", r"flex_decoding"),
     op_patterns=(r"CompiledFxGraph", r"CompiledFunction", r"flex_attention", r"Torch-Compiled Region"),
 )
-#: Our own Triton kernels (the paged decode kernel comes with the paged-decode work).
+#: Our own Triton kernels (``_paged_decode_split_kernel`` and its combine).
 TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode",), op_patterns=())
+#: Address translation in PyTorch: gather (index) kernels, then any SDPA kernel on the dense copy.
+PAGED_GATHER = KernelFamily(
+    "paged-gather",
+    kernel_patterns=(r"index_elementwise", r"\bindex", r"gather"),
+    op_patterns=(r"aten::index",),
+    allows=("flash", "efficient", "cudnn", "dense"),
+)
 
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.

@@ -42,6 +42,8 @@ class FlexBackend:
     description = "FlexAttention compiled by Inductor into Triton (CPU: C++) with a causal block mask"
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if workload.is_ragged:
+            return "ragged KV lengths on the dense layout are not modelled for FlexAttention; see flex-paged-decode"
         try:
             import torch.nn.attention.flex_attention  # noqa: F401
         except ImportError as exc:  # pragma: no cover - torch < 2.5

@@ -38,13 +38,22 @@ def sdpa_mask_args(workload: Workload) -> SdpaMaskArgs:
 
 
 def dense_mask(workload: Workload, device: torch.device | str) -> torch.Tensor | None:
-    """Explicit boolean mask ``[q_len, kv_len]`` (True = attend), or None when nothing is masked."""
+    """Explicit boolean mask (True = attend), or None when nothing is masked.
+
+    ``[q_len, kv_len]`` for uniform lengths; ``[batch, 1, q_len, kv_len]`` when lengths are ragged
+    (keys past each sequence's length masked; its queries sit at its own last position).
+    """
+    cols = torch.arange(workload.kv_len, device=device).unsqueeze(0)
+    rows = torch.arange(workload.q_len, device=device).unsqueeze(1)
+    if workload.is_ragged:
+        lens = torch.tensor(workload.kv_lens, device=device).view(-1, 1, 1, 1)
+        keep = cols.view(1, 1, 1, -1) < lens
+        if workload.mask is Mask.CAUSAL:
+            keep = keep & (cols.view(1, 1, 1, -1) <= rows.view(1, 1, -1, 1) + lens - workload.q_len)
+        return keep
     if workload.mask is Mask.NONE:
         return None
-    offset = workload.kv_len - workload.q_len
-    rows = torch.arange(workload.q_len, device=device).unsqueeze(1)
-    cols = torch.arange(workload.kv_len, device=device).unsqueeze(0)
-    return cols <= rows + offset
+    return cols <= rows + (workload.kv_len - workload.q_len)
 
 
 def causal_mask_mod(offset: int):

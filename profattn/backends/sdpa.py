@@ -33,6 +33,8 @@ class SdpaBackend:
     cuda_only: bool
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if workload.is_ragged:
+            return "ragged KV lengths need a per-sequence key-padding mask on a padded dense cache; see the paged backends"
         if self.cuda_only and device.type != "cuda":
             return f"{self.sdpa_backend.name} runs on CUDA only (device is {device.type})"
         if self.sdpa_backend is SDPBackend.CUDNN_ATTENTION and device.type == "cuda" and not torch.backends.cudnn.is_available():

@@ -13,7 +13,7 @@ import torch
 from profattn.backends.base import Backend, Prepared, Unsupported
 from profattn.harness.inputs import GRAD_TOLERANCE, AttentionInputs, Reference, check
 from profattn.harness.profiler import ProfiledCall
-from profattn.harness.timing import peak_memory, time_cpu, time_cuda
+from profattn.harness.timing import peak_memory, time_cpu, time_cuda, time_cuda_graph
 from profattn.results import CellResult, CellStatus, Correctness
 from profattn.workload import Phase, Workload
 
@@ -30,16 +30,17 @@ def _error_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
-def _call_for(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -> Callable[[], object]:
-    q, k, v = inputs.q, inputs.k, inputs.v
+def calls_for(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -> tuple[Callable[[], torch.Tensor], Callable[[], object]]:
+    """(forward call, timed call): the timed call adds the backward for train."""
+    fwd = prepared.bound(inputs)
     if workload.phase is Phase.TRAIN:
         grad_out = inputs.grad_out
 
         def train_step() -> None:
-            prepared.forward(q, k, v).backward(grad_out)
+            fwd().backward(grad_out)
 
-        return train_step
-    return lambda: prepared.forward(q, k, v)
+        return fwd, train_step
+    return fwd, fwd
 
 
 def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref: Reference,
@@ -58,18 +59,17 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         _release(device)
         return CellResult(status=CellStatus.ERROR, reason=f"prepare failed: {_error_reason(exc)}", **base), None
     train = workload.phase is Phase.TRAIN
-    call = _call_for(prepared, workload, inputs)
     try:
         with prepared.context():
+            fwd, call = calls_for(prepared, workload, inputs)
             inputs.zero_grads()
+            # Same grad mode as the timed calls (inference inputs need no grad, so no graph is built):
+            # a compiled backend would otherwise recompile on a grad-mode change.
+            out = fwd()
             if train:
-                out = prepared.forward(inputs.q, inputs.k, inputs.v)
                 out.backward(inputs.grad_out)
                 grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
             else:
-                # Same grad mode as the timed calls (inputs need no grad, so no graph is built): a
-                # compiled backend would otherwise recompile on the grad-mode change.
-                out = prepared.forward(inputs.q, inputs.k, inputs.v)
                 grads = None
             correctness = check(workload, out, grads, ref)
             del out, grads
@@ -81,6 +81,13 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
             inputs.zero_grads()
             peak, over = peak_memory(call, device)
             inputs.zero_grads()
+            graph_timing, graph_note = None, ""
+            if device.type == "cuda" and workload.phase is Phase.DECODE:
+                try:
+                    graph_timing = time_cuda_graph(call, device)
+                except Exception as exc:  # noqa: BLE001 - not capturable: keep the eager figure only
+                    torch.cuda.synchronize(device)
+                    graph_note = f"CUDA-graph capture failed: {_error_reason(exc)}"
     except Exception as exc:  # noqa: BLE001 - OOM and kernel errors become the cell's status
         inputs.zero_grads()
         _release(device)
@@ -88,7 +95,8 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
     reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype)
     result = CellResult(
-        status=status, reason=reason, notes=prepared.notes, correctness=correctness, timing=timing,
+        status=status, reason=reason, notes=prepared.notes + ((graph_note,) if graph_note else ()),
+        correctness=correctness, timing=timing, graph_timing=graph_timing,
         peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, **base,
     )
     return result, ProfiledCall(cid, call, prepared.context, inputs.zero_grads if train else None)

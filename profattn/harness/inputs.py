@@ -10,39 +10,18 @@ from dataclasses import dataclass
 
 import torch
 
+from profattn.backends.base import AttentionInputs
 from profattn.backends.eager import eager_attention
 from profattn.backends.masks import dense_mask
 from profattn.results import Correctness
-from profattn.workload import Phase, Workload
+from profattn.paged import PagedKVCache
+from profattn.workload import KVLayout, Phase, Workload
 
 #: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention
 #: outputs from bf16 kernels land near 3e-3–8e-3 and their gradients near 1e-2, so 2e-2 / 3e-2 leaves
 #: room for accumulation order without letting a wrong kernel (errors ~1) through. fp16 has 11 bits.
 OUT_TOLERANCE: dict[str, float] = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}
 GRAD_TOLERANCE: dict[str, float] = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
-
-
-@dataclass
-class AttentionInputs:
-    """Inputs of one workload on one device.
-
-    ``q``: ``[B, Hq, Lq, d]``; ``k``, ``v``: ``[B, Hkv, Lk, d]``; ``grad_out``: like ``q`` (train only).
-    For train, q/k/v require grad.
-    """
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    grad_out: torch.Tensor | None
-
-    @property
-    def nbytes(self) -> int:
-        ts = [self.q, self.k, self.v] + ([self.grad_out] if self.grad_out is not None else [])
-        return sum(t.numel() * t.element_size() for t in ts)
-
-    def zero_grads(self) -> None:
-        for t in (self.q, self.k, self.v):
-            t.grad = None
 
 
 @dataclass
@@ -64,10 +43,20 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
 
     train = workload.phase is Phase.TRAIN
     q, k, v = draw(workload.q_shape), draw(workload.kv_shape), draw(workload.kv_shape)
+    paged = None
+    if workload.kv_layout is KVLayout.PAGED:
+        p = workload.shared_prefix_len
+        if p:  # every sequence starts with sequence 0's prefix, stored once in shared pages
+            k[1:, :, :p] = k[:1, :, :p]
+            v[1:, :, :p] = v[:1, :, :p]
+        # Each sequence gets its own physical pages in a shuffled order (a long-running server's free
+        # list), never one shared arange table that lets the whole batch hit the same lines.
+        paged = PagedKVCache.from_dense(k, v, page_size=workload.page_size, seq_lens=list(workload.kv_lens),
+                                        shared_prefix_len=p, generator=torch.Generator().manual_seed(seed + 1))
     if train:
         for t in (q, k, v):
             t.requires_grad_(True)
-    return AttentionInputs(q, k, v, draw(workload.q_shape) if train else None)
+    return AttentionInputs(q, k, v, draw(workload.q_shape) if train else None, paged)
 
 
 def reference(workload: Workload, inputs: AttentionInputs) -> Reference:

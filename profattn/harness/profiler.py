@@ -6,8 +6,8 @@ window. One gzipped Chrome trace per regime is written in the TensorBoard plugin
 ``traces/<regime>/<worker>.<time_ns>.pt.trace.json.gz`` (``torch.profiler.tensorboard_trace_handler``).
 Worker names default to ``profattn``, not the host name.
 
-On CUDA a 256 MB buffer is zeroed before each call, outside the range (as ``triton.testing.do_bench``
-does between reps), so the kernel times in the trace are cold-L2 times, comparable with the timing pass.
+On CUDA the L2 is evicted before each call, outside the range (a 256 MB read, as in the timing pass),
+so the kernel times in the trace are cold-L2 times, comparable with the timing pass.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
 import torch
+
+from profattn.harness.timing import l2_flusher
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def profile_cells(cells: Sequence[ProfiledCall], trace_dir: Path, *, device: tor
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    flush = _l2_flusher(device)
+    flush = l2_flusher(device) if device.type == "cuda" else (lambda: None)
     handler = tensorboard_trace_handler(str(trace_dir), worker_name=worker_name, use_gzip=True)
     with profile(activities=activities, record_shapes=True, with_stack=False, on_trace_ready=handler):
         for cell in cells:
@@ -69,9 +71,3 @@ def profile_cells(cells: Sequence[ProfiledCall], trace_dir: Path, *, device: tor
     return new[-1]
 
 
-def _l2_flusher(device: torch.device) -> Callable[[], None]:
-    """A callable that evicts the L2 by writing 256 MB (H200 L2: 60 MB); a no-op on CPU."""
-    if device.type != "cuda":
-        return lambda: None
-    buf = torch.empty(256 << 20, dtype=torch.int8, device=device)
-    return buf.zero_

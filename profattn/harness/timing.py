@@ -1,8 +1,9 @@
 """Latency and peak memory of one cell.
 
-CUDA: ``triton.testing.do_bench`` (CUDA events around each rep, its 256 MB buffer zeroed before every
-rep, so the L2 is flushed and cache-resident KV cannot inflate bandwidth; see triton/testing.py),
-median and spread of all reps. CPU: ``time.perf_counter`` around each call after warm-up.
+CUDA: CUDA events around each rep after warm-up, the L2 evicted before every rep by reading a 256 MB
+buffer, so cache-resident KV cannot inflate bandwidth; median and spread of all reps. This is
+``triton.testing.do_bench``'s method except for the flush (do_bench zero-fills its buffer, which leaves
+the L2 dirty: see :func:`l2_flusher`). CPU: ``time.perf_counter`` around each call after warm-up.
 """
 
 from __future__ import annotations
@@ -25,22 +26,73 @@ def _summarize(samples_us: Sequence[float], method: str) -> Timing:
     )
 
 
-def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] | None = None,
-              min_reps: int = 20, target_ms: float = 300.0) -> Timing:
-    """Median latency of ``fn`` on the current CUDA device, L2 flushed before each rep.
+#: Bytes of the buffer read between reps to evict the L2 (H200 L2: 60 MB; triton's do_bench uses 256 MB).
+FLUSH_BYTES = 256 << 20
+_FLUSH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    A short first ``do_bench`` estimates one call; the second asks for enough wall time to hold at
-    least ``min_reps`` reps (capped at 5 s). Units: µs.
 
-    Raises:
-        ImportError: triton is not installed (it ships with CUDA builds of torch).
+def l2_flusher(device: torch.device, mode: str = "read") -> Callable[[], None]:
+    """A callable that evicts the L2 before a timed rep.
+
+    ``read`` (default) sums a 256 MB buffer: the L2 is left holding clean lines, which the timed kernel
+    evicts for free. ``write`` zeroes the buffer, as ``triton.testing.do_bench`` does: the L2 is left
+    full of dirty lines, so the timed kernel also pays for writing up to 60 MB back to DRAM — about 14 µs
+    at 4.3 TB/s, which caps every decode kernel near the same time (measured on the H200, see NOTES.md).
     """
-    from triton.testing import do_bench
+    if mode not in ("read", "write"):
+        raise ValueError(f"flush mode must be 'read' or 'write', got {mode!r}")
+    if device not in _FLUSH:
+        _FLUSH[device] = (torch.ones(FLUSH_BYTES // 4, dtype=torch.float32, device=device),
+                          torch.empty((), dtype=torch.float32, device=device))
+    buf, out = _FLUSH[device]
+    if mode == "write":
+        return buf.zero_
+    return lambda: torch.sum(buf, dim=0, out=out)
 
-    est_ms = do_bench(fn, warmup=10, rep=20, grad_to_none=grad_to_none, return_mode="median")
-    rep_ms = min(max(target_ms, min_reps * est_ms * 1.2), 5000.0)
-    times_ms = do_bench(fn, warmup=max(25, 3 * est_ms), rep=rep_ms, grad_to_none=grad_to_none, return_mode="all")
-    return _summarize([t * 1e3 for t in times_ms], "CUDA events (triton.testing.do_bench), L2 flushed before each rep")
+
+def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] | None = None,
+              min_reps: int = 20, target_ms: float = 300.0, flush: str = "read") -> Timing:
+    """Median latency of ``fn`` on the current CUDA device, the L2 evicted before each rep (µs).
+
+    Method (as ``triton.testing.do_bench``, with a clean-line flush instead of its zero-fill, see
+    :func:`l2_flusher`): warm up, estimate one call, then time ``reps`` calls, each between its own pair of
+    CUDA events recorded after the flush, enough reps for ``target_ms`` of calls (at least ``min_reps``,
+    at most 10 000, capped at 5 s).
+    """
+    device = torch.device("cuda", torch.cuda.current_device())
+    evict = l2_flusher(device, flush)
+
+    def once() -> None:
+        if grad_to_none:
+            for t in grad_to_none:
+                t.grad = None
+        fn()
+
+    once()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(5):
+        once()
+    t1.record()
+    torch.cuda.synchronize()
+    est_ms = max(t0.elapsed_time(t1) / 5, 1e-3)
+    for _ in range(max(1, min(int(25 / est_ms), 1000))):  # ~25 ms of warm-up
+        once()
+    reps = int(min(max(min_reps, target_ms / est_ms), 10_000, max(min_reps, 5000 / est_ms)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if grad_to_none:
+            for t in grad_to_none:
+                t.grad = None
+        evict()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return _summarize(samples, f"CUDA events per rep after warm-up, L2 evicted before each rep ({flush} flush of 256 MB)")
 
 
 def time_cpu(fn: Callable[[], object], *, before: Callable[[], None] | None = None,
@@ -77,3 +129,27 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[int | N
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device)
     return int(peak), int(peak - base)
+
+
+def time_cuda_graph(fn: Callable[[], object], device: torch.device, *, warmup_calls: int = 3, flush: str = "read") -> Timing:
+    """Median latency of replaying a CUDA graph that captured one call of ``fn``, L2 flushed before
+    each replay (:func:`time_cuda`) — how a serving engine runs decode steps (no per-kernel launch cost).
+
+    Warm-up runs on a side stream before capture, as ``torch.cuda.graphs`` requires.
+
+    Raises:
+        RuntimeError: the call cannot be captured (e.g. it synchronizes with the host).
+    """
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(warmup_calls):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize(device)
+    timing = time_cuda(graph.replay, flush=flush)
+    return Timing(timing.median_us, timing.p10_us, timing.p90_us, timing.min_us, timing.reps,
+                  f"CUDA-graph replay, CUDA events per replay, L2 evicted before each ({flush} flush of 256 MB)")

@@ -1,0 +1,366 @@
+"""Our decode kernel: split-KV flash-decoding over a paged KV cache, in Triton, with GQA reuse.
+
+Schedule (Dao et al., "Flash-Decoding for long-context inference", 2023; the split-KV scheme of
+flash-attn's ``flash_fwd_splitkv_kernel`` and FlashInfer's decode kernels):
+
+* ``_paged_decode_split_kernel`` — one program per (sequence, KV head, split). It loads the query rows of
+  the whole GQA group (``Hq / Hkv`` rows, padded to 16 for the tensor-core dot), walks its split's tokens
+  ``BLOCK_N`` at a time, translating each token's logical position to a physical page through the block
+  table, loads each K/V tile **once for the whole group**, keeps the running max and sum in fp32
+  (online softmax, Milakov & Gimelshein 2018), and writes the split's normalised partial output and its
+  log-sum-exp. With one split it writes the final output directly and no combine runs.
+* ``_paged_decode_combine_kernel`` — one program per (sequence, query head): rescales the splits'
+  partial outputs by ``exp(lse_s − max lse)`` and sums them.
+
+Split rule (:func:`choose_num_splits`): decode at the seed shape has only ``B·Hkv = 32`` (sequence, KV
+head) pairs for 132 SMs, so the KV sequence is split until there are about ``CTAS_PER_SM × SMs`` programs,
+but never into splits shorter than ``MIN_BLOCKS_PER_SPLIT × BLOCK_N`` tokens (a split must stream
+enough bytes to hide its start-up latency and pay for its share of the combine).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from profattn.backends.base import AttentionInputs, Prepared, Unsupported
+from profattn.backends.families import TRITON
+from profattn.workload import KVLayout, Phase, Workload
+
+# Defaults chosen on the H200 by ``benchmarks/decode_paged.py --tune`` (NOTES.md has the table):
+#: Tokens per inner-loop tile (one tl.dot of ``[16, d] × [d, BLOCK_N]``).
+BLOCK_N = 32
+#: Programs per SM the split rule aims for (4 hides the DRAM latency of the page-table → K/V chain).
+CTAS_PER_SM = 4
+#: Shortest split, in tiles.
+MIN_BLOCKS_PER_SPLIT = 2
+NUM_WARPS = 4
+NUM_STAGES = 3
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How the KV sequence is split: ``num_splits`` splits of ``tokens_per_split`` tokens (a multiple of
+    ``block_n``); ``ctas`` = programs of the split kernel."""
+
+    num_splits: int
+    tokens_per_split: int
+    block_n: int
+    ctas: int
+
+
+def choose_num_splits(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
+                      block_n: int = BLOCK_N, ctas_per_sm: int = CTAS_PER_SM,
+                      min_blocks_per_split: int = MIN_BLOCKS_PER_SPLIT) -> SplitPlan:
+    """The split-KV plan for a decode step (see module docstring).
+
+    ``splits = min(ceil(ctas_per_sm·SMs / (B·Hkv)), ceil(blocks / min_blocks_per_split))``, at least 1,
+    with ``blocks = ceil(max_kv_len / block_n)``; tokens per split are then rounded up to whole tiles and
+    the split count recomputed so no split is empty for the longest sequence.
+    Examples (132 SMs, defaults: 32-token tiles, 4 CTAs per SM, at least 2 tiles per split):
+    B=8, Hkv=4, kv 8192 → 16 splits of 512 tokens (512 CTAs); kv 512 → 8 splits of 64 (256 CTAs);
+    B=64, Hkv=4, kv 8192 → 3 splits of 2752 (768 CTAs); B=1, Hkv=4, kv 100 → 2 splits of 64.
+    """
+    pairs = batch * num_kv_heads
+    blocks = max(1, math.ceil(max_kv_len / block_n))
+    want = max(1, math.ceil(ctas_per_sm * num_sms / pairs))
+    cap = max(1, math.ceil(blocks / min_blocks_per_split))
+    splits = min(want, cap)
+    blocks_per_split = math.ceil(blocks / splits)
+    splits = math.ceil(blocks / blocks_per_split)
+    return SplitPlan(splits, blocks_per_split * block_n, block_n, pairs * splits)
+
+
+def _kernels():
+    """Define the Triton kernels on first use (Triton is imported lazily: CPU installs may lack it)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _paged_decode_split_kernel(
+        Q, K, V, BlockTable, SeqLens, Out, OutPartial, LsePartial,
+        qk_scale_log2,
+        stride_qb, stride_qh,
+        stride_kp, stride_kt, stride_kh,
+        stride_vp, stride_vt, stride_vh,
+        stride_bt,
+        stride_ob, stride_oh,
+        stride_pb, stride_ph, stride_ps,
+        stride_lb, stride_lh,
+        tokens_per_split,
+        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        kvh = tl.program_id(1)
+        split = tl.program_id(2)
+        seq_len = tl.load(SeqLens + b)
+        start = split * tokens_per_split
+        end = tl.minimum(start + tokens_per_split, seq_len)
+
+        offs_g = tl.arange(0, BLOCK_G)
+        offs_d = tl.arange(0, HEAD_DIM)
+        g_mask = offs_g < GROUP
+        qh = kvh * GROUP + offs_g
+        q = tl.load(Q + b * stride_qb + qh[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+
+        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
+        bt_row = BlockTable + b * stride_bt
+        offs_tile = tl.arange(0, BLOCK_N)
+        # Page ids of the first tile; inside the loop the next tile's ids are loaded while this tile's
+        # K/V stream in, so the block-table lookup never sits between two tiles (software prefetch).
+        page = tl.load(bt_row + (start + offs_tile) // PAGE_SIZE, mask=(start + offs_tile) < end, other=0).to(tl.int64)
+        for n0 in range(start, end, BLOCK_N):
+            offs_n = n0 + offs_tile
+            n_mask = offs_n < end
+            slot = offs_n % PAGE_SIZE
+            k = tl.load(K + page[:, None] * stride_kp + slot[:, None] * stride_kt + kvh * stride_kh + offs_d[None, :],
+                        mask=n_mask[:, None], other=0.0)
+            v = tl.load(V + page[:, None] * stride_vp + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
+                        mask=n_mask[:, None], other=0.0)
+            nxt = offs_n + BLOCK_N
+            if PREFETCH:
+                page = tl.load(bt_row + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
+            s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # [BLOCK_G, BLOCK_N], log2 domain
+            s = tl.where(n_mask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+            if not PREFETCH:
+                page = tl.load(bt_row + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
+
+        has = l_i > 0
+        out = acc / tl.where(has, l_i, 1.0)[:, None]
+        if DIRECT:
+            tl.store(Out + b * stride_ob + qh[:, None] * stride_oh + offs_d[None, :], out.to(Out.dtype.element_ty),
+                     mask=g_mask[:, None])
+        else:
+            lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))  # log2 domain
+            tl.store(OutPartial + b * stride_pb + qh[:, None] * stride_ph + split * stride_ps + offs_d[None, :], out,
+                     mask=g_mask[:, None])
+            tl.store(LsePartial + b * stride_lb + qh * stride_lh + split, lse, mask=g_mask)
+
+    @triton.jit
+    def _paged_decode_combine_kernel(
+        OutPartial, LsePartial, Out, num_splits,
+        stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
+        HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        offs_s = tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, HEAD_DIM)
+        s_mask = offs_s < num_splits
+        lse = tl.load(LsePartial + b * stride_lb + h * stride_lh + offs_s, mask=s_mask, other=float("-inf"))
+        m = tl.max(lse, 0)
+        w = tl.where(s_mask & (lse > float("-inf")), tl.exp2(lse - m), 0.0)
+        o = tl.load(OutPartial + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
+                    mask=s_mask[:, None], other=0.0)
+        out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+        tl.store(Out + b * stride_ob + h * stride_oh + offs_d, out.to(Out.dtype.element_ty))
+
+    return _paged_decode_split_kernel, _paged_decode_combine_kernel
+
+
+_KERNELS = None
+
+
+def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, block_table: torch.Tensor,
+                 seq_lens: torch.Tensor, *, max_kv_len: int, num_sms: int, scale: float | None = None,
+                 plan: SplitPlan | None = None, workspace: dict | None = None,
+                 num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True) -> torch.Tensor:
+    """Decode attention over a paged KV cache.
+
+    Args:
+        q: ``[batch, num_q_heads, head_dim]`` (one new token per sequence).
+        k_pages, v_pages: ``[num_pages, page_size, num_kv_heads, head_dim]`` (NHD pages).
+        block_table: ``[batch, max_pages_per_seq]`` int32.
+        seq_lens: ``[batch]`` int32, each ≥ 1 and ≤ ``max_kv_len``.
+        max_kv_len: the longest sequence (host-side int: sizes the split plan without a device sync).
+        num_sms: SMs of the device (for :func:`choose_num_splits`).
+        scale: softmax scale, default ``1/sqrt(head_dim)``.
+        plan: a precomputed :class:`SplitPlan` (else chosen here; its ``block_n`` is the tile size).
+        workspace: a dict reused across calls for the fp32 partial buffers (keeps CUDA-graph replays
+            allocation-free).
+
+    Returns:
+        ``[batch, num_q_heads, head_dim]`` in q's dtype.
+
+    Raises:
+        ValueError: head_dim not a power of two ≥ 16, or Hq not a multiple of Hkv.
+    """
+    global _KERNELS
+    if _KERNELS is None:
+        _KERNELS = _kernels()
+    split_kernel, combine_kernel = _KERNELS
+    batch, hq, d = q.shape
+    _, page_size, hkv, d_k = k_pages.shape
+    if d != d_k or d < 16 or d & (d - 1):
+        raise ValueError(f"head_dim must be a power of two >= 16 and match the cache, got q {d}, cache {d_k}")
+    if hq % hkv:
+        raise ValueError(f"num_q_heads {hq} is not a multiple of num_kv_heads {hkv}")
+    group = hq // hkv
+    plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=max_kv_len, num_sms=num_sms)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = torch.empty_like(q)
+    ws = workspace if workspace is not None else {}
+    direct = plan.num_splits == 1
+    key = (batch, hq, plan.num_splits, d, q.device)
+    if ws.get("key") != key:
+        ws["key"] = key
+        ws["partial"] = torch.empty((batch, hq, max(plan.num_splits, 1), d), dtype=torch.float32, device=q.device)
+        ws["lse"] = torch.empty((batch, hq, max(plan.num_splits, 1)), dtype=torch.float32, device=q.device)
+    partial, lse = ws["partial"], ws["lse"]
+    block_g = max(16, 1 << (group - 1).bit_length())
+    split_kernel[(batch, hkv, plan.num_splits)](
+        q, k_pages, v_pages, block_table, seq_lens, out, partial, lse,
+        scale * 1.4426950408889634,  # log2(e): the kernel works in base 2 (exp2)
+        q.stride(0), q.stride(1),
+        k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+        v_pages.stride(0), v_pages.stride(1), v_pages.stride(2),
+        block_table.stride(0),
+        out.stride(0), out.stride(1),
+        partial.stride(0), partial.stride(1), partial.stride(2),
+        lse.stride(0), lse.stride(1),
+        plan.tokens_per_split,
+        GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
+        PREFETCH=prefetch,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if not direct:
+        combine_kernel[(batch, hq)](
+            partial, lse, out, plan.num_splits,
+            partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
+            out.stride(0), out.stride(1),
+            HEAD_DIM=d, BLOCK_S=max(2, 1 << (plan.num_splits - 1).bit_length()),
+            num_warps=4,
+        )
+    return out
+
+
+def triton_available(device: torch.device) -> str | None:
+    """None if Triton can run on ``device``, else why not (CPU needs ``TRITON_INTERPRET=1``)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed"
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return "Triton kernels run on CUDA (on a CPU, only under TRITON_INTERPRET=1)"
+    return None
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132  # interpreter runs: plan as for the H200 so CPU tests exercise the same split counts
+
+
+class TritonPagedDecode:
+    """``triton-paged-decode``: our split-KV paged decode kernel (see module docstring)."""
+
+    name = "triton-paged-decode"
+    family = TRITON
+    description = "ours: Triton split-KV flash-decoding over the paged cache, one program per (seq, KV head, split) for the whole GQA group"
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if workload.phase is not Phase.DECODE or workload.q_len != 1:
+            return "a decode kernel: needs phase decode with q_len 1"
+        if workload.kv_layout is not KVLayout.PAGED:
+            return "reads a paged KV cache; this workload's layout is dense"
+        d = workload.head_dim
+        if d < 16 or d & (d - 1):
+            return f"head_dim {d} is not a power of two >= 16"
+        return triton_available(device)
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        sms = _num_sms(device)
+        plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
+                                 max_kv_len=workload.kv_len, num_sms=sms)
+        workspace: dict = {}
+
+        def bind(inputs: AttentionInputs):
+            cache = inputs.paged
+            q = inputs.q[:, :, 0, :]
+
+            def call() -> torch.Tensor:
+                return paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens,
+                                    max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace).unsqueeze(2)
+
+            return call
+
+        return Prepared(forward=_no_dense_forward, bind=bind, notes=(
+            f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
+            f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages)",
+        ))
+
+
+def _no_dense_forward(q, k, v):  # noqa: ANN001
+    raise Unsupported("this backend reads the paged cache (bind), not dense K/V")
+
+
+class TorchPagedReference:
+    """``torch-paged-reference``: gather the pages through the block table in PyTorch, then SDPA.
+
+    The correctness reference for paged kernels and the "address translation done in PyTorch" baseline:
+    every call materialises a dense ``[B, Hkv, max_len, d]`` copy of the cache (index kernels), then runs
+    SDPA (default kernel choice, GQA native; a boolean key-padding mask when lengths are ragged).
+    """
+
+    name = "torch-paged-reference"
+    description = "gathers pages through the block table with torch indexing, then SDPA on the dense copy"
+
+    @property
+    def family(self):
+        from profattn.backends.families import PAGED_GATHER
+
+        return PAGED_GATHER
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if workload.phase is not Phase.DECODE or workload.q_len != 1:
+            return "a decode path: needs phase decode with q_len 1"
+        if workload.kv_layout is not KVLayout.PAGED:
+            return "reads a paged KV cache; this workload's layout is dense"
+        return None
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        import torch.nn.functional as F
+
+        max_len = workload.kv_len
+        pages_needed = math.ceil(max_len / workload.page_size)
+        ragged = workload.is_ragged
+
+        def bind(inputs: AttentionInputs):
+            cache = inputs.paged
+            q = inputs.q
+            table = cache.block_table[:, :pages_needed].long().clamp(min=0)
+            mask = None
+            if ragged:
+                mask = (torch.arange(max_len, device=q.device)[None, :] < cache.seq_lens[:, None].long())[:, None, None, :]
+
+            def call() -> torch.Tensor:
+                b = table.shape[0]
+                k = cache.k_pages[table].reshape(b, -1, cache.num_kv_heads, cache.head_dim)[:, :max_len].transpose(1, 2)
+                v = cache.v_pages[table].reshape(b, -1, cache.num_kv_heads, cache.head_dim)[:, :max_len].transpose(1, 2)
+                if mask is not None:  # slots past a sequence's end hold whatever the pool held (NaN in tests)
+                    k = k.masked_fill(~mask.transpose(-1, -2), 0)
+                    v = v.masked_fill(~mask.transpose(-1, -2), 0)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+            return call
+
+        return Prepared(forward=_no_dense_forward, bind=bind,
+                        notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else ""),))

@@ -1,0 +1,209 @@
+"""A paged KV cache: fixed-size pages addressed through a block table, as serving systems keep it.
+
+Layout (NHD, as in vLLM's ``PagedAttention`` and FlashInfer's ``paged_kv_cache`` with
+``kv_layout="NHD"``):
+
+* ``k_pages``, ``v_pages``: ``[num_pages, page_size, num_kv_heads, head_dim]``, the physical pool.
+* ``block_table``: ``[batch, max_pages_per_seq]``, ``int32``; entry ``(b, j)`` is the physical page that
+  holds tokens ``j·page_size … (j+1)·page_size − 1`` of sequence ``b``; ``-1`` past the sequence's last page.
+* ``seq_lens``: ``[batch]``, ``int32``: valid tokens of each sequence (its last page may be partial).
+
+Pages come from a free list. Sequences can share immutable prefix pages (prefix sharing: several block
+tables point at the same physical pages); a shared page is never written through ``append``, which
+copies it first (copy-on-write) if the sequence wants to write into a partially filled shared page.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PagedKVCache:
+    """The pool, the block table and the lengths (see module docstring for shapes).
+
+    Build one with :meth:`from_dense`; grow a sequence with :meth:`append`; read a sequence back with
+    :meth:`gather`. ``free_pages`` is the free list (physical page ids, popped from the end).
+    """
+
+    k_pages: torch.Tensor
+    v_pages: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    free_pages: list[int] = field(default_factory=list)
+    shared_pages: set[int] = field(default_factory=set)
+
+    # ---- shape facts ---------------------------------------------------------------------------
+    @property
+    def page_size(self) -> int:
+        return self.k_pages.shape[1]
+
+    @property
+    def num_pages(self) -> int:
+        return self.k_pages.shape[0]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.k_pages.shape[2]
+
+    @property
+    def head_dim(self) -> int:
+        return self.k_pages.shape[3]
+
+    @property
+    def batch(self) -> int:
+        return self.block_table.shape[0]
+
+    def pages_of(self, seq: int) -> list[int]:
+        """Physical pages of sequence ``seq`` in logical order."""
+        n = math.ceil(int(self.seq_lens[seq]) / self.page_size)
+        return [int(p) for p in self.block_table[seq, :n].tolist()]
+
+    def unique_pages(self) -> set[int]:
+        """Physical pages referenced by any sequence (a shared prefix page counts once)."""
+        return {p for b in range(self.batch) for p in self.pages_of(b)}
+
+    # ---- construction --------------------------------------------------------------------------
+    @classmethod
+    def allocate(cls, *, num_pages: int, page_size: int, batch: int, max_pages_per_seq: int, num_kv_heads: int,
+                 head_dim: int, dtype: torch.dtype, device: torch.device | str, fill: float = float("nan"),
+                 generator: torch.Generator | None = None) -> "PagedKVCache":
+        """An empty pool of ``num_pages`` pages filled with ``fill`` (NaN by default, so a read of an
+        unwritten slot poisons the result instead of passing as zero). The free list is shuffled with
+        ``generator`` when given (a long-running server's free list is not in address order)."""
+        shape = (num_pages, page_size, num_kv_heads, head_dim)
+        k = torch.full(shape, fill, dtype=dtype, device=device)
+        v = torch.full(shape, fill, dtype=dtype, device=device)
+        order = torch.randperm(num_pages, generator=generator).tolist() if generator is not None else list(range(num_pages))[::-1]
+        return cls(
+            k_pages=k, v_pages=v,
+            block_table=torch.full((batch, max_pages_per_seq), -1, dtype=torch.int32, device=device),
+            seq_lens=torch.zeros(batch, dtype=torch.int32, device=device),
+            free_pages=order,
+        )
+
+    def _take_page(self) -> int:
+        if not self.free_pages:
+            raise RuntimeError(f"paged KV cache is full ({self.num_pages} pages of {self.page_size} tokens)")
+        return self.free_pages.pop()
+
+    @classmethod
+    def from_dense(cls, k: torch.Tensor, v: torch.Tensor, *, page_size: int, seq_lens: list[int] | None = None,
+                   shared_prefix_len: int = 0, extra_pages: int = 0, generator: torch.Generator | None = None,
+                   fill: float = float("nan")) -> "PagedKVCache":
+        """Page a dense cache.
+
+        Args:
+            k, v: ``[batch, num_kv_heads, kv_len, head_dim]`` (SDPA layout).
+            page_size: tokens per page.
+            seq_lens: valid tokens per sequence (default: all ``kv_len``); tokens past them are not stored.
+            shared_prefix_len: the first ``shared_prefix_len`` tokens are stored once, from sequence 0, and
+                every sequence's block table points at those pages (its own copy of the prefix in ``k``/``v``
+                is ignored: callers make the dense tensors agree, see :func:`share_prefix`).
+            extra_pages: free pages left in the pool (for appends).
+            generator: shuffles the free list, so each sequence's pages are scattered, not one ``arange``.
+
+        Raises:
+            ValueError: ``shared_prefix_len`` is not a multiple of ``page_size`` or exceeds a length.
+        """
+        batch, hkv, kv_len, d = k.shape
+        lens = [kv_len] * batch if seq_lens is None else [int(x) for x in seq_lens]
+        if len(lens) != batch or any(not 0 <= n <= kv_len for n in lens):
+            raise ValueError(f"seq_lens {lens} must have {batch} entries in [0, {kv_len}]")
+        if shared_prefix_len % page_size or any(n < shared_prefix_len for n in lens):
+            raise ValueError(f"shared_prefix_len {shared_prefix_len} must be a multiple of page_size {page_size} and <= every length")
+        prefix_pages = shared_prefix_len // page_size
+        own = [math.ceil(n / page_size) - prefix_pages for n in lens]
+        num_pages = prefix_pages + sum(own) + extra_pages
+        max_pages = max(math.ceil(max(lens, default=0) / page_size), 1) + math.ceil(extra_pages / max(batch, 1))
+        cache = cls.allocate(num_pages=num_pages, page_size=page_size, batch=batch, max_pages_per_seq=max_pages,
+                             num_kv_heads=hkv, head_dim=d, dtype=k.dtype, device=k.device, fill=fill, generator=generator)
+        shared = [cache._take_page() for _ in range(prefix_pages)]
+        cache.shared_pages = set(shared)
+        for j, p in enumerate(shared):
+            cache._write(p, k[0, :, j * page_size:(j + 1) * page_size], v[0, :, j * page_size:(j + 1) * page_size])
+        table = cache.block_table.cpu()
+        for b in range(batch):
+            table[b, :prefix_pages] = torch.tensor(shared, dtype=torch.int32)
+            for j in range(prefix_pages, prefix_pages + own[b]):
+                p = cache._take_page()
+                lo, hi = j * page_size, min((j + 1) * page_size, lens[b])
+                cache._write(p, k[b, :, lo:hi], v[b, :, lo:hi])
+                table[b, j] = p
+        cache.block_table.copy_(table)
+        cache.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        return cache
+
+    def _write(self, page: int, k_tokens: torch.Tensor, v_tokens: torch.Tensor, offset: int = 0) -> None:
+        """Write ``[num_kv_heads, n, head_dim]`` tokens into ``page`` starting at slot ``offset``."""
+        n = k_tokens.shape[1]
+        self.k_pages[page, offset:offset + n] = k_tokens.transpose(0, 1)
+        self.v_pages[page, offset:offset + n] = v_tokens.transpose(0, 1)
+
+    # ---- mutation ------------------------------------------------------------------------------
+    def append(self, seq: int, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
+        """Append tokens ``[num_kv_heads, n, head_dim]`` to sequence ``seq``, taking pages from the free
+        list as page boundaries are crossed; a partially filled shared page is copied first.
+
+        Raises:
+            RuntimeError: the pool has no free page left, or the block table row is full.
+        """
+        n = k_new.shape[1]
+        length = int(self.seq_lens[seq])
+        written = 0
+        while written < n:
+            j, slot = divmod(length, self.page_size)
+            if j >= self.block_table.shape[1]:
+                raise RuntimeError(f"sequence {seq} has no block-table slot for page {j}")
+            if slot == 0:
+                page = self._take_page()
+                self.block_table[seq, j] = page
+            else:
+                page = int(self.block_table[seq, j])
+                if page in self.shared_pages:  # copy-on-write: shared prefix pages are immutable
+                    new = self._take_page()
+                    self.k_pages[new] = self.k_pages[page]
+                    self.v_pages[new] = self.v_pages[page]
+                    self.block_table[seq, j] = new
+                    page = new
+            take = min(self.page_size - slot, n - written)
+            self._write(page, k_new[:, written:written + take], v_new[:, written:written + take], offset=slot)
+            written += take
+            length += take
+        self.seq_lens[seq] = length
+
+    # ---- reading -------------------------------------------------------------------------------
+    def gather(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequence ``seq``'s K and V as dense ``[num_kv_heads, seq_len, head_dim]`` (a copy)."""
+        length = int(self.seq_lens[seq])
+        pages = torch.tensor(self.pages_of(seq), dtype=torch.long, device=self.k_pages.device)
+        k = self.k_pages[pages].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
+        v = self.v_pages[pages].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
+        return k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()
+
+
+def ragged_lengths(kv_len: int, batch: int, dist: str, seed: int) -> list[int]:
+    """Per-sequence KV lengths (max ``kv_len``), reproducible from ``seed``.
+
+    ``dist``: ``uniform`` (every sequence ``kv_len``), ``ragged`` (uniform on ``[1, kv_len]``, the longest
+    set to ``kv_len``), ``lognormal`` (``kv_len · exp(N(0, 0.75²))`` clipped to ``[1, kv_len]``, longest set
+    to ``kv_len``: a serving-like long tail).
+
+    Raises:
+        ValueError: unknown ``dist``.
+    """
+    if dist == "uniform":
+        return [kv_len] * batch
+    g = torch.Generator().manual_seed(seed)
+    if dist == "ragged":
+        lens = torch.randint(1, kv_len + 1, (batch,), generator=g).tolist()
+    elif dist == "lognormal":
+        draw = torch.exp(torch.randn(batch, generator=g) * 0.75) * (kv_len / 2.0)
+        lens = [int(min(max(1, round(x)), kv_len)) for x in draw.tolist()]
+    else:
+        raise ValueError(f"unknown length distribution {dist!r}; valid: uniform, ragged, lognormal")
+    lens[int(torch.tensor(lens).argmax())] = kv_len
+    return [int(x) for x in lens]

@@ -237,13 +237,22 @@ def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train
             f"Query parallelism: this call has {rows:,} query rows, as many as training ({trows:,})."
         )
         te = evidence(train_cell, run)
-        reasons.append(f"In training, {_launch_phrase(te, sms)}.")
+        if te.ctas is not None:
+            reasons.append(f"In training, {_launch_phrase(te, sms)}.")
     for c in cells:
         e = ev[c.backend]
+        if e.ctas is None:
+            continue
         phrase = _launch_phrase(e, sms)
         if e.ctas_per_sm is not None and e.ctas_per_sm < 1:
             phrase += " — fewer CTAs than SMs, so part of the GPU idles"
         reasons.append(f"Here, {phrase}.")
+    measured = [(c, byte_ledger(c)) for c in cells if c.counters is not None]
+    if measured:
+        reasons.append("Measured traffic (Nsight Compute, cold caches): " + "; ".join(
+            f"{c.backend} moved {bl.dram_bytes / 1e6:,.1f} MB from DRAM for {bl.requested_bytes / 1e6:,.1f} MB requested "
+            f"({bl.dram_ratio:.2f}×{', redundant reads' if bl.redundant else ''}), L2→SM {bl.l2_ratio:.2f}×"
+            for c, bl in measured) + ".")
     if w.phase is Phase.DECODE:
         kv_mb = w.kv_bytes / 1e6
         parts = []
@@ -269,9 +278,37 @@ def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train
                 f"the other {_fmt_us(lat - gpu)} is host-side dispatch and launch gaps (a CUDA graph would hide most of it)."
             )
     kpc = [(c.backend, ev[c.backend].kernels_per_call) for c in cells if ev[c.backend].kernels_per_call is not None]
-    if kpc:
+    if kpc and any(k for _, k in kpc):
         reasons.append("Kernels per call: " + ", ".join(f"{b} {k:g}" for b, k in kpc) + ".")
     return reasons
+
+
+def within_noise(a: CellResult, b: CellResult) -> bool:
+    """Is ``b`` (slower) indistinguishable from ``a``? True when the medians differ by under 2 %, or the
+    faster cell's p90 reaches past the slower one's median (their spreads overlap substantially)."""
+    ta, tb = a.graph_timing or a.timing, b.graph_timing or b.timing
+    if ta is None or tb is None:
+        return False
+    return (tb.median_us - ta.median_us) / ta.median_us < 0.02 or ta.p90_us >= tb.median_us
+
+
+def _runner_up(run: RunResult, tag: str, winner: CellResult | None) -> CellResult | None:
+    ranked = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and (winner is None or c.backend != winner.backend)),
+                    key=lambda c: c.latency_us)
+    return ranked[0] if ranked else None
+
+
+def _label(w) -> str:  # noqa: ANN001
+    extra = []
+    if w.batch != 8:
+        extra.append(f"B={w.batch}")
+    if w.page_size:
+        extra.append(f"page {w.page_size}")
+    if w.is_ragged:
+        extra.append(f"{w.kv_len_dist} lengths")
+    if w.shared_prefix_len:
+        extra.append(f"prefix {w.shared_prefix_len}")
+    return f"{w.phase.value} kv {w.kv_len}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 def verdict(run: RunResult) -> Verdict:
@@ -285,50 +322,53 @@ def verdict(run: RunResult) -> Verdict:
         if w.phase is Phase.TRAIN:
             continue
         cw = win.get(tag)
-        t_here = next((c for c in run.cells if c.workload.tag == tag and tw is not None and c.backend == tw.backend), None)
-        if tw is None:
-            headline = f"{w.phase.value} kv {w.kv_len}: no training winner to compare with"
-            stays = None
-        elif cw is None:
-            headline = f"{w.phase.value} kv {w.kv_len}: no cell passed, so there is no winner"
-            stays = None
+        label = _label(w)
+        cells_here = [c for c in run.cells if c.workload.tag == tag]
+        t_here = next((c for c in cells_here if tw is not None and c.backend == tw.backend), None)
+        second = _runner_up(run, tag, cw)
+        noise = f" — within noise of {second.backend} ({_fmt_us(second.latency_us)})" if cw and second and within_noise(cw, second) else ""
+        margin = f", {second.latency_us / cw.latency_us:.2f}× ahead of {second.backend}" if cw and second and not noise else ""
+        stays: bool | None = None
+        if cw is None:
+            pending = all(c.status == "pending" for c in cells_here)
+            headline = f"{label}: not run (the run was interrupted)" if pending else f"{label}: no cell passed, so there is no winner"
+        elif tw is None:
+            why = "this run has no training workload" if not train_tags else "no training cell passed"
+            headline = f"{label}: {cw.backend} wins at {_fmt_us(cw.latency_us)}{margin}{noise} ({why} to compare with)"
         elif cw.backend == tw.backend:
-            second = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and c.backend != cw.backend),
-                            key=lambda c: c.latency_us)
-            margin = f", {second[0].latency_us / cw.latency_us:.2f}× ahead of {second[0].backend}" if second else ""
-            headline = f"{w.phase.value} kv {w.kv_len}: the training winner {tw.backend} stays the winner ({_fmt_us(cw.latency_us)}{margin})"
+            headline = f"{label}: the training winner {tw.backend} stays the winner ({_fmt_us(cw.latency_us)}{margin}){noise}"
             stays = True
         else:
             if t_here is not None and t_here.eligible:
-                cmp = f"{t_here.latency_us / cw.latency_us:.2f}× faster than {tw.backend} ({_fmt_us(t_here.latency_us)})"
+                near = " (within noise)" if within_noise(cw, t_here) else ""
+                cmp = f"{t_here.latency_us / cw.latency_us:.2f}× faster than {tw.backend} ({_fmt_us(t_here.latency_us)}){near}"
             else:
                 status = t_here.status if t_here is not None else "absent"
                 cmp = f"{tw.backend} did not produce an eligible cell here ({status}{': ' + t_here.reason if t_here is not None and t_here.reason else ''})"
-            headline = f"{w.phase.value} kv {w.kv_len}: the training winner {tw.backend} does not stay the winner — {cw.backend} wins at {_fmt_us(cw.latency_us)}, {cmp}"
+            headline = f"{label}: the training winner {tw.backend} does not stay the winner — {cw.backend} wins at {_fmt_us(cw.latency_us)}, {cmp}"
             stays = False
-        if cw is not None and t_here is not None and t_here.backend != cw.backend:
-            other = t_here
-        else:  # the training winner also wins here: contrast it with the runner-up
-            ranked = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and (cw is None or c.backend != cw.backend)),
-                            key=lambda c: c.latency_us)
-            other = ranked[0] if ranked else None
+        other = t_here if (cw is not None and t_here is not None and t_here.backend != cw.backend) else second
         reasons = _explain(cw, other, tw, run)
         rows.append(VerdictRow(tag, w.phase.value, w.kv_len, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
     decode = [r for r in rows if r.phase == Phase.DECODE.value]
-    if tw is None:
+    decided = [r for r in decode if r.stays is not None]
+    if not train_tags:
+        won = "; ".join(f"kv {r.kv_len} → {r.winner}" for r in decode if r.winner)
+        summary = "This run has no training workload" + (f"; decode winners: {won}." if won else ".")
+    elif tw is None:
         summary = "No training cell passed, so the question has no answer in this run."
-    elif not decode:
-        summary = f"{tw.backend} wins training; this run has no decode workloads."
+    elif not decided:
+        summary = f"{tw.backend} wins training; no decode workload has a winner in this run."
     else:
-        kept = [r for r in decode if r.stays]
-        lost = [r for r in decode if r.stays is False]
-        if not lost and kept:
+        kept = [r for r in decided if r.stays]
+        lost = [r for r in decided if not r.stays]
+        if not lost:
             summary = f"{tw.backend} wins training and stays the decode winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
-        elif lost and not kept:
+        elif not kept:
             summary = f"{tw.backend} wins training but not decode: " + "; ".join(f"kv {r.kv_len} → {r.winner}" for r in lost) + "."
         else:
-            summary = (f"{tw.backend} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)} "
-                       f"but not at " + "; ".join(f"kv {r.kv_len} (→ {r.winner})" for r in lost) + ": the verdict depends on context length.")
+            summary = (f"{tw.backend} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)}, "
+                       f"but not at " + ", ".join(f"kv {r.kv_len} ({r.winner} wins)" for r in lost) + ": the verdict depends on context length.")
     return Verdict(tw.backend if tw else None, tw.workload.tag if tw else None, summary, tuple(rows))
 
 

@@ -23,6 +23,9 @@ class _Group(click.Group):
         kwargs["standalone_mode"] = False
         try:
             rv = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else self.get_help(click.Context(self)))
+            sys.exit(0)
         except click.UsageError as exc:
             click.echo(f"profattn: error: {exc.format_message()} (see 'profattn --help')", err=True)
             sys.exit(2)
@@ -35,7 +38,38 @@ class _Group(click.Group):
         except click.Abort:
             click.echo("profattn: aborted", err=True)
             sys.exit(130)
+        except OSError as exc:  # the file system refused: unwritable --out, full disk, ...
+            where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+            click.echo(f"profattn: error: {exc.strerror or exc}{where}", err=True)
+            sys.exit(2)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def prepare_run_dir(out_dir: Path) -> None:
+    """Make ``out_dir`` ready for a new run: create it; refuse a non-empty directory that is not a profattn
+    run; in an old run directory, remove the previous traces and counters so runs never mix.
+
+    Raises:
+        ProfattnError: empty path, a non-directory, a foreign non-empty directory, or not writable.
+    """
+    import shutil
+
+    if not str(out_dir).strip():
+        raise ProfattnError("--out must name a directory")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProfattnError(f"--out {out_dir} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not (out_dir / "results.json").exists():
+            raise ProfattnError(f"--out {out_dir} is a non-empty directory that holds no profattn run; choose another")
+        for sub in ("traces", "counters"):
+            shutil.rmtree(out_dir / sub, ignore_errors=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".profattn-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
 
 
 def _device(name: str | None):
@@ -45,12 +79,19 @@ def _device(name: str | None):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name not in ("cuda", "cpu") and not name.startswith("cuda:"):
         raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ProfattnError("--device cuda was asked for, but torch sees no CUDA device here (use --device cpu)")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ProfattnError(f"invalid device {name!r}; valid: cuda, cuda:N, cpu") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ProfattnError(f"--device {name} was asked for, but torch sees no CUDA device here (use --device cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ProfattnError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="profattn")
 def main() -> None:
     """profattn: for this attention workload, which kernel wins, and why?"""
@@ -63,7 +104,7 @@ def main() -> None:
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-run"), show_default=True, help="Run directory (results.json, traces/, report.html).")
 @click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="Seed of the random inputs.")
 @click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int,
             counters: bool | None) -> None:
@@ -77,6 +118,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     device = _device(device_name)
     preset_obj = get_preset(preset or default_preset_name(device.type))
+    prepare_run_dir(out_dir)
     backends = tuple(get_backend(n) for n in dict.fromkeys(backend_names)) if backend_names else all_backends()
     regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
     console = Console(stderr=True, highlight=False)
@@ -89,7 +131,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
         lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
-        why = f"  {cell.reason[:100]}" if cell.reason else ""
+        why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
     if counters and device.type != "cuda":
@@ -106,6 +148,28 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
     console.print(f"report: {path}")
+
+
+SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", "sdpa-cudnn")
+
+
+@main.command()
+@click.argument("regime", type=click.Choice(["decode"]))
+@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help=f"Backend (repeatable; default: {', '.join(SWEEP_BACKENDS)}).")
+@click.option("--preset", default=None, metavar="NAME", help="Sweep preset (default: decode-sweep on CUDA, decode-sweep-small on CPU).")
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-sweep"), show_default=True)
+@click.option("--counters/--no-counters", default=False, show_default=True, help="Nsight Compute counter pass over every cell.")
+@click.pass_context
+def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None,
+          out_dir: Path, counters: bool) -> None:
+    """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers."""
+    from profattn.workload import SWEEP_PRESETS
+
+    device = _device(device_name)
+    names = backend_names or tuple(n for n in SWEEP_BACKENDS)
+    ctx.invoke(profile, regime="decode", backend_names=names, preset=preset or SWEEP_PRESETS[device.type],
+               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters)
 
 
 @main.command()

@@ -121,18 +121,35 @@ class PagedKVCache:
         max_pages = max(math.ceil(max(lens, default=0) / page_size), 1) + math.ceil(extra_pages / max(batch, 1))
         cache = cls.allocate(num_pages=num_pages, page_size=page_size, batch=batch, max_pages_per_seq=max_pages,
                              num_kv_heads=hkv, head_dim=d, dtype=k.dtype, device=k.device, fill=fill, generator=generator)
+        # Logical pages of the dense cache, with slots past each length set to ``fill``: [B, P, page, Hkv, d].
+        n_log = max(math.ceil(kv_len / page_size), 1)
+        pad = n_log * page_size - kv_len
+        valid = (torch.arange(n_log * page_size, device=k.device)[None, :]
+                 < torch.tensor(lens, device=k.device)[:, None]).view(batch, n_log, page_size, 1, 1)
+
+        def logical(x: torch.Tensor) -> torch.Tensor:
+            x = torch.nn.functional.pad(x.transpose(1, 2), (0, 0, 0, 0, 0, pad))
+            return x.reshape(batch, n_log, page_size, hkv, d).masked_fill(~valid, fill)
+
+        lk, lv = logical(k), logical(v)
         shared = [cache._take_page() for _ in range(prefix_pages)]
         cache.shared_pages = set(shared)
+        table = torch.full((batch, max_pages), -1, dtype=torch.int32)
+        src_b, src_j, dst = [], [], []
         for j, p in enumerate(shared):
-            cache._write(p, k[0, :, j * page_size:(j + 1) * page_size], v[0, :, j * page_size:(j + 1) * page_size])
-        table = cache.block_table.cpu()
+            src_b.append(0), src_j.append(j), dst.append(p)
         for b in range(batch):
             table[b, :prefix_pages] = torch.tensor(shared, dtype=torch.int32)
             for j in range(prefix_pages, prefix_pages + own[b]):
                 p = cache._take_page()
-                lo, hi = j * page_size, min((j + 1) * page_size, lens[b])
-                cache._write(p, k[b, :, lo:hi], v[b, :, lo:hi])
                 table[b, j] = p
+                src_b.append(b), src_j.append(j), dst.append(p)
+        if dst:
+            bi = torch.tensor(src_b, device=k.device)
+            ji = torch.tensor(src_j, device=k.device)
+            di = torch.tensor(dst, device=k.device)
+            cache.k_pages[di] = lk[bi, ji]
+            cache.v_pages[di] = lv[bi, ji]
         cache.block_table.copy_(table)
         cache.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
         return cache

@@ -54,6 +54,21 @@ def fmt_rate(v: float | None, unit: str, ceiling: float | None = None) -> str:
     return f"{s} ({v / ceiling:.0%})" if ceiling else s
 
 
+def fmt_flops_rate(tflops: float | None, ceiling: float | None = None) -> str:
+    """TFLOP/s, or GFLOP/s below 1 TFLOP/s (CPU runs), with the fraction of a measured ceiling."""
+    if tflops is None:
+        return "–"
+    s = f"{tflops:,.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:,.1f} GFLOP/s"
+    return f"{s} ({tflops / ceiling:.0%})" if ceiling else s
+
+
+def fmt_span(lo: float, hi: float, like: float) -> str:
+    """A p10–p90 range in the unit ``fmt_us`` picks for ``like`` (no "8,304.3 µs – 12.00 ms")."""
+    if like >= 10_000:
+        return f"{lo / 1000:,.2f} – {hi / 1000:,.2f} ms"
+    return f"{lo:,.1f} – {hi:,.1f} µs"
+
+
 def fmt_count(v: float | None) -> str:
     """Large counts with SI suffixes (tokens/s, FLOPs)."""
     if v is None:
@@ -106,12 +121,12 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "latency": fmt_us(t.median_us) if t else "–",
             "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
             "eager": fmt_us(c.eager_latency_us),
-            "spread": f"{fmt_us(t.p10_us)} – {fmt_us(t.p90_us)}, {t.reps} reps" if t else "",
+            "spread": f"{fmt_span(t.p10_us, t.p90_us, t.median_us)}, {t.reps} reps" if t else "",
             "latency_us": t.median_us if t else None,
             "gpu_time": fmt_us(c.trace.gpu_time_per_call_us) if c.trace else "–",
             "tokens_per_s": fmt_count(c.tokens_per_s),
             "peak_mem": fmt_bytes(c.peak_mem_bytes) if t else "–",
-            "tflops": fmt_rate(c.achieved_tflops, "TFLOP/s", mm),
+            "tflops": fmt_flops_rate(c.achieved_tflops, mm),
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy),
             "out_err": f"{corr.out_rel_err:.1e}" if corr else "–",
             "grad_err": grad,
@@ -144,6 +159,85 @@ def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     return {p: rows for p, rows in out.items() if rows}
 
 
+def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
+    """Per regime: the byte ledger (requested vs DRAM vs L2→SM) and the FLOP ledger of every timed cell.
+    Transferred columns stay "not measured" unless counters were read for that cell."""
+    from profattn.analysis import byte_ledger, flop_ledger
+
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASE_ORDER}
+    for c in run.cells:
+        if not _ok(c):
+            continue
+        bl, fl = byte_ledger(c), flop_ledger(c, run)
+        out[c.workload.phase.value].append({
+            "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend,
+            "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
+            "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
+            "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
+            "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",
+            "l2_ratio": f"{bl.l2_ratio:.2f}×" if bl.l2_ratio is not None else "–",
+            "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": bl.note if c.counters else "",
+            "flops": fmt_count(fl.flops), "tflops": fmt_flops_rate(fl.achieved_tflops),
+            "tflops_frac": f"{fl.fraction_of_ceiling:.1%}" if fl.fraction_of_ceiling is not None else "–",
+            "requested_b": bl.requested_bytes, "dram_b": bl.dram_bytes, "l2_b": bl.l2_to_sm_bytes,
+        })
+    return {p: rows for p, rows in out.items() if rows}
+
+
+def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
+    """Kernel-level counters, with ncu's launch shape beside the trace's (they must agree)."""
+    rows = []
+    for c in run.cells:
+        if c.counters is None:
+            continue
+        traced = {k.name: k for k in (c.trace.kernels if c.trace else ())}
+        for k in c.counters.kernels:
+            t = traced.get(k.name) or next((v for n, v in traced.items() if n[:60] == k.name[:60]), None)
+            if t is None:  # ncu and Kineto demangle templates differently: match on the leading name
+                stem = k.name.split("<")[0].split("(")[0].strip()
+                t = next((v for n, v in traced.items() if n.split("<")[0].split("(")[0].strip() == stem and v.grid == k.grid), None)
+            agree = None if t is None else (t.grid == k.grid and t.block == k.block
+                                            and (t.registers_per_thread is None or t.registers_per_thread == k.registers_per_thread))
+            rows.append({
+                "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
+                "ncu_grid": _shape(k.grid), "ncu_block": _shape(k.block),
+                "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
+                "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
+                "trace_grid": _shape(t.grid) if t else "not in trace", "trace_block": _shape(t.block) if t else "",
+                "agree": agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
+                "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
+                "waves": "n/a" if k.waves_per_sm is None else f"{k.waves_per_sm:.2f}",
+            })
+    return rows
+
+
+def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
+    """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len and
+    the kv_len where it changes (the report never rests on one context length)."""
+    from profattn.analysis import winners
+
+    win = winners(run)
+    series: dict[tuple[int, int], list[tuple[int, str | None, float | None]]] = {}
+    for c in run.cells:
+        w = c.workload
+        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len:
+            continue
+        key = (w.batch, w.page_size or 0)
+        entry = (w.kv_len, win[w.tag].backend if win.get(w.tag) else None, win[w.tag].latency_us if win.get(w.tag) else None)
+        if entry not in series.setdefault(key, []):
+            series[key].append(entry)
+    rows = []
+    for (batch, page), pts in sorted(series.items()):
+        pts.sort()
+        changes = [f"{a[1]} → {b[1]} between kv {a[0]} and {b[0]}" for a, b in zip(pts, pts[1:]) if a[1] != b[1]]
+        rows.append({
+            "batch": batch, "page_size": page or "dense",
+            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" ({fmt_us(t)})" if t else "") for kv, name, t in pts),
+            "crossovers": "; ".join(changes) if changes else "none: the same winner at every kv_len",
+        })
+    return rows
+
+
 def environment_rows(run: RunResult) -> list[tuple[str, str]]:
     """(label, value) pairs for the environment table."""
     e = run.environment
@@ -171,39 +265,146 @@ def _ok(c: CellResult) -> bool:
     return c.timing is not None and c.status in (CellStatus.OK, CellStatus.INCORRECT)
 
 
+def _decode_groups(run: RunResult) -> dict[tuple[int, int, str], list[CellResult]]:
+    """Timed uniform-length decode cells grouped by (batch, page_size, backend)."""
+    groups: dict[tuple[int, int, str], list[CellResult]] = {}
+    for c in run.cells:
+        w = c.workload
+        if w.phase is Phase.DECODE and _ok(c) and not w.is_ragged and not w.shared_prefix_len:
+            groups.setdefault((w.batch, w.page_size or 0, c.backend), []).append(c)
+    return {k: sorted(v, key=lambda c: c.workload.kv_len) for k, v in groups.items()}
+
+
 def chart_figures(run: RunResult) -> list[dict[str, Any]]:
-    """Plotly figures as JSON-ready dicts: latency per backend per regime; decode latency and K/V GB/s vs kv_len."""
+    """Plotly figures as JSON-ready dicts: latency per backend and workload; decode latency and K/V GB/s
+    against kv_len (one panel per batch size); the page-size effect; the roofline."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     figs: list[tuple[str, str, go.Figure]] = []
     backends = list(dict.fromkeys(c.backend for c in run.cells))
-    tags = list(dict.fromkeys(c.workload.tag for c in sorted(run.cells, key=lambda c: (PHASE_ORDER.index(c.workload.phase.value), c.workload.kv_len))))
-    lat = go.Figure()
-    for b in backends:
-        cells = {c.workload.tag: c for c in run.cells if c.backend == b and _ok(c)}
-        if cells:
-            lat.add_bar(name=b, x=[t for t in tags if t in cells], y=[cells[t].latency_us for t in tags if t in cells],
-                        hovertemplate="%{x}<br>" + b + ": %{y:.1f} µs<extra></extra>")
-    lat.update_layout(barmode="group", yaxis_type="log", yaxis_title="median latency (µs, log)", title="Latency per backend and workload",
-                      legend_title="backend", margin=dict(b=160))
-    figs.append(("latency", "Latency per backend and workload", lat))
-    decode = [c for c in run.cells if c.workload.phase is Phase.DECODE and _ok(c)]
-    if decode:
-        dl, bw = go.Figure(), go.Figure()
+    ordered = sorted(run.cells, key=lambda c: (PHASE_ORDER.index(c.workload.phase.value), c.workload.batch, c.workload.kv_len))
+    tags = list(dict.fromkeys(c.workload.tag for c in ordered))
+    if len(tags) <= 12:
+        lat = go.Figure()
         for b in backends:
-            pts = sorted((c for c in decode if c.backend == b), key=lambda c: c.workload.kv_len)
-            if not pts:
-                continue
-            x = [c.workload.kv_len for c in pts]
-            dl.add_scatter(name=b, x=x, y=[c.latency_us for c in pts], mode="lines+markers")
-            bw.add_scatter(name=b, x=x, y=[c.kv_gbps for c in pts], mode="lines+markers")
-        if run.ceilings:
-            bw.add_hline(y=run.ceilings.copy_gbps, line_dash="dash", annotation_text=f"measured copy {run.ceilings.copy_gbps:,.0f} GB/s")
-        dl.update_layout(title="Decode latency vs KV length", xaxis_type="log", yaxis_type="log", xaxis_title="kv_len", yaxis_title="median latency (µs)")
-        bw.update_layout(title="Decode: achieved K/V bandwidth vs KV length", xaxis_type="log", xaxis_title="kv_len", yaxis_title="K/V bytes / latency (GB/s)")
+            cells = {c.workload.tag: c for c in run.cells if c.backend == b and _ok(c)}
+            if cells:
+                xs = [t for t in tags if t in cells]
+                lat.add_bar(name=b, x=[_short_tag(cells[t].workload) for t in xs], y=[cells[t].latency_us for t in xs],
+                            hovertemplate="%{x}<br>" + b + ": %{y:.1f} µs<extra></extra>")
+        lat.update_layout(barmode="group", yaxis_type="log", yaxis_title="median latency (µs, log)",
+                          title="Latency per backend and workload", legend_title="backend")
+        figs.append(("latency", "Latency per backend and workload", lat))
+    groups = _decode_groups(run)
+    if groups:
+        batches = sorted({b for b, _, _ in groups})
+        page = min(p for _, p, _ in groups)  # panels at the smallest page size; its effect has its own chart
+        dl = make_subplots(rows=1, cols=len(batches), subplot_titles=[f"batch {b}" for b in batches], shared_yaxes=True)
+        bw = make_subplots(rows=1, cols=len(batches), subplot_titles=[f"batch {b}" for b in batches], shared_yaxes=True)
+        colors = _palette(backends)
+        for i, batch in enumerate(batches, start=1):
+            for b in backends:
+                pts = groups.get((batch, page, b))
+                if not pts:
+                    continue
+                x = [c.workload.kv_len for c in pts]
+                common = dict(name=b, legendgroup=b, showlegend=i == 1, mode="lines+markers", line=dict(color=colors[b]))
+                dl.add_scatter(x=x, y=[c.latency_us for c in pts], row=1, col=i, **common)
+                bw.add_scatter(x=x, y=[c.kv_gbps for c in pts], row=1, col=i, **common)
+            if run.ceilings:
+                bw.add_hline(y=run.ceilings.copy_gbps, line_dash="dash", row=1, col=i,
+                             annotation_text=f"copy {run.ceilings.copy_gbps:,.0f} GB/s" if i == 1 else None)
+        kv_ticks = sorted({c.workload.kv_len for cs in groups.values() for c in cs})
+        for fig in (dl, bw):
+            fig.update_xaxes(type="log", tickvals=kv_ticks, ticktext=[str(t) for t in kv_ticks], title_text="kv_len")
+        dl.update_yaxes(type="log", title_text="median latency (µs)", col=1)
+        bw.update_yaxes(title_text="unique K/V bytes / latency (GB/s)", col=1)
+        suffix = f" (page size {page})" if page else ""
+        dl.update_layout(title=f"Decode latency vs KV length{suffix}")
+        bw.update_layout(title=f"Decode: achieved K/V bandwidth vs KV length{suffix}")
         figs.append(("decode-latency", "Decode latency vs KV length", dl))
         figs.append(("decode-bandwidth", "Decode K/V bandwidth vs KV length", bw))
+        pages = sorted({p for _, p, _ in groups})
+        if len(pages) > 1:
+            ps = go.Figure()
+            by: dict[tuple[str, int, int], dict[int, float]] = {}
+            for (batch, p_, b), cells in groups.items():
+                for c in cells:
+                    by.setdefault((b, batch, c.workload.kv_len), {})[p_] = c.latency_us
+            for (b, batch, kv), vals in sorted(by.items()):
+                if len(vals) > 1 and kv == max(k for (_, bb, k) in by if bb == batch):
+                    ps.add_scatter(x=[str(p_) for p_ in sorted(vals)], y=[vals[p_] for p_ in sorted(vals)], mode="lines+markers",
+                                   name=f"{b}, B={batch}, kv {kv}", line=dict(color=colors[b]))
+            ps.update_layout(title="Page-size effect (longest kv_len of each batch)", xaxis_title="page_size (tokens)",
+                             yaxis_title="median latency (µs)", yaxis_type="log")
+            figs.append(("page-size", "Page-size effect", ps))
+    roof = _roofline(run)
+    if roof is not None:
+        figs.append(("roofline", "Roofline", roof))
     return [{"id": fid, "title": title, "figure": json.loads(fig.to_json())} for fid, title, fig in figs]
+
+
+def ledger_figures(run: RunResult) -> list[dict[str, Any]]:
+    """Per regime, requested vs DRAM vs L2→SM bytes per cell (bars); only cells with counters."""
+    import plotly.graph_objects as go
+
+    out = []
+    for phase, rows in ledger_rows(run).items():
+        rows = [r for r in rows if r["dram_b"] is not None]
+        if not rows:
+            continue
+        fig = go.Figure()
+        labels = [f"{r['backend']} · {r['workload'].split('_')[0]} kv{r['workload'].split('_kv')[1].split('_')[0]}" for r in rows]
+        fig.add_bar(name="requested", x=labels, y=[r["requested_b"] for r in rows])
+        fig.add_bar(name="DRAM (read + write)", x=labels, y=[r["dram_b"] for r in rows])
+        fig.add_bar(name="L2 → SM reads", x=labels, y=[r["l2_b"] for r in rows])
+        fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="bytes per call (log)",
+                          title=f"{phase}: requested vs transferred bytes (Nsight Compute, cold caches)")
+        out.append({"id": f"bytes-{phase}", "title": f"{phase} bytes", "figure": json.loads(fig.to_json())})
+    return out
+
+
+def _palette(names: list[str]) -> dict[str, str]:
+    import plotly.colors
+
+    seq = plotly.colors.qualitative.Plotly + plotly.colors.qualitative.Dark24
+    return {n: seq[i % len(seq)] for i, n in enumerate(names)}
+
+
+def _short_tag(w) -> str:  # noqa: ANN001
+    base = f"{w.phase.value} kv{w.kv_len}" if w.phase is Phase.DECODE else f"{w.phase.value} {w.q_len}/{w.kv_len}"
+    return base + (f" B{w.batch}" if w.batch != 8 else "")
+
+
+def _roofline(run: RunResult):
+    """Arithmetic intensity (FLOP per requested byte; per measured DRAM byte where counters exist) against
+    achieved TFLOP/s, with the two measured ceilings. None without ceilings (CPU runs)."""
+    if run.ceilings is None:
+        return None
+    import plotly.graph_objects as go
+
+    c = run.ceilings
+    cells = [x for x in run.cells if _ok(x) and x.achieved_tflops]
+    if not cells:
+        return None
+    fig = go.Figure()
+    ai = [x.workload.flops / (x.counters.dram_bytes if x.counters and x.counters.dram_bytes else x.workload.requested_bytes) for x in cells]
+    lo, hi = min(ai + [1.0]) / 2, max(ai + [1e3]) * 2
+    ridge = c.matmul_tflops * 1e12 / (c.copy_gbps * 1e9)
+    xs = [lo, ridge, hi]
+    fig.add_scatter(x=xs, y=[min(c.matmul_tflops, x * c.copy_gbps * 1e9 / 1e12) for x in xs], mode="lines",
+                    name=f"roof: copy {c.copy_gbps:,.0f} GB/s, GEMM {c.matmul_tflops:,.0f} TFLOP/s", line=dict(color="black", dash="dash"))
+    colors = _palette(list(dict.fromkeys(x.backend for x in cells)))
+    for b in colors:
+        pts = [(a, x) for a, x in zip(ai, cells) if x.backend == b]
+        fig.add_scatter(x=[a for a, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,
+                        marker=dict(color=colors[b], size=9), text=[_short_tag(x.workload) for _, x in pts],
+                        hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.2f} TFLOP/s<extra>" + b + "</extra>")
+    fig.update_layout(title="Roofline (ceilings measured in this run; x uses measured DRAM bytes where counters exist)",
+                      xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
+                      yaxis_title="achieved TFLOP/s")
+    return fig
 
 
 # ---- rendering -----------------------------------------------------------------------------------
@@ -251,8 +452,14 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "launches": launch_rows(run),
         "verdict": v,
         "charts": chart_figures(run),
+        "ledgers": ledger_rows(run),
+        "counter_kernels": counter_kernel_rows(run),
+        "crossovers": crossover_rows(run),
+        "counters_info": run.counters_info,
+        "ledger_charts": ledger_figures(run),
         "plotly_js": _plotly_js(),
         "statuses": CellStatus,
+        "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
     return _env().get_template("report.html.j2").render(**ctx)

@@ -374,11 +374,14 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
     Raises:
         ResultsError: wrong schema tag or version, or missing/ill-typed fields.
     """
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ResultsError("not a profattn results file (missing 'schema': 'profattn.results')")
+    if not isinstance(data, dict) or "schema" not in data:
+        raise ResultsError("not a profattn results file (no 'schema' key)")
+    if data["schema"] != SCHEMA:
+        raise ResultsError(f"not a profattn results file (schema {data['schema']!r}, expected {SCHEMA!r})")
     version = data.get("schema_version")
     if version not in READABLE_VERSIONS:
-        raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads {READABLE_VERSIONS})")
+        readable = ", ".join(str(v) for v in READABLE_VERSIONS)
+        raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads versions {readable}, as integers)")
     try:
         return RunResult(
             environment=Environment(**data["environment"]),
@@ -425,7 +428,7 @@ def read_results(path: str | os.PathLike[str]) -> RunResult:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ResultsError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
     try:
         return run_from_dict(data)
     except ResultsError as exc:

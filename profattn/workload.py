@@ -458,6 +458,34 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+def _decode_sweep(kv_lens: Iterable[int], batches: Iterable[int], page_sizes: Iterable[int], *, hq: int, hkv: int, d: int,
+                  special_batch: int, special_kv: int, prefix: int) -> tuple[Workload, ...]:
+    common = dict(phase=Phase.DECODE, q_len=1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="bfloat16",
+                  mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED)
+    out = [Workload(batch=b, kv_len=n, page_size=p, **common) for p in page_sizes for b in batches for n in kv_lens]
+    out.append(Workload(batch=special_batch, kv_len=special_kv, page_size=16, kv_len_dist="lognormal", kv_len_seed=7, **common))
+    out.append(Workload(batch=special_batch, kv_len=special_kv, page_size=16, shared_prefix_len=prefix, **common))
+    return tuple(out)
+
+
+PRESETS["decode-sweep"] = Preset(
+    "decode-sweep",
+    "decode sweep at the seed's heads (Hq=16, Hkv=4, d=128, bf16, paged): kv_len {512, 2048, 8192, 32768} x batch "
+    "{1, 8, 64} x page_size {16, 64, 256}, plus a lognormal-ragged batch and a shared-prefix batch (B=64, kv 8192, "
+    "prefix 4096)",
+    _decode_sweep((512, 2048, 8192, 32768), (1, 8, 64), (16, 64, 256), hq=16, hkv=4, d=128,
+                  special_batch=64, special_kv=8192, prefix=4096),
+)
+PRESETS["decode-sweep-small"] = Preset(
+    "decode-sweep-small",
+    "the decode sweep at CPU size (Hq=8, Hkv=2, d=64, bf16, paged): kv_len {128, 512} x batch {1, 4} x page_size "
+    "{16, 64}, plus a ragged and a shared-prefix batch (B=4, kv 512, prefix 256)",
+    _decode_sweep((128, 512), (1, 4), (16, 64), hq=8, hkv=2, d=64, special_batch=4, special_kv=512, prefix=256),
+)
+#: Presets ``profattn sweep decode`` uses by device.
+SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
+
+
 def get_preset(name: str) -> Preset:
     """The preset called ``name``.
 

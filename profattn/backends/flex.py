@@ -39,7 +39,7 @@ class FlexBackend:
 
     name = "flex"
     family = FLEX
-    description = "FlexAttention compiled by Inductor into Triton (CPU: C++) with a causal block mask"
+    description = "FlexAttention compiled by Inductor into Triton (CPU: C++, forward only) with a causal block mask"
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         if workload.is_ragged:
@@ -81,6 +81,6 @@ class FlexBackend:
                 forward(q, k, v)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means "cannot compile here"
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise Unsupported(f"FlexAttention did not compile for this workload: {type(exc).__name__}: {first}") from None
+            raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
         notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
         return Prepared(forward=forward, notes=notes)

@@ -54,10 +54,9 @@ class SdpaBackend:
                 q, k, v, attn_mask=margs.attn_mask, is_causal=margs.is_causal, enable_gqa=gqa
             )
 
-        # Trial call on tiny tensors of the same head layout and dtype: PyTorch's kernel selection
-        # depends on dtype, head_dim, GQA, mask and device, not on the lengths; a rejection raises
-        # "No available kernel" after warning why.
-        _trial(forward, workload, device, backend)
+        # Trial call on tiny tensors of the same head layout, dtype and mask class: PyTorch's kernel
+        # selection depends on those, not on the lengths; a rejection raises "No available kernel".
+        _trial(workload, device, backend)
         return Prepared(
             forward=forward,
             context=lambda: sdpa_kernel([backend]),
@@ -65,15 +64,27 @@ class SdpaBackend:
         )
 
 
-def _trial(forward, workload: Workload, device: torch.device, backend: SDPBackend) -> None:
-    """Run ``forward`` once on small inputs under ``sdpa_kernel([backend])``; raise Unsupported on rejection."""
-    small = workload.with_(batch=1, q_len=min(workload.q_len, 16), kv_len=min(workload.kv_len, 16))
-    if small.q_len > small.kv_len:  # keep the mask's shape class (Lq <= Lk) intact
-        small = small.with_(q_len=small.kv_len)
+def _trial(workload: Workload, device: torch.device, backend: SDPBackend) -> None:
+    """Run SDPA once on small inputs under ``sdpa_kernel([backend])``; raise Unsupported on rejection."""
+    lq, lk = workload.q_len, workload.kv_len
+    if lq == lk:
+        lq = lk = min(lk, 16)
+    elif lq == 1:
+        lk = min(lk, 16)
+    else:  # keep Lq < Lk (bottom-right bias) or Lq > Lk
+        lq, lk = (min(lq, 8), min(lk, 16)) if lq < lk else (min(lq, 16), min(lk, 8))
+    small = Workload(phase=workload.phase, batch=1, q_len=lq, kv_len=lk, num_q_heads=workload.num_q_heads,
+                     num_kv_heads=workload.num_kv_heads, head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask)
+    margs = sdpa_mask_args(small)
     dtype = getattr(torch, workload.dtype)
     q = torch.randn(small.q_shape, device=device, dtype=dtype)
     k = torch.randn(small.kv_shape, device=device, dtype=dtype)
     v = torch.randn(small.kv_shape, device=device, dtype=dtype)
+
+    def forward(q, k, v):  # noqa: ANN001
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=margs.attn_mask, is_causal=margs.is_causal,
+                                              enable_gqa=small.is_gqa)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -115,7 +126,7 @@ def _clean(message: str) -> str:
 
 SDPA_BACKENDS: tuple[SdpaBackend, ...] = (
     SdpaBackend("sdpa-math", SDPBackend.MATH, DENSE, "SDPA math backend: composite aten ops (K/V expanded for GQA)", False),
-    SdpaBackend("sdpa-flash", SDPBackend.FLASH_ATTENTION, FLASH, "SDPA FlashAttention-2 kernels (split-KV for decode)", False),
+    SdpaBackend("sdpa-flash", SDPBackend.FLASH_ATTENTION, FLASH, "SDPA FlashAttention-2 kernels on CUDA (split-KV for decode); on a CPU, ATen's flash-attention CPU kernel", False),
     SdpaBackend("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION, EFFICIENT, "SDPA memory-efficient (xFormers CUTLASS) kernels", True),
     SdpaBackend("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION, CUDNN, "SDPA cuDNN fused attention", True),
 )

@@ -65,12 +65,35 @@ def reference(workload: Workload, inputs: AttentionInputs) -> Reference:
     q, k, v = (t.detach().to(hi).requires_grad_(inputs.grad_out is not None) for t in (inputs.q, inputs.k, inputs.v))
     mask = dense_mask(workload, q.device)
     with torch.autocast(device_type=q.device.type, enabled=False):
-        out = eager_attention(q, k, v, mask=mask)
+        out = grouped_attention(q, k, v, mask=mask)
         grads = None
         if inputs.grad_out is not None:
             out.backward(inputs.grad_out.to(hi))
             grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()}
     return Reference(out.detach(), grads, "fp64" if hi is torch.float64 else "fp32")
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None) -> torch.Tensor:
+    """Reference attention without materialising K/V per query head: the GQA group's queries are stacked
+    as extra rows of their KV head (``q`` viewed as ``[B, Hkv, G·Lq, d]``), so memory stays at the size of
+    K/V even for long caches. Same maths as :func:`~profattn.backends.eager.eager_attention`.
+
+    Args:
+        q: ``[B, Hq, Lq, d]``; k, v: ``[B, Hkv, Lk, d]``.
+        mask: boolean ``[Lq, Lk]`` or ``[B, 1, Lq, Lk]`` (True = attend), or None.
+    Returns:
+        ``[B, Hq, Lq, d]``.
+    """
+    b, hq, lq, d = q.shape
+    hkv = k.shape[1]
+    g = hq // hkv
+    qg = q.reshape(b, hkv, g * lq, d)
+    m = None
+    if mask is not None:
+        m = mask if mask.dim() == 4 else mask.view(1, 1, *mask.shape)
+        m = m.repeat(1, 1, g, 1)  # rows are (group member, query position), query position fastest
+    out = eager_attention(qg, k, v, mask=m)
+    return out.reshape(b, hq, lq, d)
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:

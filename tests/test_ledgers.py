@@ -1,0 +1,91 @@
+"""Byte and FLOP ledgers, counters attached from the real ncu fixture, and the no-counters path."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from profattn.analysis import attach_counters, byte_ledger, flop_ledger, verdict
+from profattn.counters import parse_ncu_csv
+from profattn.report import ledger_rows, render_html
+from profattn.results import Ceilings, CountersInfo
+from profattn.workload import Workload
+
+from factories import cell, kernel, run
+
+DENSE_DECODE = Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4, head_dim=128)
+
+
+def fixture_run(fixtures_dir: Path):
+    """The fixture's two NVTX ranges (flash_gqa, math_gqa) as two cells of the seed's kv-8192 decode."""
+    flash = replace(cell(DENSE_DECODE, "sdpa-flash", 53.3, kernels=(kernel("flash_fwd_splitkv_kernel", 224, 44.0),)), cell_id="flash_gqa")
+    math_ = replace(cell(DENSE_DECODE, "sdpa-math", 1585.0, family="dense"), cell_id="math_gqa")
+    r = replace(run([flash, math_]), ceilings=Ceilings(4300.0, 2 << 30, 790.0, 8192, "bfloat16", "test"))
+    report = parse_ncu_csv(fixtures_dir / "ncu" / "h200_sdpa_decode_kv8192_raw.csv")
+    return attach_counters(r, report.kernels, CountersInfo("measured", ncu_version="fixture", cache_control="all", replay_mode="kernel"))
+
+
+def test_requested_bytes_hand_computed():
+    bl = byte_ledger(cell(DENSE_DECODE, "x", 50.0))
+    assert bl.kv_bytes == 134_217_728  # 2 x 8 x 8192 x 4 x 128 x 2
+    assert bl.requested_bytes == 134_217_728 + 2 * 8 * 16 * 128 * 2  # + Q read + O written
+    assert bl.dram_bytes is None and bl.redundant is None and bl.note == "no counters measured"
+
+
+def test_paged_requested_bytes_count_unique_pages():
+    w = Workload(phase="decode", batch=4, q_len=1, kv_len=64, num_q_heads=8, num_kv_heads=2, head_dim=16,
+                 kv_layout="paged", page_size=16, shared_prefix_len=32)
+    per_token = 2 * 2 * 16 * 2  # K and V, 2 KV heads, d 16, bf16
+    assert w.kv_bytes == (32 + 4 * 32) * per_token  # the 32-token prefix once, 32 own tokens per sequence
+    assert w.logical_kv_bytes == 4 * 64 * per_token
+    bt = next(t for t in w.traffic() if t.name == "block_table")
+    assert bt.bytes_read == 4 * 4 * 4  # 4 pages per sequence, int32
+
+
+def test_ledgers_from_real_ncu_fixture(fixtures_dir: Path):
+    r = fixture_run(fixtures_dir)
+    flash, math_ = r.cells
+    fb, mb = byte_ledger(flash), byte_ledger(math_)
+    # flash split-KV + combine: 134,797,056 read + 402,944 written, against 134,283,264 requested
+    assert fb.dram_bytes == 134_797_056 + 402_944
+    assert fb.dram_ratio == pytest.approx(135_200_000 / 134_283_264, rel=1e-3) and not fb.redundant
+    assert mb.redundant and mb.dram_ratio > 20  # repeat_interleave materialises K/V at 16 heads
+    assert "redundant" in mb.note
+    assert flash.counters.kernels[0].grid == (1, 7, 32) and flash.counters.kernels[0].registers_per_thread == 246
+    fl = flop_ledger(flash, r)
+    assert fl.flops == 4 * 16 * 8 * 8192 * 128 and fl.fraction_of_ceiling == pytest.approx(fl.achieved_tflops / 790.0)
+    rows = {x["backend"]: x for x in ledger_rows(r)["decode"]}
+    assert rows["sdpa-math"]["redundant"] and rows["sdpa-flash"]["dram_ratio"] == "1.01×"
+    text = " ".join(" ".join(row.reasons) for row in verdict(r).rows)
+    assert "moved 135.2 MB from DRAM for 134.3 MB requested (1.01×)" in text
+
+
+def test_no_counters_path_shows_reason_and_no_transferred_numbers(tmp_path: Path, monkeypatch):
+    from profattn.session import add_counters
+
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("PROFATTN_NCU", raising=False)
+    r = run([cell(DENSE_DECODE, "sdpa-flash", 53.3)])
+    r = add_counters(r, tmp_path)
+    assert r.counters_info.status == "unavailable" and "not on PATH" in r.counters_info.reason
+    html = render_html(r)
+    assert "ncu (Nsight Compute) is not on PATH" in html and "not measured" in html
+    assert "DRAM (read + write)" not in html  # no transferred-bytes chart without a measurement
+    cpu = add_counters(run([cell(DENSE_DECODE, "eager", 900.0)], device="cpu"), tmp_path)
+    assert cpu.counters_info.status == "unavailable" and "CPU run" in cpu.counters_info.reason
+
+
+def test_ncu_error_lines_become_the_reason(tmp_path: Path, monkeypatch):
+    """A fake ncu that prints the permission error: the pass reports it, nothing is measured."""
+    from profattn.harness.ncu import run_counter_pass
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PROFATTN_NCU", str(fake))
+    res = run_counter_pass(tmp_path, ["a"])
+    assert res.csv_path is None or res.reason
+    assert "ERR_NVGPUCTRPERM" in res.reason and "admin" in res.reason

@@ -189,6 +189,7 @@ class VerdictRow:
     workload_tag: str
     phase: str
     kv_len: int
+    label: str
     training_winner: str | None
     winner: str | None
     stays: bool | None
@@ -349,11 +350,12 @@ def verdict(run: RunResult) -> Verdict:
             stays = False
         other = t_here if (cw is not None and t_here is not None and t_here.backend != cw.backend) else second
         reasons = _explain(cw, other, tw, run)
-        rows.append(VerdictRow(tag, w.phase.value, w.kv_len, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
+        rows.append(VerdictRow(tag, w.phase.value, w.kv_len, label, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
     decode = [r for r in rows if r.phase == Phase.DECODE.value]
     decided = [r for r in decode if r.stays is not None]
     if not train_tags:
-        won = "; ".join(f"kv {r.kv_len} → {r.winner}" for r in decode if r.winner)
+        won_rows = [r for r in decode if r.winner]
+        won = "; ".join(f"{r.label} → {r.winner}" for r in won_rows[:12]) + (f"; and {len(won_rows) - 12} more" if len(won_rows) > 12 else "")
         summary = "This run has no training workload" + (f"; decode winners: {won}." if won else ".")
     elif tw is None:
         summary = "No training cell passed, so the question has no answer in this run."

@@ -10,6 +10,7 @@ copy ceiling, kernels per call), never from canned text.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -89,6 +90,9 @@ def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: Kern
                 ctas=_opt_int(first.get("ctas")),
                 blocks_per_sm=_opt_float(first.get("blocks_per_sm")),
                 est_occupancy_pct=_opt_float(first.get("est_occupancy_pct")),
+                shapes=tuple(dict.fromkeys(
+                    (gs, bs) for gs, bs in ((_shape(r, "grid"), _shape(r, "block")) for _, r in g.iterrows())
+                    if gs is not None and bs is not None))[:8],
             ))
     total = sum(kl.dur_us_per_call for kl in launches)
     ctas = k["ctas"].dropna() if len(k) and "ctas" in k else pd.Series(dtype=float)
@@ -195,6 +199,7 @@ class VerdictRow:
     stays: bool | None
     headline: str
     reasons: tuple[str, ...]
+    close_call: bool = False  #: the winner and the training winner (or runner-up) are within noise
 
 
 @dataclass(frozen=True)
@@ -350,7 +355,9 @@ def verdict(run: RunResult) -> Verdict:
             stays = False
         other = t_here if (cw is not None and t_here is not None and t_here.backend != cw.backend) else second
         reasons = _explain(cw, other, tw, run)
-        rows.append(VerdictRow(tag, w.phase.value, w.kv_len, label, tw.backend if tw else None, cw.backend if cw else None, stays, headline, tuple(reasons)))
+        close = bool(cw and other and other.eligible and within_noise(cw, other))
+        rows.append(VerdictRow(tag, w.phase.value, w.kv_len, label, tw.backend if tw else None, cw.backend if cw else None,
+                               stays, headline, tuple(reasons), close))
     decode = [r for r in rows if r.phase == Phase.DECODE.value]
     decided = [r for r in decode if r.stays is not None]
     if not train_tags:
@@ -371,6 +378,9 @@ def verdict(run: RunResult) -> Verdict:
         else:
             summary = (f"{tw.backend} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)}, "
                        f"but not at " + ", ".join(f"kv {r.kv_len} ({r.winner} wins)" for r in lost) + ": the verdict depends on context length.")
+    close = [r for r in decided if r.close_call]
+    if close and tw is not None:
+        summary += " Within noise at " + ", ".join(f"kv {r.kv_len}" for r in close) + ": there the ranking is a tie."
     return Verdict(tw.backend if tw else None, tw.workload.tag if tw else None, summary, tuple(rows))
 
 
@@ -482,3 +492,15 @@ def flop_ledger(cell: CellResult, run: RunResult) -> FlopLedger:
     t = cell.achieved_tflops
     ceil = run.ceilings.matmul_tflops if run.ceilings else None
     return FlopLedger(cell.workload.flops, t, t / ceil if t is not None and ceil else None)
+
+
+def kernel_stem(name: str) -> str:
+    """A kernel's unqualified function name, without template arguments, parameters or ``void``.
+
+    Kineto and ncu demangle the same kernel differently (``at::native::(anonymous namespace)::f<false>``
+    against ``at::<unnamed>::f<0>``), so launch shapes are matched on this stem plus the shape itself.
+    """
+    n = name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon").strip()
+    n = n.removeprefix("void ").strip()
+    head = re.split(r"[<(]", n, maxsplit=1)[0].strip()
+    return head.rsplit("::", 1)[-1]

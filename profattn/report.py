@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from profattn.analysis import Verdict, verdict, winners
+from profattn.analysis import Verdict, kernel_stem, verdict, winners
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase
 
@@ -125,7 +125,9 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "latency_us": t.median_us if t else None,
             "gpu_time": fmt_us(c.trace.gpu_time_per_call_us) if c.trace else "–",
             "tokens_per_s": fmt_count(c.tokens_per_s),
-            "peak_mem": fmt_bytes(c.peak_mem_bytes) if t else "–",
+            "peak_mem": (fmt_bytes(c.peak_mem_over_inputs_bytes + c.workload.input_bytes)
+                         if c.peak_mem_over_inputs_bytes is not None else ("n/a" if t else "–")),
+            "peak_mem_device": fmt_bytes(c.peak_mem_bytes) if c.peak_mem_bytes is not None else "",
             "tflops": fmt_flops_rate(c.achieved_tflops, mm),
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy),
             "out_err": f"{corr.out_rel_err:.1e}" if corr else "–",
@@ -190,20 +192,21 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
     for c in run.cells:
         if c.counters is None:
             continue
-        traced = {k.name: k for k in (c.trace.kernels if c.trace else ())}
+        traced: dict[str, list] = {}
+        for t in (c.trace.kernels if c.trace else ()):
+            traced.setdefault(kernel_stem(t.name), []).append(t)
         for k in c.counters.kernels:
-            t = traced.get(k.name) or next((v for n, v in traced.items() if n[:60] == k.name[:60]), None)
-            if t is None:  # ncu and Kineto demangle templates differently: match on the leading name
-                stem = k.name.split("<")[0].split("(")[0].strip()
-                t = next((v for n, v in traced.items() if n.split("<")[0].split("(")[0].strip() == stem and v.grid == k.grid), None)
-            agree = None if t is None else (t.grid == k.grid and t.block == k.block
-                                            and (t.registers_per_thread is None or t.registers_per_thread == k.registers_per_thread))
+            same = traced.get(kernel_stem(k.name), [])
+            shapes = {sh for t in same for sh in (t.shapes or ((t.grid, t.block),))}
+            agree = None if not same else (k.grid, k.block) in shapes
+            t = next((x for x in same if (k.grid, k.block) in (x.shapes or ((x.grid, x.block),))), same[0] if same else None)
             rows.append({
                 "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
                 "ncu_grid": _shape(k.grid), "ncu_block": _shape(k.block),
                 "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
                 "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
-                "trace_grid": _shape(t.grid) if t else "not in trace", "trace_block": _shape(t.block) if t else "",
+                "trace_grid": (_shape(k.grid) if agree else _shape(t.grid)) if t else "not in trace",
+                "trace_block": (_shape(k.block) if agree else _shape(t.block)) if t else "",
                 "agree": agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
                 "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
                 "waves": "n/a" if k.waves_per_sm is None else f"{k.waves_per_sm:.2f}",

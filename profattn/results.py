@@ -92,6 +92,7 @@ class KernelLaunch:
     ctas: int | None
     blocks_per_sm: float | None
     est_occupancy_pct: float | None
+    shapes: tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...] = ()  #: distinct (grid, block) launched
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,9 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
     trace = d.get("trace")
     if trace is not None:
         kernels = tuple(
-            KernelLaunch(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block"))}) for k in trace["kernels"]
+            KernelLaunch(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block")),
+                            "shapes": tuple((_tuple3(g), _tuple3(b)) for g, b in k.get("shapes", ()))})
+            for k in trace["kernels"]
         )
         trace = TraceSummary(**{**trace, "kernels": kernels, "ops": tuple(trace.get("ops", ()))})
     counters = d.get("counters")

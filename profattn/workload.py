@@ -371,6 +371,13 @@ class Workload:
         return self.flops / self.requested_bytes
 
     @property
+    def input_bytes(self) -> int:
+        """Bytes of the call's own inputs: Q, K, V (plus dO for train); a paged pool holds as many K/V bytes."""
+        q = self.batch * self.num_q_heads * self.q_len * self.head_dim * self.itemsize
+        kv = 2 * self.batch * self.num_kv_heads * self.kv_len * self.head_dim * self.itemsize
+        return q + kv + (q if self.phase is Phase.TRAIN else 0)
+
+    @property
     def tokens_per_call(self) -> int:
         """Tokens one call processes: ``B · Lq`` (decode: ``B`` new tokens per step)."""
         return self.batch * self.q_len

@@ -98,7 +98,7 @@ def test_committed_h200_run_evidence_from_real_traces():
         pytest.skip("no committed H200 example")
     r = reattach_traces(read_results(example), example)
     cells = {c.cell_id: c for c in r.cells}
-    flash = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.sdpa-flash"].trace
+    flash = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal_paged16.sdpa-flash"].trace
     assert flash.calls == 3 and flash.kernels_per_call == 2 and flash.family_ok
     split = next(k for k in flash.kernels if "flash_fwd_splitkv_kernel" in k.name)
     assert split.grid == (1, 7, 32) and split.block == (128, 1, 1)
@@ -109,8 +109,38 @@ def test_committed_h200_run_evidence_from_real_traces():
     cudnn_train = cells["train_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal.sdpa-cudnn"].trace
     assert any("bprop" in k.name for k in cudnn_train.kernels) and cudnn_train.family_ok
     # compiled Flex kernels sit under Inductor's nested range and are still the cell's
-    flex = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.flex"].trace
+    flex = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal_paged16.flex"].trace
     assert flex.family_ok and any(k.name.startswith("triton_tem_fused") for k in flex.kernels)
     # the math path materializes K/V at Hq heads and runs a softmax kernel: dense family, many kernels
-    math_ = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal.sdpa-math"].trace
+    math_ = cells["decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal_paged16.sdpa-math"].trace
     assert math_.family_ok and math_.kernels_per_call > 5
+
+
+def test_committed_h200_run_counters_and_paged_kernel():
+    """The committed H200 run: measured bytes, our kernel's launch shape, and the ncu/trace agreement."""
+    from pathlib import Path
+
+    import pytest
+
+    from profattn.analysis import byte_ledger
+    from profattn.report import counter_kernel_rows
+    from profattn.results import read_results
+    from profattn.session import reattach_traces
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    if not (example / "results.json").exists():
+        pytest.skip("no committed H200 example")
+    r = reattach_traces(read_results(example), example)
+    assert r.counters_info.status == "measured" and r.counters_info.cache_control == "all"
+    cells = {c.cell_id: c for c in r.cells}
+    tag = "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal_paged16"
+    ours = cells[f"{tag}.triton-paged-decode"]
+    split = next(k for k in ours.trace.kernels if "_paged_decode_split_kernel" in k.name)
+    assert split.grid == (8, 4, 16) and split.ctas == 512  # (sequence, KV head, split): 16 splits of 512 tokens
+    assert ours.trace.family_ok and ours.correctness.passed
+    # GQA reuse is real: DRAM bytes within 5% of the unique K/V bytes, unlike the math path
+    assert byte_ledger(ours).dram_ratio < 1.05
+    math_ = byte_ledger(cells[f"{tag}.sdpa-math"])
+    assert math_.redundant and math_.dram_ratio > 20
+    # every ncu kernel's launch shape is found in the Kineto trace of the same cell
+    assert all(row["agree"] for row in counter_kernel_rows(r))

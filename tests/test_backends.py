@@ -88,7 +88,8 @@ def test_cuda_only_backends_unsupported_on_cpu_with_reason(cpu):
 
 def test_registry_names_and_unknown():
     names = [b.name for b in all_backends()]
-    assert names[:6] == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "eager", "flex"]
+    assert names == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "eager", "flex",
+                     "triton-paged-decode", "torch-paged-reference", "flex-paged-decode"]
     with pytest.raises(UnknownNameError, match="valid: sdpa-math"):
         get_backend("flashinfer")
 
@@ -108,3 +109,21 @@ def test_rejection_reason_keeps_only_the_pinned_kernels_reason():
         "Memory efficient kernel not used because: For dense input, both fused kernels require query, key and value "
         "to have the same num_heads."
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [dict(kv_len_dist="ragged", kv_len_seed=2), dict(shared_prefix_len=32)])
+def test_flex_paged_decode_matches_reference(cpu, extra):
+    """FlexAttention over the physical pool: the block table as a mask, ragged lengths and shared pages."""
+    from profattn.harness.inputs import make_inputs, reference, rel_err
+
+    w = Workload(phase="decode", batch=3, q_len=1, kv_len=96, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                 dtype="float32", kv_layout="paged", page_size=16, **extra)
+    inputs = make_inputs(w, cpu, seed=3)
+    try:
+        call = get_backend("flex-paged-decode").prepare(w, cpu).bound(inputs)
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+    assert rel_err(call(), reference(w, inputs).out) < 1e-5
+    with pytest.raises(Unsupported, match="paged"):
+        get_backend("flex-paged-decode").prepare(w.with_(kv_layout="dense", page_size=None, kv_len_dist="uniform", shared_prefix_len=0), cpu)

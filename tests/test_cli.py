@@ -31,7 +31,7 @@ def test_profile_end_to_end(small_run: Path):
     assert (small_run / "report.html").stat().st_size > 1_000_000  # plotly.js inline
     run = read_results(small_run)
     assert run.preset == "small" and run.environment.device == "cpu"
-    assert len(run.cells) == 5 * 8
+    assert len(run.cells) == 5 * 9
     assert all(c.status in (CellStatus.OK, CellStatus.INCORRECT, CellStatus.UNSUPPORTED, CellStatus.ERROR) for c in run.cells)
     for c in run.cells:
         if c.backend in ("eager", "sdpa-math"):

@@ -11,7 +11,7 @@ import torch
 
 from profattn.backends.base import Backend, BackendInfo, KernelFamily, Prepared, Unsupported
 from profattn.backends.eager import EagerBackend
-from profattn.backends.flex import FlexBackend
+from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.sdpa import SDPA_BACKENDS
 from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecode
 from profattn.errors import UnknownNameError
@@ -78,5 +78,5 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     return out
 
 
-for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference()):
+for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference(), FlexPagedDecode()):
     register(_b)

@@ -84,3 +84,77 @@ class FlexBackend:
             raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
         notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
         return Prepared(forward=forward, notes=notes)
+
+
+class FlexPagedDecode:
+    """``flex-paged-decode``: FlexAttention over the physical page pool, the block table turned into a mask.
+
+    The pool is one long KV sequence ``[1, Hkv, num_pages·page_size, d]`` (a strided view of the NHD pages,
+    no copy); the batch's new tokens are the query rows ``[1, Hq, B, d]`` (query row ``b`` = sequence ``b``).
+    ``mask_mod`` keeps physical slot ``j`` for query ``b`` when page ``j // page_size`` belongs to sequence
+    ``b`` (a ``[B, num_pages]`` table of logical page numbers built from the block table, ``-1`` elsewhere;
+    shared prefix pages belong to every sequence that maps them) and the slot lies before ``seq_lens[b]``.
+    The block mask is built once in ``bind`` (outside timing). Each K/V block is loaded once for all query
+    rows — the pool is read once — at the price of B× the QK/PV arithmetic on masked entries.
+    """
+
+    name = "flex-paged-decode"
+    family = FLEX
+    description = "FlexAttention over the physical page pool, with a mask_mod built from the block table"
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        from profattn.workload import KVLayout, Phase
+
+        if workload.phase is not Phase.DECODE or workload.q_len != 1:
+            return "a decode path: needs phase decode with q_len 1"
+        if workload.kv_layout is not KVLayout.PAGED:
+            return "reads a paged KV cache; this workload's layout is dense"
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - torch < 2.5
+            return f"FlexAttention is not in this torch ({exc})"
+        return None
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        compiled = _compiled_flex()
+        page = workload.page_size
+        gqa = workload.is_gqa
+
+        def bind(inputs):  # noqa: ANN001 - AttentionInputs
+            cache = inputs.paged
+            b, hq = inputs.q.shape[0], inputs.q.shape[1]
+            pool_tokens = cache.num_pages * page
+            # [B, num_pages]: logical page index of each physical page for each sequence, -1 if unmapped
+            owner = torch.full((b, cache.num_pages), -1, dtype=torch.int32, device=inputs.q.device)
+            table = cache.block_table.long()
+            for s in range(b):
+                n = -(-int(cache.seq_lens[s]) // page)
+                owner[s, table[s, :n]] = torch.arange(n, dtype=torch.int32, device=owner.device)
+            lens = cache.seq_lens
+
+            def mask_mod(bb, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
+                lp = owner[q_idx, kv_idx // page]
+                return (lp >= 0) & (lp * page + kv_idx % page < lens[q_idx])
+
+            block_mask = create_block_mask(mask_mod, 1, None, b, pool_tokens, device=str(inputs.q.device))
+            q = inputs.q[:, :, 0, :].unsqueeze(0).transpose(1, 2)  # [1, Hq, B, d]
+            k = cache.k_pages.view(pool_tokens, cache.num_kv_heads, cache.head_dim).transpose(0, 1).unsqueeze(0)
+            v = cache.v_pages.view(pool_tokens, cache.num_kv_heads, cache.head_dim).transpose(0, 1).unsqueeze(0)
+
+            def call() -> torch.Tensor:
+                out = compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa)  # [1, Hq, B, d]
+                return out[0].transpose(0, 1).unsqueeze(2)  # [B, Hq, 1, d]
+
+            return call
+
+        return Prepared(forward=_dense_not_supported, bind=bind,
+                        notes=("FlexAttention on the physical page pool; mask from the block table",))
+
+
+def _dense_not_supported(q, k, v):  # noqa: ANN001
+    raise Unsupported("this backend reads the paged cache (bind), not dense K/V")

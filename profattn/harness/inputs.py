@@ -53,8 +53,12 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
             v[1:, :, :p] = v[:1, :, :p]
         # Each sequence gets its own physical pages in a shuffled order (a long-running server's free
         # list), never one shared arange table that lets the whole batch hit the same lines.
+        # Unused slots (the tail of each last page) hold a large finite poison, as a server's pool holds
+        # stale tokens: a kernel that forgets the length mask gets a visibly wrong answer, while one that
+        # loads whole blocks and masks scores (FlexAttention) stays correct. Unit tests use NaN instead.
         paged = PagedKVCache.from_dense(k, v, page_size=workload.page_size, seq_lens=list(workload.kv_lens),
-                                        shared_prefix_len=p, generator=torch.Generator().manual_seed(seed + 1))
+                                        shared_prefix_len=p, generator=torch.Generator().manual_seed(seed + 1),
+                                        fill=1e4)
     if train:
         for t in (q, k, v):
             t.requires_grad_(True)

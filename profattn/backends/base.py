@@ -133,3 +133,23 @@ class BackendInfo:
     available: bool
     reason: str = ""
     extras: dict[str, str] = field(default_factory=dict)
+
+
+def paged_decode_reason(workload: Workload) -> str | None:
+    """Why a paged-decode backend cannot run ``workload`` (None if it can): decode, one query, paged layout."""
+    from profattn.workload import KVLayout, Phase
+
+    if workload.phase is not Phase.DECODE or workload.q_len != 1:
+        return "a decode path: needs phase decode with q_len 1"
+    if workload.kv_layout is not KVLayout.PAGED:
+        return "reads a paged KV cache; this workload's layout is dense"
+    return None
+
+
+def paged_only_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The ``forward`` of backends that read the paged cache through ``bind``: dense K/V are refused.
+
+    Raises:
+        Unsupported: always.
+    """
+    raise Unsupported("this backend reads the paged cache (bind), not dense K/V")

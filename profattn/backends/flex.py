@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import torch
 
-from profattn.backends.base import Prepared, Unsupported
+from profattn.backends.base import Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.families import FLEX
 from profattn.backends.masks import causal_mask_mod
 from profattn.workload import Mask, Workload
 
 _COMPILED = None
+
+
+def _flex_missing() -> str | None:
+    """Why FlexAttention cannot be imported here, or None."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - torch < 2.5
+        return f"FlexAttention is not in this torch ({exc})"
+    return None
 
 
 def _compiled_flex():
@@ -44,11 +53,7 @@ class FlexBackend:
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         if workload.is_ragged:
             return "ragged KV lengths on the dense layout are not modelled for FlexAttention; see flex-paged-decode"
-        try:
-            import torch.nn.attention.flex_attention  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - torch < 2.5
-            return f"FlexAttention is not in this torch ({exc})"
-        return None
+        return _flex_missing()
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
@@ -103,17 +108,7 @@ class FlexPagedDecode:
     description = "FlexAttention over the physical page pool, with a mask_mod built from the block table"
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        from profattn.workload import KVLayout, Phase
-
-        if workload.phase is not Phase.DECODE or workload.q_len != 1:
-            return "a decode path: needs phase decode with q_len 1"
-        if workload.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
-        try:
-            import torch.nn.attention.flex_attention  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - torch < 2.5
-            return f"FlexAttention is not in this torch ({exc})"
-        return None
+        return paged_decode_reason(workload) or _flex_missing()
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
@@ -127,7 +122,7 @@ class FlexPagedDecode:
 
         def bind(inputs):  # noqa: ANN001 - AttentionInputs
             cache = inputs.paged
-            b, hq = inputs.q.shape[0], inputs.q.shape[1]
+            b = inputs.q.shape[0]
             pool_tokens = cache.num_pages * page
             # [B, num_pages]: logical page index of each physical page for each sequence, -1 if unmapped
             owner = torch.full((b, cache.num_pages), -1, dtype=torch.int32, device=inputs.q.device)
@@ -152,9 +147,5 @@ class FlexPagedDecode:
 
             return call
 
-        return Prepared(forward=_dense_not_supported, bind=bind,
+        return Prepared(forward=paged_only_forward, bind=bind,
                         notes=("FlexAttention on the physical page pool; mask from the block table",))
-
-
-def _dense_not_supported(q, k, v):  # noqa: ANN001
-    raise Unsupported("this backend reads the paged cache (bind), not dense K/V")

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from profattn.backends.base import AttentionInputs, Prepared, Unsupported
+from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.families import TRITON
-from profattn.workload import KVLayout, Phase, Workload
+from profattn.workload import Workload
 
 # Defaults chosen on the H200 by ``benchmarks/decode_paged.py --tune`` (NOTES.md has the table):
 #: Tokens per inner-loop tile (one tl.dot of ``[16, d] × [d, BLOCK_N]``).
@@ -271,10 +271,9 @@ class TritonPagedDecode:
     description = "ours: Triton split-KV flash-decoding over the paged cache, one program per (seq, KV head, split) for the whole GQA group"
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        if workload.phase is not Phase.DECODE or workload.q_len != 1:
-            return "a decode kernel: needs phase decode with q_len 1"
-        if workload.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
+        reason = paged_decode_reason(workload)
+        if reason:
+            return reason
         d = workload.head_dim
         if d < 16 or d & (d - 1):
             return f"head_dim {d} is not a power of two >= 16"
@@ -299,14 +298,10 @@ class TritonPagedDecode:
 
             return call
 
-        return Prepared(forward=_no_dense_forward, bind=bind, notes=(
+        return Prepared(forward=paged_only_forward, bind=bind, notes=(
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages)",
         ))
-
-
-def _no_dense_forward(q, k, v):  # noqa: ANN001
-    raise Unsupported("this backend reads the paged cache (bind), not dense K/V")
 
 
 class TorchPagedReference:
@@ -327,11 +322,7 @@ class TorchPagedReference:
         return PAGED_GATHER
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        if workload.phase is not Phase.DECODE or workload.q_len != 1:
-            return "a decode path: needs phase decode with q_len 1"
-        if workload.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
-        return None
+        return paged_decode_reason(workload)
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
@@ -362,5 +353,5 @@ class TorchPagedReference:
 
             return call
 
-        return Prepared(forward=_no_dense_forward, bind=bind,
+        return Prepared(forward=paged_only_forward, bind=bind,
                         notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else ""),))

@@ -6,7 +6,6 @@ import csv
 import functools
 import io
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from profattn.counters import (
     counters_by_range,
     parse_ncu_csv,
 )
+from conftest import shared_dir
 from profattn.errors import ProfattnError
 
 # ----------------------------------------------------------------------------------------------------
@@ -33,15 +33,9 @@ from profattn.errors import ProfattnError
 
 
 def _ncu_dir() -> Path | None:
-    """``../shared/fixtures/ncu`` beside the project root, else ``$PROFATTN_SHARED/fixtures/ncu``."""
-    candidates = [Path(__file__).resolve().parents[1].parent / "shared"]
-    if os.environ.get("PROFATTN_SHARED"):
-        candidates.insert(0, Path(os.environ["PROFATTN_SHARED"]))
-    for shared in candidates:
-        ncu = shared / "fixtures" / "ncu"
-        if ncu.is_dir():
-            return ncu
-    return None
+    """``fixtures/ncu`` under the shared folder (``$PROFATTN_SHARED`` or ``../shared``), or None."""
+    d = shared_dir() / "fixtures" / "ncu"
+    return d if d.is_dir() else None
 
 
 NCU = _ncu_dir()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import shared_dir
 from profattn.errors import ProfattnError, TraceError
 from profattn.trace import (
     KERNEL_COLUMNS,
@@ -31,15 +31,9 @@ from profattn.trace import (
 
 
 def _traces_dir() -> Path | None:
-    """``../shared/fixtures/traces`` from the project root, else ``$PROFATTN_SHARED/fixtures/traces``."""
-    candidates = [Path(__file__).resolve().parents[1].parent / "shared"]
-    if os.environ.get("PROFATTN_SHARED"):
-        candidates.append(Path(os.environ["PROFATTN_SHARED"]))
-    for shared in candidates:
-        traces = shared / "fixtures" / "traces"
-        if traces.is_dir():
-            return traces
-    return None
+    """``fixtures/traces`` under the shared folder (``$PROFATTN_SHARED`` or ``../shared``), or None."""
+    d = shared_dir() / "fixtures" / "traces"
+    return d if d.is_dir() else None
 
 
 TRACES = _traces_dir()

@@ -92,3 +92,45 @@ def test_cuda_requested_without_cuda():
         pytest.skip("has CUDA")
     proc = subprocess.run([sys.executable, "-m", "profattn.cli", "profile", "--device", "cuda"], capture_output=True, text=True)
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+def test_sweep_decode_on_cpu(tmp_path: Path):
+    from profattn.report import chart_figures, crossover_rows
+
+    out = tmp_path / "sweep"
+    res = invoke("sweep", "decode", "--device", "cpu", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert run.preset == "decode-sweep-small" and len(run.cells) == 10 * 4
+    rows = crossover_rows(run)
+    assert [(r["batch"], r["page_size"]) for r in rows] == [(1, 16), (1, 64), (4, 16), (4, 64)]
+    assert {c["id"] for c in chart_figures(run)} >= {"decode-latency", "decode-bandwidth", "page-size"}
+    ragged = [c for c in run.cells if c.workload.is_ragged]
+    assert {c.backend: c.status for c in ragged}["torch-paged-reference"] == CellStatus.OK
+    assert {c.backend: c.status for c in ragged}["sdpa-flash"] == CellStatus.UNSUPPORTED
+
+
+def test_counters_refused_for_cpu_runs(small_run: Path):
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "counters", str(small_run)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "CPU run" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "profile", "--device", "cpu", "--counters", "--out", str(small_run.parent / "x")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--counters needs a CUDA device" in proc.stderr
+    assert read_results(small_run).counters_info.status == "unavailable"
+
+
+def test_out_dir_guards(tmp_path: Path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for args, message in (
+        (["profile", "--device", "cpu", "--out", str(foreign)], "holds no profattn run"),
+        (["profile", "--device", "cpu", "--out", str(foreign / "notes.txt")], "is a file"),
+        (["profile", "--device", "cpu", "--out", "/proc/profattn-x"], "cannot write"),
+        (["profile", "--device", "cpu", "--seed", str(2**70)], "Invalid value for '--seed'"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", "profattn.cli", *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "profile" in proc.stdout

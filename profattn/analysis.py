@@ -279,9 +279,12 @@ def _explain(row_cell_w: CellResult | None, row_cell_t: CellResult | None, train
         gpu = c.trace.gpu_time_per_call_us if c.trace else None
         lat = c.latency_us
         if gpu is not None and lat and gpu < 0.6 * lat:
+            where = ("launch latency and the gaps between its kernels, which graph replay does not remove"
+                     if c.graph_timing is not None else
+                     "host-side dispatch and launch gaps (a CUDA graph would hide most of it)")
             reasons.append(
                 f"{c.backend} is launch-bound here: its kernels run {_fmt_us(gpu)} of the {_fmt_us(lat)} median latency; "
-                f"the other {_fmt_us(lat - gpu)} is host-side dispatch and launch gaps (a CUDA graph would hide most of it)."
+                f"the other {_fmt_us(lat - gpu)} is {where}."
             )
     kpc = [(c.backend, ev[c.backend].kernels_per_call) for c in cells if ev[c.backend].kernels_per_call is not None]
     if kpc and any(k for _, k in kpc):

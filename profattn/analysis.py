@@ -301,7 +301,8 @@ def within_noise(a: CellResult, b: CellResult) -> bool:
     return (tb.median_us - ta.median_us) / ta.median_us < 0.02 or ta.p90_us >= tb.median_us
 
 
-def _runner_up(run: RunResult, tag: str, winner: CellResult | None) -> CellResult | None:
+def runner_up(run: RunResult, tag: str, winner: CellResult | None) -> CellResult | None:
+    """The fastest eligible cell of workload ``tag`` other than ``winner``, or None."""
     ranked = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and (winner is None or c.backend != winner.backend)),
                     key=lambda c: c.latency_us)
     return ranked[0] if ranked else None
@@ -334,7 +335,7 @@ def verdict(run: RunResult) -> Verdict:
         label = _label(w)
         cells_here = [c for c in run.cells if c.workload.tag == tag]
         t_here = next((c for c in cells_here if tw is not None and c.backend == tw.backend), None)
-        second = _runner_up(run, tag, cw)
+        second = runner_up(run, tag, cw)
         noise = f" — within noise of {second.backend} ({_fmt_us(second.latency_us)})" if cw and second and within_noise(cw, second) else ""
         margin = f", {second.latency_us / cw.latency_us:.2f}× ahead of {second.backend}" if cw and second and not noise else ""
         stays: bool | None = None

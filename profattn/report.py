@@ -215,27 +215,32 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
 
 
 def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
-    """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len and
-    the kv_len where it changes (the report never rests on one context length)."""
-    from profattn.analysis import winners
+    """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len (with the
+    runner-up when the two are within noise) and the kv_len where the winner changes."""
+    from profattn.analysis import runner_up, winners, within_noise
 
     win = winners(run)
-    series: dict[tuple[int, int], list[tuple[int, str | None, float | None]]] = {}
+    series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, str | None]]] = {}
     for c in run.cells:
         w = c.workload
         if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len:
             continue
-        key = (w.batch, w.page_size or 0)
-        entry = (w.kv_len, win[w.tag].backend if win.get(w.tag) else None, win[w.tag].latency_us if win.get(w.tag) else None)
-        if entry not in series.setdefault(key, []):
-            series[key].append(entry)
+        best = win.get(w.tag)
+        second = runner_up(run, w.tag, best) if best else None
+        tie = second.backend if best and second and within_noise(best, second) else None
+        series.setdefault((w.batch, w.page_size or 0), {})[w.kv_len] = (
+            best.backend if best else None, best.latency_us if best else None, tie)
     rows = []
-    for (batch, page), pts in sorted(series.items()):
-        pts.sort()
-        changes = [f"{a[1]} → {b[1]} between kv {a[0]} and {b[0]}" for a, b in zip(pts, pts[1:]) if a[1] != b[1]]
+    for (batch, page), by_kv in sorted(series.items()):
+        pts = sorted(by_kv.items())
+        changes = []
+        for (kv_a, (a, _, tie_a)), (kv_b, (b, _, tie_b)) in zip(pts, pts[1:]):
+            if a != b:
+                changes.append(f"{a} → {b} between kv {kv_a} and {kv_b}" + (" (within noise)" if tie_a or tie_b else ""))
         rows.append({
             "batch": batch, "page_size": page or "dense",
-            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" ({fmt_us(t)})" if t else "") for kv, name, t in pts),
+            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" {fmt_us(t)}" if t else "") + (f" ≈ {tie}" if tie else "")
+                                 for kv, (name, t, tie) in pts),
             "crossovers": "; ".join(changes) if changes else "none: the same winner at every kv_len",
         })
     return rows

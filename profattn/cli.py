@@ -215,6 +215,26 @@ def counters(run_dir: Path) -> None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="HTML report to write.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the analysis as versioned JSON.")
+def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> None:
+    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls."""
+    from profattn.analyze import analyze_paths, write_html, write_json
+    from profattn.report import fmt_us
+
+    analysis = analyze_paths(paths)
+    for f in analysis.files:
+        gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
+        click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
+    for warning in analysis.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"report: {write_html(analysis, out_path)}")
+    if json_path is not None:
+        click.echo(f"json: {write_json(analysis, json_path)}")
+
+
+@main.command()
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 def backends(device_name: str | None) -> None:
     """List backends and whether they can run here (and why not)."""

@@ -1,0 +1,375 @@
+"""``profattn analyze``: attention calls, workloads and GPU time from real Kineto fixtures and small
+synthetic traces; the CLI's files and one-line errors; HTML escaping of trace strings."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import shared_dir
+
+from profattn.analyze import (
+    Analysis,
+    analysis_to_dict,
+    analyze_paths,
+    call_rows,
+    file_rows,
+    find_trace_files,
+    kernel_rows,
+    launch_rows,
+    op_rows,
+    render_html,
+    step_rows,
+    workload_rows,
+)
+from profattn.attention_calls import FileAnalysis, analyze_trace, attention_family
+from profattn.errors import ProfattnError
+from profattn.trace import load_trace
+from profattn.workload import Phase, Workload
+
+FLASH = "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
+MATH = "h200_sdpa_decode_math_gqa.pt.trace.json.gz"
+ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
+CPU_ONLY = "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+AMD = "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+OLD_SCHEMA = "hta_trace_file_list_inference_rank_1.json.gz"
+
+SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
+
+
+def fixture_path(name: str) -> Path:
+    """A shared trace fixture; skips the test when the shared fixtures are absent."""
+    path = shared_dir() / "fixtures" / "traces" / name
+    if not path.is_file():
+        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
+    return path
+
+
+@functools.cache
+def _analyzed(path: Path) -> FileAnalysis:
+    return analyze_trace(load_trace(path))
+
+
+def analyzed(name: str) -> FileAnalysis:
+    """The fixture's analysis (computed once per session; records are frozen)."""
+    return _analyzed(fixture_path(name))
+
+
+# ---- synthetic traces ----------------------------------------------------------------------------
+
+
+def cpu_op(name: str, ts: float, dur: float, *, dims: list | None = None, types: list | None = None,
+           concrete: list | None = None, ext: int | None = None, tid: int = 1) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    if dims is not None:
+        args["Input Dims"] = dims
+    if types is not None:
+        args["Input type"] = types
+    if concrete is not None:
+        args["Concrete Inputs"] = concrete
+    if ext is not None:
+        args["External id"] = ext
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def launch(ts: float, correlation: int, *, name: str = "cudaLaunchKernel", tid: int = 1) -> dict[str, Any]:
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": 2, "pid": 1, "tid": tid,
+            "args": {"correlation": correlation}}
+
+
+def kernel(name: str, ts: float, dur: float, correlation: int) -> dict[str, Any]:
+    """A GPU kernel of launch shape grid [4, 2, 1], block [128, 1, 1]."""
+    args = {"correlation": correlation, "device": 0, "stream": 7, "grid": [4, 2, 1], "block": [128, 1, 1],
+            "registers per thread": 96, "shared memory": 49152}
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7, "args": args}
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], **metadata: Any) -> Path:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU", "numSms": 100}], **metadata,
+           "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+BF16 = ["c10::BFloat16"] * 3
+
+
+def sdpa_call(ts: float, correlation: int, *, q: list[int], k: list[int], causal: bool | None, kernel_name: str,
+              backend_op: str = "aten::_scaled_dot_product_flash_attention") -> list[dict[str, Any]]:
+    """An SDPA front-door op, its nested backend op, and one kernel launched inside both; ``causal`` None:
+    no ``Concrete Inputs`` recorded."""
+    dims = [q, k, k, [], [], [], [], []]
+    outer = None if causal is None else ["", "", "", "", "0.", str(causal), "", "False"]
+    inner = None if causal is None else ["", "", "", "0.", str(causal), "False", ""]
+    return [
+        cpu_op("aten::scaled_dot_product_attention", ts, 100, dims=dims, types=BF16 + [""] * 5, concrete=outer),
+        cpu_op(backend_op, ts + 5, 90, dims=dims[:7], types=BF16 + [""] * 4, concrete=inner),
+        launch(ts + 20, correlation),
+        kernel(kernel_name, ts + 200, 30, correlation),
+    ]
+
+
+# ---- the real fixtures ---------------------------------------------------------------------------
+
+
+def test_flash_decode_fixture_three_gqa_calls_with_splitkv_kernels():
+    fa = analyzed(FLASH)
+    assert len(fa.calls) == 3 and fa.num_sms == 132 and fa.device_name == "NVIDIA H200"
+    for call in fa.calls:
+        s = call.shape
+        assert (s.batch, s.num_q_heads, s.num_kv_heads, s.q_len, s.kv_len, s.head_dim, s.dtype) == tuple(SEED_DECODE.values())
+        assert call.source == "op" and call.op_name == "aten::scaled_dot_product_attention"
+        assert call.backend == "flash" and call.backend_op == "aten::_scaled_dot_product_flash_attention"
+        assert call.phase is Phase.DECODE and call.direction == "forward"
+        assert call.causal is False and call.mask == "none"  # Concrete Inputs re-read: is_causal=False
+        assert call.range == "decode_FLASH_ATTENTION"
+        split, combine = call.kernels
+        assert "flash_fwd_splitkv_kernel" in split.name and split.grid == (1, 7, 32) and split.block == (128, 1, 1)
+        assert split.ctas == 224 and split.ctas_per_sm == pytest.approx(224 / 132)
+        assert split.registers_per_thread == 246 and split.shared_mem_bytes == 81920
+        assert "flash_fwd_splitkv_combine_kernel" in combine.name and combine.grid == (32, 1, 1)
+        assert call.kernel_families == ("flash",)
+        assert call.gpu_time_us == pytest.approx(split.dur_us + combine.dur_us)
+        assert call.workload == Workload(phase="decode", mask="none", **SEED_DECODE)
+        assert eval(call.workload_constructor, {"Workload": Workload}) == call.workload
+        assert "profattn profile runs presets" in call.profile_hint and call.workload_constructor in call.profile_hint
+    assert [c.index for c in fa.calls] == [0, 1, 2]
+    (row,) = workload_rows(fa)
+    assert (row["calls"], row["backend"], row["phase"], row["heads"], row["kernels_per_call"]) == (3, "flash", "decode", "16/4", 2)
+    rows = call_rows(fa)
+    assert rows[0]["kernels"][0]["grid"] == "[1, 7, 32]" and rows[0]["causal"] == "no"
+
+
+def test_flash_fixture_gpu_time_by_kernel_and_by_op():
+    fa = analyzed(FLASH)
+    by_kernel = kernel_rows(fa)
+    assert [r["count"] for r in by_kernel] == [3, 3] and "flash_fwd_splitkv_kernel" in by_kernel[0]["kernel"]
+    assert fa.kernels[0].total_us + fa.kernels[1].total_us == pytest.approx(fa.gpu_time_us)
+    (op,) = fa.ops
+    assert (op.name, op.op_calls, op.kernels) == ("aten::scaled_dot_product_attention", 3, 6)
+    assert op.total_us == pytest.approx(fa.gpu_time_us)
+    assert {r["grid"] for r in launch_rows(fa)} == {"[1, 7, 32]", "[32, 1, 1]"}
+
+
+def test_math_fixture_three_calls_dispatched_to_math_with_many_kernels():
+    fa = analyzed(MATH)
+    assert len(fa.calls) == 3
+    for call in fa.calls:
+        assert call.backend == "math" and call.backend_op == "aten::_scaled_dot_product_attention_math"
+        assert call.phase is Phase.DECODE and call.shape.num_kv_heads == 4
+        assert len(call.kernels) == 16 and call.kernel_families == ()  # GEMV, softmax, copies: no fused kernel
+        assert any("softmax" in k.name.lower() for k in call.kernels)
+    assert sum(len(c.kernels) for c in fa.calls) == fa.kernel_count == 48
+
+
+def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_note():
+    fa = analyzed(CPU_ONLY)
+    assert fa.calls == () and not fa.has_gpu_kernels and fa.rank == 34 and fa.label == "rank 34"
+    assert any("no GPU kernels" in n for n in fa.notes)
+    assert kernel_rows(fa) == [] and op_rows(fa) == []
+    assert [r["step"] for r in step_rows(fa)] == ["ProfilerStep#551"]
+    html = render_html(Analysis((fa,)))
+    assert "no GPU kernels" in html
+
+
+def test_amd_fixture_launch_shapes_are_na():
+    fa = analyzed(AMD)
+    assert fa.calls == () and fa.kernel_count == 14
+    assert {(r["grid"], r["block"], r["ctas"]) for r in launch_rows(fa)} == {("n/a", "n/a", "n/a")}
+    assert any("grid/block" in n for n in fa.notes)
+    steps = {s.name: s for s in fa.steps}
+    assert steps["ProfilerStep#1"].kernels == 14 and steps["ProfilerStep#2"].kernels == 0
+    assert "AMD" in (fa.device_name or "")
+    render_html(Analysis((fa,)))
+
+
+@pytest.mark.parametrize("name", [OLD_SCHEMA, ALEXNET])
+def test_old_schema_and_alexnet_analyzed_without_attention_calls(name: str):
+    fa = analyzed(name)
+    assert fa.calls == () and fa.has_gpu_kernels
+    assert sum(k.count for k in fa.kernels) == fa.kernel_count
+    assert sum(o.kernels for o in fa.ops) == fa.kernel_count  # every kernel charged somewhere
+    # cuDNN convolution kernels are not attention, though profattn's cuDNN family pattern says "cudnn".
+    assert all(k.family is None for k in fa.kernels)
+    render_html(Analysis((fa,)))
+
+
+def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warning(tmp_path: Path):
+    source = fixture_path(OLD_SCHEMA)
+    (tmp_path / "worker0").mkdir()
+    shutil.copy(source, tmp_path / "worker0" / "a.pt.trace.json.gz")
+    shutil.copy(source, tmp_path / "b.pt.trace.json.gz")
+    (tmp_path / "notes.txt").write_text("not a trace")
+    analysis = analyze_paths([tmp_path])
+    assert [Path(f.path).name for f in analysis.files] == ["b.pt.trace.json.gz", "a.pt.trace.json.gz"]
+    assert [r["label"] for r in file_rows(analysis)] == ["rank 1", "rank 1"]
+    (warning,) = analysis.warnings
+    assert "rank 1" in warning and "a.pt.trace.json.gz" in warning and "b.pt.trace.json.gz" in warning
+    assert render_html(analysis).count('<section id="file-') == 2
+
+
+def test_files_without_rank_are_labelled_by_name_and_not_warned(tmp_path: Path):
+    for name in ("x.json.gz", "y.json.gz"):
+        shutil.copy(fixture_path(FLASH), tmp_path / name)
+    analysis = analyze_paths([tmp_path / "x.json.gz", tmp_path / "y.json.gz", tmp_path / "x.json.gz"])
+    assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.warnings == ()
+
+
+def test_missing_path_and_empty_directory_are_errors(tmp_path: Path):
+    with pytest.raises(ProfattnError, match="nope.json"):
+        find_trace_files([tmp_path / "nope.json"])
+    with pytest.raises(ProfattnError, match="no trace files"):
+        find_trace_files([tmp_path])
+
+
+# ---- synthetic traces: regimes, masks, CUDA graphs -----------------------------------------------
+
+
+def test_train_forward_and_backward_calls(tmp_path: Path):
+    q = [2, 8, 256, 64]
+    k = [2, 2, 256, 64]
+    events = sdpa_call(1000, 1, q=q, k=k, causal=True, kernel_name="void pytorch_flash::flash_fwd_kernel<>")
+    events += [
+        cpu_op("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0", 2000, 300, tid=2),
+        cpu_op("aten::_scaled_dot_product_flash_attention_backward", 2010, 200, tid=2,
+               dims=[q, q, k, k, q, [2, 8, 256]] + [[]] * 9, types=BF16 + ["c10::BFloat16"] * 3,
+               concrete=[""] * 11 + ["True"] + [""] * 3),
+        launch(2050, 2, tid=2),
+        kernel("void pytorch_flash::flash_bwd_dq_dk_dv_loop_kernel<>", 2400, 80, 2),
+        launch(2150, 3, tid=2),
+        kernel("void at::native::vectorized_elementwise_kernel<>", 2500, 5, 3),
+    ]
+    fa = analyze_trace(load_trace(write_trace(tmp_path / "train.json", events)))
+    fwd, bwd = fa.calls
+    assert (fwd.direction, fwd.phase, fwd.backend) == ("forward", Phase.TRAIN, "flash")
+    assert (fwd.causal, fwd.mask) == (True, "causal (top-left)")  # Lq == Lk: top-left and bottom-right agree
+    assert fwd.workload == Workload(phase="train", batch=2, q_len=256, kv_len=256, num_q_heads=8, num_kv_heads=2,
+                                    head_dim=64, dtype="bfloat16", mask="causal")
+    assert (bwd.direction, bwd.phase, bwd.backend) == ("backward", Phase.TRAIN, "flash")
+    assert bwd.op_name == "aten::_scaled_dot_product_flash_attention_backward" and bwd.causal is True
+    assert [kk.name for kk in bwd.kernels] == ["void pytorch_flash::flash_bwd_dq_dk_dv_loop_kernel<>",
+                                             "void at::native::vectorized_elementwise_kernel<>"]
+    assert bwd.shape == fwd.shape and bwd.kernels[0].ctas_per_sm == pytest.approx(8 / 100)
+    assert {o.name for o in fa.ops} == {"aten::scaled_dot_product_attention",
+                                        "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0"}
+
+
+def test_top_left_causal_with_unequal_lengths_gets_no_workload(tmp_path: Path):
+    events = sdpa_call(1000, 1, q=[1, 8, 16, 64], k=[1, 8, 1024, 64], causal=True, kernel_name="flash_fwd_kernel")
+    (call,) = analyze_trace(load_trace(write_trace(tmp_path / "tl.json", events))).calls
+    assert call.phase is Phase.DECODE and call.causal is True and call.workload is None
+    assert any("top-left" in n for n in call.notes) and "no profattn Workload" in call.profile_hint
+
+
+def test_causal_unknown_without_concrete_inputs(tmp_path: Path):
+    path = write_trace(tmp_path / "plain.json", sdpa_call(1000, 1, q=[4, 8, 512, 64], k=[4, 8, 512, 64], causal=None,
+                                                          kernel_name="fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
+                                                          backend_op="aten::_scaled_dot_product_efficient_attention"))
+    fa = analyze_trace(load_trace(path))
+    (call,) = fa.calls
+    assert call.backend == "efficient" and call.kernel_families == ("efficient",) and call.phase is Phase.PREFILL
+    assert call.causal is None and call.mask == "unknown" and call.workload is None
+    assert any("Concrete Inputs" in n for n in call.notes) and "no profattn Workload: mask unknown" in call.profile_hint
+    assert call_rows(fa)[0]["causal"] == "unknown"
+
+
+def test_concrete_inputs_read_back_from_a_gzipped_trace(tmp_path: Path):
+    events = sdpa_call(1000, 1, q=[4, 8, 512, 64], k=[4, 8, 512, 64], causal=True, kernel_name="flash_fwd_kernel")
+    plain = write_trace(tmp_path / "t.json", events)
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    (call,) = analyze_trace(load_trace(gz)).calls
+    assert call.causal is True and call.workload is not None and call.workload.mask.value == "causal"
+
+
+def test_cuda_graph_attention_kernels_become_a_kernel_only_call(tmp_path: Path):
+    events = [
+        cpu_op("CUDAGraph::replay", 1000, 50),
+        launch(1010, 9, name="cudaGraphLaunch"),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7", 1100, 20, 9),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7", 1130, 20, 9),
+        kernel("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", 1160, 20, 9),  # a convolution: not attention
+    ]
+    fa = analyze_trace(load_trace(write_trace(tmp_path / "graph.json", events)))
+    (call,) = fa.calls
+    assert call.source == "kernels" and call.graph_launched and call.backend == "cudnn" and len(call.kernels) == 2
+    assert call.shape is None and call.workload is None and call.phase is None
+    assert any("CUDA graph" in n for n in call.notes) and any("CUDA graphs" in n for n in fa.notes)
+    (op,) = fa.ops
+    assert (op.name, op.kernels, op.graph_kernels) == ("CUDAGraph::replay", 3, 3)
+
+
+def test_flex_attention_op_backend_flex_and_mask_unknown(tmp_path: Path):
+    events = [
+        cpu_op("flex_attention", 1000, 100, dims=[[2, 8, 128, 64], [2, 8, 128, 64], [2, 8, 128, 64], []],
+               types=["c10::Half"] * 3 + [""]),
+        launch(1010, 1),
+        kernel("triton_tem_fused_flex_attention_0", 1200, 40, 1),
+    ]
+    (call,) = analyze_trace(load_trace(write_trace(tmp_path / "flex.json", events))).calls
+    assert (call.backend, call.backend_op, call.kernel_families, call.phase) == ("flex", "flex_attention", ("flex",), Phase.PREFILL)
+    assert call.shape.dtype == "float16" and call.causal is None and call.workload is None
+    assert any("block mask" in n for n in call.notes)
+
+
+def test_attention_family_needs_an_attention_kernel_name():
+    assert attention_family("void pytorch_flash::flash_fwd_splitkv_kernel<>") == "flash"
+    assert attention_family("triton_tem_fused_flex_attention_0") == "flex"
+    assert attention_family("flashinfer::BatchDecodeWithPagedKVCacheKernel<>") == "flashinfer"
+    assert attention_family("triton_tem_fused_mm_0") is None
+    assert attention_family("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1") is None
+
+
+def test_trace_strings_are_escaped_in_html(tmp_path: Path):
+    evil = "<script>alert('k')</script>"
+    events = [cpu_op("aten::<b>op</b>", 1000, 50), launch(1010, 1), kernel(evil, 1100, 20, 1)]
+    analysis = analyze_paths([write_trace(tmp_path / "evil.json", events)])
+    html = render_html(analysis)
+    assert evil not in html and "<b>op</b>" not in html
+    assert "&lt;script&gt;alert(&#39;k&#39;)&lt;/script&gt;" in html and "aten::&lt;b&gt;op&lt;/b&gt;" in html
+    assert html.count("<script>") == 2  # plotly.js once, the chart loader once
+
+
+def test_json_document_is_versioned_and_finite():
+    analysis = Analysis((analyzed(FLASH), analyzed(AMD)))
+    doc = json.loads(json.dumps(analysis_to_dict(analysis), allow_nan=False))
+    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis", 1)
+    call = doc["files"][0]["attention_calls"][0]
+    assert call["workload"]["tag"] == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none"
+    assert call["kernels"][0]["grid"] == [1, 7, 32] and call["phase"] == "decode"
+    assert doc["files"][1]["launch_shapes"][0]["grid"] is None
+
+
+# ---- the CLI -------------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "profattn.cli", "analyze", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_writes_html_and_json(tmp_path: Path):
+    out, js = tmp_path / "r" / "report.html", tmp_path / "a.json"
+    res = _cli(str(fixture_path(FLASH)), "--out", str(out), "--json", str(js))
+    assert res.returncode == 0, res.stderr
+    assert "3 attention call(s)" in res.stdout
+    assert out.stat().st_size > 1_000_000  # plotly.js inline
+    assert json.loads(js.read_text())["files"][0]["attention_calls"][2]["backend"] == "flash"
+
+
+def test_cli_truncated_gzip_and_missing_path_exit_2(tmp_path: Path):
+    bad = tmp_path / "cut.pt.trace.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": []}' * 50)[:-12])
+    res = _cli(str(bad), "--out", str(tmp_path / "r.html"))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("profattn: error:") and "cut.pt.trace.json.gz" in res.stderr
+    assert not (tmp_path / "r.html").exists()
+    res = _cli(str(tmp_path / "missing"), "--out", str(tmp_path / "r.html"))
+    assert res.returncode == 2 and "missing" in res.stderr and res.stderr.count("\n") == 1

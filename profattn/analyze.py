@@ -24,7 +24,7 @@ import jinja2
 from profattn.analysis import kernel_stem
 from profattn.attention_calls import AttentionCall, CallKernel, FileAnalysis, analyze_trace
 from profattn.errors import ProfattnError
-from profattn.report import _plotly_js, _shape, fmt_bytes, fmt_us, templates_dir
+from profattn.report import _plotly_js, _shape, fmt_bytes, fmt_us, templates_dir, write_html_file
 from profattn.trace import load_trace
 
 __all__ = [
@@ -342,7 +342,4 @@ def render_html(analysis: Analysis, *, title: str = "profattn trace analysis") -
 
 def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
     """Render and write the report; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(analysis), encoding="utf-8")
-    return path
+    return write_html_file(render_html(analysis), path)

@@ -473,9 +473,14 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
     return _env().get_template("report.html.j2").render(**ctx)
 
 
-def write_report(run: RunResult, path: str | os.PathLike[str]) -> Path:
-    """Render and write the report; returns the path."""
+def write_html_file(html: str, path: str | os.PathLike[str]) -> Path:
+    """Write an HTML string to ``path`` (parents created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(run), encoding="utf-8")
+    path.write_text(html, encoding="utf-8")
     return path
+
+
+def write_report(run: RunResult, path: str | os.PathLike[str]) -> Path:
+    """Render and write the report; returns the path."""
+    return write_html_file(render_html(run), path)

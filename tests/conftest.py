@@ -10,6 +10,14 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# File names of the real traces in ``shared/fixtures/traces`` (see shared/README.md).
+FLASH = "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
+MATH = "h200_sdpa_decode_math_gqa.pt.trace.json.gz"
+ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
+CPU_ONLY = "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+AMD = "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+OLD_SCHEMA = "hta_trace_file_list_inference_rank_1.json.gz"
+
 
 def shared_dir() -> Path:
     """``../shared`` beside the repository, or ``$PROFATTN_SHARED``."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import shared_dir
+from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
 
 from profattn.analyze import (
     Analysis,
@@ -34,12 +34,6 @@ from profattn.errors import ProfattnError
 from profattn.trace import load_trace
 from profattn.workload import Phase, Workload
 
-FLASH = "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
-MATH = "h200_sdpa_decode_math_gqa.pt.trace.json.gz"
-ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
-CPU_ONLY = "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-AMD = "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-OLD_SCHEMA = "hta_trace_file_list_inference_rank_1.json.gz"
 
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_dir
+from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
 from profattn.errors import ProfattnError, TraceError
 from profattn.trace import (
     KERNEL_COLUMNS,
@@ -37,12 +37,6 @@ def _traces_dir() -> Path | None:
 
 
 TRACES = _traces_dir()
-FLASH = "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
-MATH = "h200_sdpa_decode_math_gqa.pt.trace.json.gz"
-ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
-CPU_ONLY = "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-AMD = "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-OLD_SCHEMA = "hta_trace_file_list_inference_rank_1.json.gz"
 TRITON = "hta_triton_example_triton_example.json.gz"
 
 SPLITKV = "flash_fwd_splitkv_kernel"

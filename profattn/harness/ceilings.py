@@ -15,19 +15,24 @@ def measure_ceilings(device: torch.device, *, copy_bytes: int = 2 << 30, n: int 
     """
     if device.type != "cuda":
         return None
-    src = torch.randn(copy_bytes // 2, device=device, dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    copy_us = time_cuda(lambda: dst.copy_(src), min_reps=20, target_ms=300).median_us
-    copy_gbps = 2 * copy_bytes / (copy_us * 1e-6) / 1e9
-    del src, dst
-    dt = getattr(torch, dtype)
-    a = torch.randn(n, n, device=device, dtype=dt)
-    b = torch.randn(n, n, device=device, dtype=dt)
-    mm_us = time_cuda(lambda: torch.matmul(a, b), min_reps=50, target_ms=500).median_us
-    tflops = 2 * n**3 / (mm_us * 1e-6) / 1e12
-    del a, b
+    copy_gbps = _copy_gbps(device, copy_bytes)
+    tflops = _matmul_tflops(device, n, getattr(torch, dtype))
     torch.cuda.empty_cache()
     return Ceilings(
         copy_gbps=copy_gbps, copy_bytes=copy_bytes, matmul_tflops=tflops, matmul_n=n, dtype=dtype,
         method="harness.timing.time_cuda median; copy counts read + write bytes; GEMM 2n^3 FLOPs; random data",
     )
+
+
+def _copy_gbps(device: torch.device, copy_bytes: int) -> float:
+    src = torch.randn(copy_bytes // 2, device=device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    copy_us = time_cuda(lambda: dst.copy_(src), min_reps=20, target_ms=300).median_us
+    return 2 * copy_bytes / (copy_us * 1e-6) / 1e9
+
+
+def _matmul_tflops(device: torch.device, n: int, dtype: torch.dtype) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    mm_us = time_cuda(lambda: torch.matmul(a, b), min_reps=50, target_ms=500).median_us
+    return 2 * n**3 / (mm_us * 1e-6) / 1e12

@@ -396,10 +396,6 @@ REDUNDANT_DRAM_RATIO = 1.2
 L2_REREAD_RATIO = 1.5
 
 
-def _nan_to_none(v: object) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
-
-
 def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
     """Sum one cell's ncu kernel rows (``profattn.counters`` columns) into a :class:`CounterSummary`."""
     if not len(kernels):
@@ -410,14 +406,14 @@ def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
         CounterKernel(
             name=str(r["name"]), grid=r["grid"], block=r["block"],
             registers_per_thread=_opt_int(r.get("registers_per_thread")),
-            shared_mem_dynamic_bytes=_nan_to_none(r.get("shared_mem_dynamic_bytes")),
-            shared_mem_static_bytes=_nan_to_none(r.get("shared_mem_static_bytes")),
-            waves_per_sm=_nan_to_none(r.get("waves_per_sm")),
-            dram_read_bytes=_nan_to_none(r.get("dram_read_bytes")),
-            dram_write_bytes=_nan_to_none(r.get("dram_write_bytes")),
-            l2_to_sm_read_bytes=_nan_to_none(r.get("l2_to_sm_read_bytes")),
-            l1_global_load_bytes=_nan_to_none(r.get("l1_global_load_bytes")),
-            gpu_time_us=_nan_to_none(r.get("gpu_time_us")),
+            shared_mem_dynamic_bytes=_opt_float(r.get("shared_mem_dynamic_bytes")),
+            shared_mem_static_bytes=_opt_float(r.get("shared_mem_static_bytes")),
+            waves_per_sm=_opt_float(r.get("waves_per_sm")),
+            dram_read_bytes=_opt_float(r.get("dram_read_bytes")),
+            dram_write_bytes=_opt_float(r.get("dram_write_bytes")),
+            l2_to_sm_read_bytes=_opt_float(r.get("l2_to_sm_read_bytes")),
+            l1_global_load_bytes=_opt_float(r.get("l1_global_load_bytes")),
+            gpu_time_us=_opt_float(r.get("gpu_time_us")),
         )
         for _, r in kernels.iterrows()
     )

@@ -10,7 +10,6 @@ and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSI
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections import Counter
@@ -19,12 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
 
 from profattn.analysis import kernel_stem
 from profattn.attention_calls import AttentionCall, CallKernel, FileAnalysis, analyze_trace
 from profattn.errors import ProfattnError
-from profattn.report import _plotly_js, _shape, fmt_bytes, fmt_us, templates_dir, write_html_file
+from profattn.report import _plotly_js, _shape, fmt_bytes, fmt_us, template_env, write_html_file
 from profattn.trace import load_trace
 
 __all__ = [
@@ -300,17 +298,6 @@ def write_json(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
 # ---- HTML ----------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True, default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
 def _limited(rows: list[dict[str, Any]], limit: int = TABLE_LIMIT) -> dict[str, Any]:
     return {"rows": rows[:limit], "more": max(0, len(rows) - limit)}
 
@@ -337,7 +324,7 @@ def render_html(analysis: Analysis, *, title: str = "profattn trace analysis") -
         "schema_version": SCHEMA_VERSION,
         "plotly_js": _plotly_js(),
     }
-    return _env().get_template("analyze.html.j2").render(**ctx)
+    return template_env().get_template("analyze.html.j2").render(**ctx)
 
 
 def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> Path:

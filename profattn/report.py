@@ -431,7 +431,8 @@ def templates_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
+    """The shared jinja2 environment of profattn's HTML reports (``templates/``, autoescaped, strict)."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True, default=True),
@@ -470,7 +471,7 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
-    return _env().get_template("report.html.j2").render(**ctx)
+    return template_env().get_template("report.html.j2").render(**ctx)
 
 
 def write_html_file(html: str, path: str | os.PathLike[str]) -> Path:

@@ -35,6 +35,11 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     ceil = measure_ceilings(dev)
     print(f"copy ceiling {ceil.copy_gbps:,.0f} GB/s; bf16 GEMM {ceil.matmul_tflops:,.0f} TFLOP/s")
+    one = torch.ones(1, device=dev)
+    floor1 = time_cuda_graph(lambda: one.add_(1), dev).median_us
+    floor2 = time_cuda_graph(lambda: (one.add_(1), one.add_(1)), dev).median_us
+    print(f"harness floor (graph replay, read flush): one 1-element kernel {floor1:.2f} us, two dependent "
+          f"kernels {floor2:.2f} us")
     rows = []
     for kv in args.kv:
         w = Workload(phase="decode", batch=args.batch, q_len=1, kv_len=kv, num_q_heads=16, num_kv_heads=4, head_dim=128,
@@ -44,13 +49,19 @@ def main() -> None:
         c = inp.paged
         q3 = inp.q[:, :, 0]
 
-        def ours(plan=None, nw=tp.NUM_WARPS, ns=tp.NUM_STAGES, ws=None, pf=True):
+        def ours(plan=None, nw=tp.NUM_WARPS, ns=tp.NUM_STAGES, ws=None, pf=True, combine=None):
             ws = {} if ws is None else ws
             return lambda: tp.paged_decode(q3, c.k_pages, c.v_pages, c.block_table, c.seq_lens, max_kv_len=kv,
-                                           num_sms=sms, plan=plan, workspace=ws, num_warps=nw, num_stages=ns, prefetch=pf)
+                                           num_sms=sms, plan=plan, workspace=ws, num_warps=nw, num_stages=ns, prefetch=pf,
+                                           combine=combine)
 
         err = rel_err(ours()().unsqueeze(2), ref.out)
         t_ours = time_cuda_graph(ours(), dev).median_us
+        other = "fused" if tp.COMBINE == "separate" else "separate"
+        f_other = ours(combine=other)
+        err_other = rel_err(f_other().unsqueeze(2), ref.out)
+        print(f"kv {kv}: combine {tp.COMBINE} {t_ours:.2f} us (err {err:.1e}); combine {other} "
+              f"{time_cuda_graph(f_other, dev).median_us:.2f} us (err {err_other:.1e})")
         times = {}
         for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             with sdpa_kernel([be]):
@@ -68,18 +79,19 @@ def main() -> None:
         if args.tune:
             print(f"\n-- tuning kv {kv} (default {t_ours:.2f} us, plan {plan})")
             results = []
-            for pf, bn, nw, ns, cps, mb in itertools.product((True,), (32, 64), (4,), (2, 3), (2, 4), (1, 2)):
+            for cb, bn, nw, ns, cps, mb in itertools.product(("separate", "fused"), (16, 32, 64), (4,), (3, 4),
+                                                             (4, 8), (1, 2)):
                 p = tp.choose_num_splits(batch=w.batch, num_kv_heads=4, max_kv_len=kv, num_sms=sms, block_n=bn,
                                          ctas_per_sm=cps, min_blocks_per_split=mb)
                 try:
-                    f = ours(p, nw, ns, {}, pf)
+                    f = ours(p, nw, ns, {}, True, cb)
                     e = rel_err(f().unsqueeze(2), ref.out)
                     t = time_cuda_graph(f, dev).median_us
-                    results.append((t, int(pf), bn, nw, ns, cps, mb, p.num_splits, e))
+                    results.append((t, cb, bn, nw, ns, cps, mb, p.num_splits, e))
                 except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
-                    results.append((float("inf"), int(pf), bn, nw, ns, cps, mb, p.num_splits, str(exc)[:60]))
-            for r in sorted(results)[:10]:
-                print("  %8.2f us  prefetch=%d BLOCK_N=%d warps=%d stages=%d ctas/SM=%d min_blocks=%d splits=%d err=%s" % r)
+                    results.append((float("inf"), cb, bn, nw, ns, cps, mb, p.num_splits, str(exc)[:60]))
+            for r in sorted(results, key=lambda r: r[0])[:12]:
+                print("  %8.2f us  combine=%s BLOCK_N=%d warps=%d stages=%d ctas/SM=%d min_blocks=%d splits=%d err=%s" % r)
 
     print("\n| kv_len | ours (us) | unique KV GB/s | of copy BW | SDPA flash (us) | cuDNN (us) | vs flash | vs cuDNN | rel err | splits |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -144,3 +144,12 @@ def test_committed_h200_run_counters_and_paged_kernel():
     assert math_.redundant and math_.dram_ratio > 20
     # every ncu kernel's launch shape is found in the Kineto trace of the same cell
     assert all(row["agree"] for row in counter_kernel_rows(r))
+    # FlexAttention on the paged pool compiles and runs on the H200: Inductor's decode template kernel, 264
+    # CTAs of 64 threads, reading each K/V byte about once (1.05x: + 4.4 MB read by its 2048-CTA reduction
+    # kernel) but at less than half our speed
+    flex_paged = cells[f"{tag}.flex-paged-decode"]
+    assert flex_paged.status == "ok" and flex_paged.correctness.passed and flex_paged.trace.family_ok
+    tem = next(k for k in flex_paged.trace.kernels if k.name.startswith("triton_tem_fused_flex_attention"))
+    assert tem.grid == (1, 4, 66) and tem.block == (64, 1, 1)
+    assert 1.0 < byte_ledger(flex_paged).dram_ratio < 1.1
+    assert flex_paged.graph_timing.median_us > 1.5 * ours.graph_timing.median_us

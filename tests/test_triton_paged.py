@@ -32,7 +32,8 @@ def reference(q, cache):
 
 @pytest.mark.parametrize("page_size", [16, 64, 256])
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2), (16, 2)])  # GQA groups 1, 4, 8
-def test_kernel_matches_reference(page_size, hq, hkv):
+@pytest.mark.parametrize("combine", ["separate", "fused"])
+def test_kernel_matches_reference(page_size, hq, hkv, combine):
     g = torch.Generator().manual_seed(page_size * 100 + hq)
     d, dtype = 32, torch.float16
     lens = [1, 300, page_size * 2, 129]  # a length-1 sequence, a partial last page, an exact multiple
@@ -41,7 +42,8 @@ def test_kernel_matches_reference(page_size, hq, hkv):
     k = torch.randn(len(lens), hkv, n, d, generator=g).to(DEVICE, dtype)
     v = torch.randn(len(lens), hkv, n, d, generator=g).to(DEVICE, dtype)
     cache = PagedKVCache.from_dense(k, v, page_size=page_size, seq_lens=lens, extra_pages=4, generator=g)
-    out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n, num_sms=132)
+    out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n, num_sms=132,
+                       combine=combine)
     assert out.shape == q.shape and torch.isfinite(out).all()  # NaN-filled free pages and tails were never read
     ref = reference(q, cache)
     err = (out.double() - ref).norm() / ref.norm()
@@ -60,9 +62,14 @@ def test_kernel_shared_prefix_fp32_single_and_many_splits():
     v[1:, :, :64] = v[:1, :, :64]
     cache = PagedKVCache.from_dense(k, v, page_size=page, seq_lens=lens, shared_prefix_len=64, generator=g)
     ref = reference(q, cache)
-    for sms in (1, 132):  # one split (direct write, no combine) and several
-        out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n, num_sms=sms)
+    ws: dict = {}
+    for sms, combine in ((1, "fused"), (132, "separate"), (132, "fused"), (132, "fused")):
+        # one split (direct write, no combine), then several; the fused combine twice on one workspace:
+        # the last-arriving program must re-arm the arrival counters for the next step
+        out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n,
+                           num_sms=sms, combine=combine, workspace=ws)
         assert ((out.double() - ref).norm() / ref.norm()) < 1e-5
+    assert (ws["arrivals"] == 0).all()
 
 
 def test_split_rule_hand_checked():

@@ -39,6 +39,8 @@ CTAS_PER_SM = 4
 MIN_BLOCKS_PER_SPLIT = 2
 NUM_WARPS = 4
 NUM_STAGES = 3
+#: How the splits are combined: "separate" (a second kernel) or "fused" (last-arriving program).
+COMBINE = os.environ.get("PROFATTN_PAGED_COMBINE", "separate")
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,9 @@ def _kernels():
         stride_ob, stride_oh,
         stride_pb, stride_ph, stride_ps,
         stride_lb, stride_lh,
-        tokens_per_split,
+        tokens_per_split, num_splits, Arrivals,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-        PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
     ):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
@@ -147,6 +149,35 @@ def _kernels():
             tl.store(OutPartial + b * stride_pb + qh[:, None] * stride_ph + split * stride_ps + offs_d[None, :], out,
                      mask=g_mask[:, None])
             tl.store(LsePartial + b * stride_lb + qh * stride_lh + split, lse, mask=g_mask)
+            if FUSED:
+                # Last-arriving program of this (sequence, KV head) combines all splits (the threadfence-
+                # reduction pattern of the CUDA samples): every thread's stores are ordered before the
+                # counter increment by the barrier and the atomic's release; the acquire lets the last
+                # program read the other programs' partials (loaded .cg: from L2, never a stale L1 line).
+                tl.debug_barrier()
+                counter = Arrivals + b * tl.num_programs(1) + kvh
+                arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+                if arrived == num_splits - 1:
+                    m_all = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+                    for s_i in range(0, num_splits):
+                        ls = tl.load(LsePartial + b * stride_lb + qh * stride_lh + s_i, mask=g_mask,
+                                     other=float("-inf"), cache_modifier=".cg")
+                        m_all = tl.maximum(m_all, ls)
+                    m_safe = tl.where(m_all > float("-inf"), m_all, 0.0)
+                    num = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
+                    den = tl.zeros([BLOCK_G], dtype=tl.float32)
+                    for s_i in range(0, num_splits):
+                        ls = tl.load(LsePartial + b * stride_lb + qh * stride_lh + s_i, mask=g_mask,
+                                     other=float("-inf"), cache_modifier=".cg")
+                        w = tl.where(ls > float("-inf"), tl.exp2(ls - m_safe), 0.0)
+                        o_s = tl.load(OutPartial + b * stride_pb + qh[:, None] * stride_ph + s_i * stride_ps
+                                      + offs_d[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=".cg")
+                        num += o_s * w[:, None]
+                        den += w
+                    final = num / tl.where(den > 0, den, 1.0)[:, None]
+                    tl.store(Out + b * stride_ob + qh[:, None] * stride_oh + offs_d[None, :],
+                             final.to(Out.dtype.element_ty), mask=g_mask[:, None])
+                    tl.atomic_xchg(counter, 0)  # re-arm for the next step (CUDA-graph replays reuse it)
 
     @triton.jit
     def _paged_decode_combine_kernel(
@@ -176,7 +207,8 @@ _KERNELS = None
 def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, block_table: torch.Tensor,
                  seq_lens: torch.Tensor, *, max_kv_len: int, num_sms: int, scale: float | None = None,
                  plan: SplitPlan | None = None, workspace: dict | None = None,
-                 num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True) -> torch.Tensor:
+                 num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True,
+                 combine: str | None = None) -> torch.Tensor:
     """Decode attention over a paged KV cache.
 
     Args:
@@ -188,14 +220,16 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         num_sms: SMs of the device (for :func:`choose_num_splits`).
         scale: softmax scale, default ``1/sqrt(head_dim)``.
         plan: a precomputed :class:`SplitPlan` (else chosen here; its ``block_n`` is the tile size).
-        workspace: a dict reused across calls for the fp32 partial buffers (keeps CUDA-graph replays
-            allocation-free).
+        workspace: a dict reused across calls for the fp32 partial buffers and the arrival counters
+            (keeps CUDA-graph replays allocation-free).
+        combine: ``"fused"`` (the last-arriving split program combines; one launch) or ``"separate"``
+            (a second combine kernel); default :data:`COMBINE`.
 
     Returns:
         ``[batch, num_q_heads, head_dim]`` in q's dtype.
 
     Raises:
-        ValueError: head_dim not a power of two ≥ 16, or Hq not a multiple of Hkv.
+        ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, or an unknown ``combine``.
     """
     global _KERNELS
     if _KERNELS is None:
@@ -213,12 +247,17 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
     out = torch.empty_like(q)
     ws = workspace if workspace is not None else {}
     direct = plan.num_splits == 1
-    key = (batch, hq, plan.num_splits, d, q.device)
+    key = (batch, hq, hkv, plan.num_splits, d, q.device)
     if ws.get("key") != key:
         ws["key"] = key
         ws["partial"] = torch.empty((batch, hq, max(plan.num_splits, 1), d), dtype=torch.float32, device=q.device)
         ws["lse"] = torch.empty((batch, hq, max(plan.num_splits, 1)), dtype=torch.float32, device=q.device)
-    partial, lse = ws["partial"], ws["lse"]
+        ws["arrivals"] = torch.zeros((batch * hkv,), dtype=torch.int32, device=q.device)
+    partial, lse, arrivals = ws["partial"], ws["lse"], ws["arrivals"]
+    combine = COMBINE if combine is None else combine
+    if combine not in ("fused", "separate"):
+        raise ValueError(f"combine must be 'fused' or 'separate', got {combine!r}")
+    fused = combine == "fused" and not direct
     block_g = max(16, 1 << (group - 1).bit_length())
     split_kernel[(batch, hkv, plan.num_splits)](
         q, k_pages, v_pages, block_table, seq_lens, out, partial, lse,
@@ -230,12 +269,12 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         out.stride(0), out.stride(1),
         partial.stride(0), partial.stride(1), partial.stride(2),
         lse.stride(0), lse.stride(1),
-        plan.tokens_per_split,
+        plan.tokens_per_split, plan.num_splits, arrivals,
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
-        PREFETCH=prefetch,
+        PREFETCH=prefetch, FUSED=fused,
         num_warps=num_warps, num_stages=num_stages,
     )
-    if not direct:
+    if not direct and not fused:
         combine_kernel[(batch, hq)](
             partial, lse, out, plan.num_splits,
             partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),

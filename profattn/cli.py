@@ -271,20 +271,20 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, mark
     """Compare two runs cell by cell: latency beyond noise, correctness, launch shape, bytes, winners.
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
-    from profattn.compare import compare_runs, parse_threshold, run_label, summary_line, write_html
+    from profattn import compare as comparison
 
-    t = parse_threshold(threshold)
+    t = comparison.parse_threshold(threshold)
     base, head = _read_run(base_run, keep_host_info), _read_run(head_run, keep_host_info)
-    bl, hl = run_label(base_run), run_label(head_run)
+    bl, hl = comparison.run_label(base_run), comparison.run_label(head_run)
     if bl == hl:
         bl, hl = f"base ({bl})", f"head ({hl})"
-    cmp = compare_runs(base, head, threshold=t, force=force, base_label=bl, head_label=hl)
+    cmp = comparison.compare_runs(base, head, threshold=t, force=force, base_label=bl, head_label=hl)
     for w in cmp.warnings:
         click.echo(f"warning: {w}", err=True)
     for c in cmp.regressions:
         click.echo(f"regression: {c.label} · {c.backend}: {'; '.join(c.regression_reasons)}")
-    click.echo(summary_line(cmp))
-    click.echo(f"compare: {write_html(cmp, out_path)}")
+    click.echo(comparison.summary_line(cmp))
+    click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
     if markdown_path is not None:
         from profattn.report import write_html_file
         from profattn.summary import comparison_markdown

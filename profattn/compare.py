@@ -209,7 +209,7 @@ def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     return tuple(rows)
 
 
-def _label(w) -> str:  # noqa: ANN001
+def _label(w) -> str:
     from profattn.analysis import _label as analysis_label
 
     return analysis_label(w) if w.phase is not Phase.TRAIN else f"train {w.q_len}/{w.kv_len}"
@@ -322,7 +322,7 @@ def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...
     for tag, w in workloads.items():
         if tag not in wb or tag not in wh:
             continue
-        def close(run: RunResult, win: CellResult | None) -> bool:
+        def close(run: RunResult, win: CellResult | None, tag: str = tag) -> bool:
             second = runner_up(run, tag, win) if win else None
             return bool(win and second and within_noise(win, second))
         out.append(WinnerChange(tag, _label(w), w.phase.value, wb[tag].backend if wb[tag] else None,
@@ -451,15 +451,15 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
         est = [c.estimate for c in sel]
         fig.add_scatter(
             x=[e.ratio for e in est], y=[f"{c.label} · {c.backend}" for c in sel], mode="markers", name=cls,
-            marker=dict(color=colors[cls], size=8),
-            error_x=dict(type="data", symmetric=False, array=[(e.hi - e.ratio) if e.hi else 0 for e in est],
-                         arrayminus=[(e.ratio - e.lo) if e.lo else 0 for e in est]),
+            marker={"color": colors[cls], "size": 8},
+            error_x={"type": "data", "symmetric": False, "array": [(e.hi - e.ratio) if e.hi else 0 for e in est],
+                         "arrayminus": [(e.ratio - e.lo) if e.lo else 0 for e in est]},
             hovertemplate="%{y}<br>head/base %{x:.3f}<extra>" + cls + "</extra>")
     for x, dash in ((1.0, "solid"), (1 + cmp.threshold, "dash"), (1 / (1 + cmp.threshold), "dash")):
         fig.add_vline(x=x, line_dash=dash, line_color="black", line_width=1)
     fig.update_layout(title=f"Latency head / base with {cmp.level:.0%} intervals (Hodges–Lehmann, Mann–Whitney); dashed: ±{cmp.threshold:.0%}",
                       xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
-                      yaxis=dict(autorange="reversed"))
+                      yaxis={"autorange": "reversed"})
     return json.loads(fig.to_json())
 
 

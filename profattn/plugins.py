@@ -125,7 +125,7 @@ def _load_object(spec: str) -> Any:
     return obj
 
 
-def make_backend(obj_loader, origin: PluginOrigin) -> Backend:  # noqa: ANN001
+def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
     """Load and check one plugin; a :class:`PluginBackend`, or a :class:`BrokenPlugin` saying what failed.
     Never raises (``BaseException`` such as ``KeyboardInterrupt`` excepted)."""
     try:

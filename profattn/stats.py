@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist, median
-from typing import Sequence
 
 #: Fewest samples per side for an interval: below it the comparison says "too few repeats".
 MIN_SAMPLES = 3

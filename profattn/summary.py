@@ -8,7 +8,8 @@ the HTML uses (:mod:`profattn.report`, :mod:`profattn.compare`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from profattn.compare import CLASSES, Comparison, cell_rows, summary_line, winner_rows
 from profattn.results import RunResult
@@ -64,8 +65,8 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     def render(cap: int | None) -> str:
         parts = [
             f"## profattn: preset `{run.preset}` on {e.device_name}",
-            f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
-            f"{len(run.cells)} cells, {run.repeat} timing sample(s) per cell; counters {run.counters_info.status}.",
+            (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
+             f"{len(run.cells)} cells, {run.repeat} timing sample(s) per cell; counters {run.counters_info.status}."),
             "### Verdict",
             f"**{v.summary}**",
         ]

@@ -9,11 +9,25 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from factories import SEED, cell, environment, kernel, repeated, run, with_repeat
+
 from profattn.cli import main
-from profattn.compare import FASTER, FEW, NOISE, SLOWER, CompareError, compare_runs, parse_threshold
-from profattn.results import CellStatus, Correctness, CounterSummary, read_results, write_results
+from profattn.compare import (
+    FASTER,
+    FEW,
+    NOISE,
+    SLOWER,
+    CompareError,
+    compare_runs,
+    parse_threshold,
+)
+from profattn.results import (
+    CellStatus,
+    Correctness,
+    CounterSummary,
+    read_results,
+    write_results,
+)
 from profattn.stats import hodges_lehmann_ratio, u_cdf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +124,7 @@ def test_launch_shape_and_bytes_changes():
     w = next(w for w in SEED.workloads if w.kv_len == 8192)
     b = repeated(cell(w, "triton-paged-decode", 40.0, kernels=[kernel("_paged_decode_split_kernel", 512, 38.0, grid=(8, 4, 16))]), [40.0] * 5)
     h = repeated(cell(w, "triton-paged-decode", 40.0, kernels=[kernel("_paged_decode_split_kernel", 160, 38.0, grid=(8, 4, 5))]), [40.0] * 5)
-    traffic = dict(dram_write_bytes=0.0, l2_to_sm_read_bytes=0.0, l1_global_load_bytes=0.0, gpu_time_us=38.0, kernels=())
+    traffic = {"dram_write_bytes": 0.0, "l2_to_sm_read_bytes": 0.0, "l1_global_load_bytes": 0.0, "gpu_time_us": 38.0, "kernels": ()}
     b = replace(b, counters=CounterSummary(dram_read_bytes=137.8e6, **traffic))
     h = replace(h, counters=CounterSummary(dram_read_bytes=151.58e6, **traffic))
     cmp = compare_runs(with_repeat(run([b]), 5), with_repeat(run([h]), 5))

@@ -15,12 +15,12 @@ from click.testing import CliRunner
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from profattn import plugins  # noqa: E402
-from profattn.backends import _REGISTRY, unregister  # noqa: E402
-from profattn.cli import main  # noqa: E402
-from profattn.results import CellStatus, read_results  # noqa: E402
-from profattn.session import SessionConfig, run_session  # noqa: E402
-from profattn.workload import Phase, Preset, Workload  # noqa: E402
+from profattn import plugins
+from profattn.backends import _REGISTRY
+from profattn.cli import main
+from profattn.results import CellStatus, read_results
+from profattn.session import SessionConfig, run_session
+from profattn.workload import Phase, Preset, Workload
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_SRC = REPO / "examples" / "plugin-decode" / "src"

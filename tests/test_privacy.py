@@ -44,7 +44,9 @@ def leaky_plugin(tmp_path: Path, monkeypatch):
 
 def _texts(out: Path) -> dict[str, str]:
     files = {p: p.read_text(encoding="utf-8") for p in out.rglob("*") if p.is_file() and not p.name.endswith(".gz")}
-    files.update({p: gzip.open(p, "rt", encoding="utf-8").read() for p in out.rglob("*.gz")})
+    for p in out.rglob("*.gz"):
+        with gzip.open(p, "rt", encoding="utf-8") as fh:
+            files[p] = fh.read()
     return {str(p.relative_to(out)): t for p, t in files.items()}
 
 

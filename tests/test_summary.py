@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from factories import SEED, cell, run
+
 from profattn.cli import main
 from profattn.compare import compare_runs
 from profattn.results import read_results

@@ -14,7 +14,12 @@ import os
 import torch
 
 from profattn.backends import (
-    AttentionInputs, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
+    AttentionInputs,
+    KernelFamily,
+    Prepared,
+    Unsupported,
+    paged_decode_reason,
+    paged_only_forward,
 )
 
 #: Tokens per tile.
@@ -65,7 +70,7 @@ def _kernel():
 
 
 def onehead_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, block_table: torch.Tensor,
-                   seq_lens: torch.Tensor, *, kernel=None) -> torch.Tensor:  # noqa: ANN001
+                   seq_lens: torch.Tensor, *, kernel=None) -> torch.Tensor:
     """Decode attention for ``q`` ``[B, Hq, d]`` over a paged cache (``k_pages``/``v_pages``
     ``[num_pages, page_size, Hkv, d]``, ``block_table`` ``[B, max_pages]`` int32, ``seq_lens`` ``[B]``
     int32); returns ``[B, Hq, d]`` in ``q``'s dtype. Grid: ``(B, Hq)``."""
@@ -89,7 +94,7 @@ class OneHeadDecode:
     family = FAMILY
     description = "plugin example: Triton paged decode, one program per (seq, query head), no split-KV, CUDA-core math"
 
-    def unsupported_reason(self, workload, device: torch.device) -> str | None:  # noqa: ANN001
+    def unsupported_reason(self, workload, device: torch.device) -> str | None:
         reason = paged_decode_reason(workload)
         if reason:
             return reason
@@ -104,7 +109,7 @@ class OneHeadDecode:
             return "needs the triton package"
         return None
 
-    def prepare(self, workload, device: torch.device) -> Prepared:  # noqa: ANN001
+    def prepare(self, workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
         if reason:
             raise Unsupported(reason)

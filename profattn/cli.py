@@ -1,7 +1,8 @@
-"""The ``profattn`` command line (click): ``profile``, ``report``, ``backends``.
+"""The ``profattn`` command line (click): ``profile``, ``sweep``, ``report``, ``counters``, ``analyze``,
+``compare``, ``summary``, ``backends``.
 
 Bad input — an unknown name, a missing or malformed results file or trace — prints one line and exits
-with code 2; no traceback.
+with code 2; no traceback. ``compare`` exits 1 when it finds a regression beyond its threshold.
 """
 
 from __future__ import annotations
@@ -106,12 +107,19 @@ def main() -> None:
 @click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="Seed of the random inputs.")
 @click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int,
-            counters: bool | None) -> None:
-    """Run every backend on the preset's workloads; write results.json, traces and report.html."""
+            counters: bool | None, repeat: int = 1, keep_host_info: bool = False) -> None:
+    """Run every backend on the preset's workloads; write results.json, traces and report.html.
+
+    --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
+    object as package.module:object."""
     from rich.console import Console
 
-    from profattn.backends import all_backends, get_backend
+    from profattn.backends import all_backends
+    from profattn.plugins import resolve_backend
     from profattn.report import write_report
     from profattn.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
@@ -119,7 +127,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     device = _device(device_name)
     preset_obj = get_preset(preset or default_preset_name(device.type))
     prepare_run_dir(out_dir)
-    backends = tuple(get_backend(n) for n in dict.fromkeys(backend_names)) if backend_names else all_backends()
+    backends = tuple(resolve_backend(n) for n in dict.fromkeys(backend_names)) if backend_names else all_backends()
     regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
     console = Console(stderr=True, highlight=False)
     console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
@@ -130,6 +138,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         if event == "counters":
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
+        if event == "repeat":
+            lat = f"{cell.latency_samples_us[-1]:10.1f} µs" if cell.latency_samples_us else ""
+            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
+            return
         lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
@@ -137,13 +149,13 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if counters and device.type != "cuda":
         raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
     cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
-                        profile_calls=profile_calls, seed=seed, counters=counters)
+                        profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat, keep_host_info=keep_host_info)
     try:
         run = run_session(cfg, progress)
     except KeyboardInterrupt:
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
         sys.exit(130)
-    path = write_report(run, out_dir / "report.html")
+    path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
     from profattn.analysis import verdict
 
     console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
@@ -175,7 +187,8 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="HTML path (default: RUN_DIR/report.html).")
-def report(run_dir: Path, out_path: Path | None) -> None:
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the report.")
+def report(run_dir: Path, out_path: Path | None, keep_host_info: bool = False) -> None:
     """Re-render RUN_DIR/report.html from results.json and the traces it names."""
     from profattn.report import write_report
     from profattn.results import read_results
@@ -183,7 +196,7 @@ def report(run_dir: Path, out_path: Path | None) -> None:
 
     run = read_results(run_dir)
     run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
-    path = write_report(run, out_path or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html")
+    path = write_report(run, out_path or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html", keep_host_info=keep_host_info)
     click.echo(f"report: {path}")
 
 
@@ -234,10 +247,73 @@ def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> 
         click.echo(f"json: {write_json(analysis, json_path)}")
 
 
+def _read_run(path: Path, keep_host_info: bool):
+    from profattn.results import read_results
+
+    run = read_results(path)
+    if keep_host_info:
+        return run
+    from profattn.privacy import scrub
+
+    return scrub(run)
+
+
+@main.command()
+@click.argument("base_run", type=click.Path(path_type=Path))
+@click.argument("head_run", type=click.Path(path_type=Path))
+@click.option("--threshold", default="5%", show_default=True, metavar="PCT",
+              help="Smallest latency change that counts (5% or 0.05): slower = the whole interval above +threshold.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.html"), show_default=True, help="HTML comparison to write.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a GitHub-flavoured Markdown comment.")
+@click.option("--force", is_flag=True, help="Compare runs from different GPU models (a warning goes into every output).")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the outputs.")
+def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, markdown_path: Path | None, force: bool, keep_host_info: bool) -> None:
+    """Compare two runs cell by cell: latency beyond noise, correctness, launch shape, bytes, winners.
+
+    Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
+    from profattn import compare as comparison
+
+    t = comparison.parse_threshold(threshold)
+    base, head = _read_run(base_run, keep_host_info), _read_run(head_run, keep_host_info)
+    bl, hl = comparison.run_label(base_run), comparison.run_label(head_run)
+    if bl == hl:
+        bl, hl = f"base ({bl})", f"head ({hl})"
+    cmp = comparison.compare_runs(base, head, threshold=t, force=force, base_label=bl, head_label=hl)
+    for w in cmp.warnings:
+        click.echo(f"warning: {w}", err=True)
+    for c in cmp.regressions:
+        click.echo(f"regression: {c.label} · {c.backend}: {'; '.join(c.regression_reasons)}")
+    click.echo(comparison.summary_line(cmp))
+    click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
+    if markdown_path is not None:
+        from profattn.report import write_html_file
+        from profattn.summary import comparison_markdown
+
+        click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), markdown_path)}")
+    sys.exit(1 if cmp.regression else 0)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Markdown file (default: print to stdout).")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
+def summary(run_dir: Path, out_path: Path | None, keep_host_info: bool) -> None:
+    """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
+    from profattn.summary import run_markdown
+
+    text = run_markdown(_read_run(run_dir, keep_host_info))
+    if out_path is None:
+        click.echo(text, nl=False)
+    else:
+        from profattn.report import write_html_file
+
+        click.echo(f"summary: {write_html_file(text, out_path)}")
+
+
 @main.command()
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 def backends(device_name: str | None) -> None:
-    """List backends and whether they can run here (and why not)."""
+    """List backends and whether they can run here (and why not); installed plugins included."""
     from profattn.backends import backend_info
 
     device = _device(device_name)

@@ -121,7 +121,9 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "latency": fmt_us(t.median_us) if t else "–",
             "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
             "eager": fmt_us(c.eager_latency_us),
-            "spread": f"{fmt_span(t.p10_us, t.p90_us, t.median_us)}, {t.reps} reps" if t else "",
+            "spread": (f"{fmt_span(t.p10_us, t.p90_us, t.median_us)}, {t.reps} reps" if t else "") + (
+                f"; {len(c.latency_samples_us)} repeats' medians {fmt_span(min(c.latency_samples_us), max(c.latency_samples_us), t.median_us)}"
+                if t and len(c.latency_samples_us) > 1 else ""),
             "latency_us": t.median_us if t else None,
             "gpu_time": fmt_us(c.trace.gpu_time_per_call_us) if c.trace else "–",
             "tokens_per_s": fmt_count(c.tokens_per_s),
@@ -257,6 +259,10 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
         ("profattn", e.profattn), ("measured (UTC)", e.created_utc),
         ("preset", f"{run.preset}: {run.preset_description}"),
     ]
+    if run.repeat > 1:
+        rows.append(("timing samples", f"{run.repeat} independent samples per cell (--repeat), each a median of many reps"))
+    if e.hostname or e.user:
+        rows.append(("host", " / ".join(x for x in (e.hostname, e.user) if x) + " (--keep-host-info)"))
     if run.ceilings:
         c = run.ceilings
         rows.append(("copy ceiling", f"{c.copy_gbps:,.0f} GB/s ({fmt_bytes(c.copy_bytes)} device-to-device copy, read + write)"))
@@ -482,6 +488,11 @@ def write_html_file(html: str, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def write_report(run: RunResult, path: str | os.PathLike[str]) -> Path:
-    """Render and write the report; returns the path."""
+def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:
+    """Render and write the report; returns the path. Unless ``keep_host_info``, host and user names and
+    absolute paths are scrubbed from everything shown (:mod:`profattn.privacy`)."""
+    if not keep_host_info:
+        from profattn.privacy import scrub
+
+        run = scrub(run)
     return write_html_file(render_html(run), path)

@@ -1,16 +1,18 @@
 """Typed records of a run and the versioned ``results.json`` that carries them from measuring to rendering.
 
 ``results.json`` is the contract between ``profattn profile`` (writes it as cells finish) and
-``profattn report`` (reads it, plus the traces it names). Schema, version 1::
+``profattn report`` (reads it, plus the traces it names). Schema, version 3::
 
-    {"schema": "profattn.results", "schema_version": 2,
+    {"schema": "profattn.results", "schema_version": 3, "repeat": 1,
      "environment": {...Environment...}, "preset": "seed", "preset_description": "...",
      "ceilings": {...Ceilings...} | null,
      "cells": [{...CellResult...}, ...]}
 
 Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/s (GB = 1e9),
 ``_tflops`` TFLOP/s (1e12 FLOP/s). Version 2 added ``graph_timing`` (decode cells, CUDA-graph replay)
-and the counter fields; version 1 files are still read.
+and the counter fields; version 3 added the repeated timing samples (``timing_repeats``,
+``graph_timing_repeats`` per cell, ``repeat`` per run: ``profattn profile --repeat N``) and the optional
+``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from profattn.errors import ResultsError
 from profattn.workload import Workload
 
 SCHEMA = "profattn.results"
-SCHEMA_VERSION = 2
-#: Versions this code reads: v1 (no graph timing, no counters) is read with those fields empty.
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+#: Versions this code reads: v1 (no graph timing, no counters) and v2 (one timing sample per cell) are
+#: read with the missing fields empty.
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class CellStatus:
@@ -189,6 +192,21 @@ class CellResult:
     peak_mem_over_inputs_bytes: int | None = None
     trace: TraceSummary | None = None
     counters: CounterSummary | None = None
+    #: All N independent timing samples (``--repeat N``), each a median of many reps; ``timing`` is the
+    #: first. Empty in v1/v2 files and for cells that were not timed.
+    timing_repeats: tuple[Timing, ...] = ()
+    #: The same for the CUDA-graph replay time (decode cells on CUDA).
+    graph_timing_repeats: tuple[Timing, ...] = ()
+
+    @property
+    def latency_samples_us(self) -> tuple[float, ...]:
+        """The independent latency samples (µs) of the figure this cell is judged on — one median per repeat,
+        of the graph replay where captured, else of the eager launches; ``(latency_us,)`` for a run without
+        repeats, ``()`` when not timed. ``profattn compare`` reasons with their spread."""
+        reps = self.graph_timing_repeats if self.graph_timing is not None else self.timing_repeats
+        if reps:
+            return tuple(t.median_us for t in reps)
+        return (self.latency_us,) if self.latency_us is not None else ()
 
     @property
     def latency_us(self) -> float | None:
@@ -255,6 +273,8 @@ class Environment:
     platform: str
     profattn: str
     created_utc: str
+    hostname: str | None = None  #: only with ``--keep-host-info``
+    user: str | None = None  #: only with ``--keep-host-info``
 
 
 @dataclass(frozen=True)
@@ -285,6 +305,7 @@ class RunResult:
     schema_version: int = SCHEMA_VERSION
     seed: int = 0
     counters_info: CountersInfo = CountersInfo("not requested")
+    repeat: int = 1  #: timing samples per cell (``--repeat``)
 
     def with_cell(self, cell: CellResult) -> "RunResult":
         """A copy in which the cell with ``cell.cell_id`` is replaced (or appended)."""
@@ -323,6 +344,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "achieved_tflops": cell.achieved_tflops,
             "achieved_gbps": cell.achieved_gbps,
             "kv_gbps": cell.kv_gbps,
+            "latency_samples_us": list(cell.latency_samples_us),
         }
     return data
 
@@ -368,6 +390,8 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         peak_mem_over_inputs_bytes=d.get("peak_mem_over_inputs_bytes"),
         trace=trace,
         counters=counters,
+        timing_repeats=tuple(Timing(**t) for t in d.get("timing_repeats", ())),
+        graph_timing_repeats=tuple(Timing(**t) for t in d.get("graph_timing_repeats", ())),
     )
 
 
@@ -395,6 +419,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             schema_version=SCHEMA_VERSION,
             seed=int(data.get("seed", 0)),
             counters_info=CountersInfo(**data["counters_info"]) if data.get("counters_info") else CountersInfo("not requested"),
+            repeat=int(data.get("repeat", 1)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"malformed results.json: {type(exc).__name__}: {exc}") from None

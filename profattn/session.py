@@ -2,8 +2,10 @@
 ``results.json`` rewritten as every cell finishes (so Ctrl-C keeps what was done).
 
 Order per regime: for each workload, fresh inputs and one high-precision reference; every backend's cell
-measured (correctness, timing, peak memory); then one profiler pass over the regime's cells into one trace;
-then the trace is parsed and each cell gets the kernels that actually ran.
+measured (correctness, timing, peak memory); with ``repeat`` N > 1, N − 1 more rounds of the timing pass
+alone over the regime's cells (round-robin, so slow drift spreads across cells instead of biasing one);
+then one profiler pass over the regime's cells into one trace; then the trace is parsed and each cell gets
+the kernels that actually ran.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from profattn.analysis import attach_counters, attach_trace
 from profattn.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
-from profattn.harness.cell import cell_id, run_cell
+from profattn.harness.cell import cell_id, run_cell, time_again
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.environment import collect_environment
 from profattn.harness.inputs import make_inputs, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
+from profattn.privacy import scrub
 from profattn.results import CellResult, CellStatus, CountersInfo, RunResult, write_results
 from profattn.trace import load_trace
 from profattn.workload import Phase, Preset, Workload
@@ -43,9 +46,12 @@ class SessionConfig:
     measure_ceilings: bool = True
     seed: int = 0
     counters: bool | None = None  #: None: on when the device is CUDA and ncu is on PATH
+    repeat: int = 1  #: independent timing samples per cell (each a median of many reps)
+    keep_host_info: bool = False  #: host/user names in the environment, host-named trace workers, stacks
 
 
-#: progress(event, cell) — event is "start" or "done"; cell is the pending or finished CellResult.
+#: progress(event, cell, done, total) — event is "start", "done", "repeat" (then done/total are the round
+#: and the number of rounds) or "counters"; cell is the pending or finished CellResult.
 Progress = Callable[[str, CellResult, int, int], None]
 
 
@@ -62,12 +68,15 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
     if not workloads:
         raise ProfattnError(f"preset {cfg.preset.name!r} has no workloads for regimes {[str(r) for r in cfg.regimes]}")
     run = RunResult(
-        environment=collect_environment(cfg.device),
+        environment=collect_environment(cfg.device, keep_host_info=cfg.keep_host_info),
         preset=cfg.preset.name,
         preset_description=cfg.preset.description,
         cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
         seed=cfg.seed,
+        repeat=cfg.repeat,
     )
+    if cfg.repeat < 1:
+        raise ProfattnError(f"--repeat must be at least 1, got {cfg.repeat}")
     write_results(run, results_path)
     if cfg.measure_ceilings and cfg.device.type == "cuda":
         run = replace(run, ceilings=measure_ceilings(cfg.device))
@@ -85,6 +94,8 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
                 if progress:
                     progress("start", _pending(w, b), done, total)
                 cell, profiled = run_cell(w, b, inputs, ref, cfg.device)
+                if not cfg.keep_host_info:
+                    cell = scrub(cell)  # error messages may name paths, hosts, users
                 done += 1
                 run = run.with_cell(cell)
                 write_results(run, results_path)
@@ -93,6 +104,13 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
                 if profiled is not None:
                     to_profile.append(profiled)
             del ref
+        for r in range(2, cfg.repeat + 1):
+            for p in to_profile:
+                cell = next(c for c in run.cells if c.cell_id == p.cell_id)
+                if progress:
+                    progress("repeat", cell, r, cfg.repeat)
+                run = run.with_cell(time_again(cell, p, cfg.device))
+            write_results(run, results_path)
         if to_profile:
             run = _profile_regime(run, cfg, phase, to_profile, results_path)
         del to_profile, keep_alive
@@ -140,7 +158,7 @@ def add_counters(run: RunResult, run_dir: Path) -> RunResult:
 def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Sequence[ProfiledCall], results_path: Path) -> RunResult:
     trace_dir = cfg.out_dir / "traces" / phase.value
     try:
-        path = profile_cells(calls, trace_dir, device=cfg.device, calls=cfg.profile_calls)
+        path = profile_cells(calls, trace_dir, device=cfg.device, calls=cfg.profile_calls, keep_host_info=cfg.keep_host_info)
         trace = load_trace(path)
     except (RuntimeError, ProfattnError) as exc:
         note = f"profiler pass failed: {str(exc).splitlines()[0][:300]}"

@@ -44,3 +44,19 @@ def cell(workload, backend: str, latency_us: float | None, *, status: str = Cell
 
 def run(cells, *, device: str = "cuda") -> RunResult:
     return RunResult(environment=environment(device), preset="seed", preset_description=SEED.description, cells=tuple(cells))
+
+
+def repeated(c: CellResult, samples_us, *, graph: bool = False) -> CellResult:
+    """``c`` with one timing sample per entry of ``samples_us`` (µs medians; the first becomes ``timing``)."""
+    from dataclasses import replace
+
+    ts = tuple(Timing(s, s * 0.98, s * 1.02, s * 0.97, 50, "test") for s in samples_us)
+    if graph:
+        return replace(c, graph_timing=ts[0], graph_timing_repeats=ts)
+    return replace(c, timing=ts[0], timing_repeats=ts)
+
+
+def with_repeat(r: RunResult, n: int) -> RunResult:
+    from dataclasses import replace
+
+    return replace(r, repeat=n)

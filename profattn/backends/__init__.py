@@ -1,15 +1,23 @@
 """The backend registry: every kernel family profattn can run, by name.
 
 Built-ins: the four SDPA kernels (``sdpa-math``, ``sdpa-flash``, ``sdpa-efficient``, ``sdpa-cudnn``),
-the eager reference (``eager``) and FlexAttention (``flex``). Tests and plugins add more with
-:func:`register`. Optional kernel packages are imported lazily inside ``prepare``.
+the eager reference (``eager``), FlexAttention (``flex``), our Triton paged decode kernel and the torch
+paged reference. Installed plugins (the ``profattn.backends`` entry-point group, :mod:`profattn.plugins`)
+are registered on the first lookup; tests add more with :func:`register`. Optional kernel packages are
+imported lazily inside ``prepare``.
+
+The plugin interface is the one the built-ins implement, exported here: :class:`Backend`,
+:class:`KernelFamily`, :class:`Prepared`, :class:`AttentionInputs`, :class:`Unsupported`, and the helpers
+:func:`paged_decode_reason` / :func:`paged_only_forward` for kernels that read the paged cache.
 """
 
 from __future__ import annotations
 
 import torch
 
-from profattn.backends.base import Backend, BackendInfo, KernelFamily, Prepared, Unsupported
+from profattn.backends.base import (
+    AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
+)
 from profattn.backends.eager import EagerBackend
 from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.sdpa import SDPA_BACKENDS
@@ -17,6 +25,7 @@ from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecod
 from profattn.errors import UnknownNameError
 
 __all__ = [
+    "AttentionInputs",
     "Backend",
     "BackendInfo",
     "KernelFamily",
@@ -25,6 +34,8 @@ __all__ = [
     "all_backends",
     "backend_info",
     "get_backend",
+    "paged_decode_reason",
+    "paged_only_forward",
     "register",
     "unregister",
 ]
@@ -49,8 +60,15 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+def _plugins() -> None:
+    from profattn.plugins import load_installed
+
+    load_installed()
+
+
 def all_backends() -> tuple[Backend, ...]:
-    """Every registered backend, in registration order (the report's column order)."""
+    """Every registered backend (installed plugins included), in registration order (the report's column order)."""
+    _plugins()
     return tuple(_REGISTRY.values())
 
 
@@ -60,6 +78,7 @@ def get_backend(name: str) -> Backend:
     Raises:
         UnknownNameError: no such backend (message lists the registered names).
     """
+    _plugins()
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -296,6 +296,30 @@ def triton_available(device: torch.device) -> str | None:
     return None
 
 
+#: Environment variable that overrides :data:`CTAS_PER_SM` for the split rule (e.g. ``1``: about one program
+#: per SM, so 5 splits instead of 16 at the seed's kv 8192) — a real schedule change to review with
+#: ``profattn compare``; the cell's notes record it.
+CTAS_PER_SM_ENV = "PROFATTN_PAGED_CTAS_PER_SM"
+
+
+def ctas_per_sm_setting() -> int:
+    """:data:`CTAS_PER_SM`, or ``$PROFATTN_PAGED_CTAS_PER_SM`` when set.
+
+    Raises:
+        Unsupported: the variable is not a positive integer (the cell says why; the run goes on).
+    """
+    raw = os.environ.get(CTAS_PER_SM_ENV)
+    if raw is None or not raw.strip():
+        return CTAS_PER_SM
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise Unsupported(f"${CTAS_PER_SM_ENV}={raw!r} is not a positive integer")
+    return value
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -323,8 +347,9 @@ class TritonPagedDecode:
         if reason:
             raise Unsupported(reason)
         sms = _num_sms(device)
+        ctas_per_sm = ctas_per_sm_setting()
         plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
-                                 max_kv_len=workload.kv_len, num_sms=sms)
+                                 max_kv_len=workload.kv_len, num_sms=sms, ctas_per_sm=ctas_per_sm)
         workspace: dict = {}
 
         def bind(inputs: AttentionInputs):
@@ -339,7 +364,8 @@ class TritonPagedDecode:
 
         return Prepared(forward=paged_only_forward, bind=bind, notes=(
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
-            f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages)",
+            f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
+            + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
         ))
 
 

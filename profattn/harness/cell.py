@@ -6,6 +6,7 @@ so one failing cell never loses the others.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -21,6 +22,13 @@ from profattn.workload import Phase, Workload
 def cell_id(workload: Workload, backend_name: str) -> str:
     """The cell's name, also its ``record_function`` range in traces: ``<workload tag>.<backend>``."""
     return f"{workload.tag}.{backend_name}"
+
+
+def _plugin_prefix(backend: Backend) -> str:
+    """``"plugin NAME (module:object): "`` for a plugin backend (:mod:`profattn.plugins`), else ``""``."""
+    origin = getattr(backend, "origin", None)
+    label = getattr(origin, "label", None)
+    return f"{label}: " if isinstance(label, str) else ""
 
 
 def _error_reason(exc: BaseException) -> str:
@@ -48,7 +56,11 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     """Measure one cell; return its result and, when it ran, what the profiler pass should call."""
     cid = cell_id(workload, backend.name)
     base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name)
-    reason = backend.unsupported_reason(workload, device)
+    who = _plugin_prefix(backend)
+    try:
+        reason = backend.unsupported_reason(workload, device)
+    except Exception as exc:  # noqa: BLE001 - a plugin may raise anything
+        return CellResult(status=CellStatus.ERROR, reason=f"{who}unsupported_reason failed: {_error_reason(exc)}", **base), None
     if reason:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=reason, **base), None
     try:
@@ -57,7 +69,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=str(exc), **base), None
     except Exception as exc:  # noqa: BLE001 - a plugin or compiler may raise anything
         _release(device)
-        return CellResult(status=CellStatus.ERROR, reason=f"prepare failed: {_error_reason(exc)}", **base), None
+        return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare failed: {_error_reason(exc)}", **base), None
     train = workload.phase is Phase.TRAIN
     try:
         with prepared.context():
@@ -74,10 +86,8 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
             correctness = check(workload, out, grads, ref)
             del out, grads
             inputs.zero_grads()
-            if device.type == "cuda":
-                timing = time_cuda(call, grad_to_none=[inputs.q, inputs.k, inputs.v] if train else None)
-            else:
-                timing = time_cpu(call, before=inputs.zero_grads if train else None)
+            before = inputs.zero_grads if train else None
+            timing = _time_eager(call, device, before)
             inputs.zero_grads()
             peak, over = peak_memory(call, device)
             inputs.zero_grads()
@@ -91,15 +101,42 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     except Exception as exc:  # noqa: BLE001 - OOM and kernel errors become the cell's status
         inputs.zero_grads()
         _release(device)
-        return CellResult(status=CellStatus.ERROR, reason=_error_reason(exc), notes=prepared.notes, **base), None
+        return CellResult(status=CellStatus.ERROR, reason=who + _error_reason(exc), notes=prepared.notes, **base), None
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
     reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype)
     result = CellResult(
         status=status, reason=reason, notes=prepared.notes + ((graph_note,) if graph_note else ()),
         correctness=correctness, timing=timing, graph_timing=graph_timing,
-        peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, **base,
+        peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, timing_repeats=(timing,),
+        graph_timing_repeats=(graph_timing,) if graph_timing is not None else (), **base,
     )
-    return result, ProfiledCall(cid, call, prepared.context, inputs.zero_grads if train else None)
+    return result, ProfiledCall(cid, call, prepared.context, before, graph=graph_timing is not None)
+
+
+def _time_eager(call: Callable[[], object], device: torch.device, before: Callable[[], None] | None):
+    if device.type == "cuda":
+        return time_cuda(call, before=before)
+    return time_cpu(call, before=before)
+
+
+def time_again(cell: CellResult, profiled: ProfiledCall, device: torch.device) -> CellResult:
+    """``cell`` with one more independent timing sample (``--repeat``): the timing pass only — eager
+    launches, and the CUDA-graph replay (graph captured afresh) where the first sample had one. No set-up,
+    compile, correctness or profiling is repeated. A sample that raises is skipped and noted.
+    """
+    try:
+        with profiled.context():
+            timing = _time_eager(profiled.fn, device, profiled.before)
+            graph = time_cuda_graph(profiled.fn, device) if profiled.graph else None
+    except Exception as exc:  # noqa: BLE001 - a failed repeat keeps the samples already taken
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return replace(cell, notes=(*cell.notes, f"timing repeat failed: {_error_reason(exc)}"))
+    finally:
+        if profiled.before is not None:
+            profiled.before()
+    return replace(cell, timing_repeats=(*cell.timing_repeats, timing),
+                   graph_timing_repeats=(*cell.graph_timing_repeats, graph) if graph is not None else cell.graph_timing_repeats)
 
 
 def _incorrect_reason(c: Correctness, dtype: str) -> str:

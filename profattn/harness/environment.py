@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import getpass
 import platform
 
 import torch
@@ -11,8 +12,9 @@ import profattn
 from profattn.results import Environment
 
 
-def collect_environment(device: torch.device) -> Environment:
-    """GPU name, SM count, L2 size, memory, driver and torch/CUDA/cuDNN/triton versions."""
+def collect_environment(device: torch.device, *, keep_host_info: bool = False) -> Environment:
+    """GPU name, SM count, L2 size, memory, driver and torch/CUDA/cuDNN/triton versions; the host and user
+    names only when ``keep_host_info`` (``--keep-host-info``)."""
     name, sms, l2, mem, driver = platform.processor() or platform.machine(), None, None, None, None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -49,4 +51,6 @@ def collect_environment(device: torch.device) -> Environment:
         platform=f"{platform.system()} {platform.machine()}",
         profattn=profattn.__version__,
         created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        hostname=platform.node() if keep_host_info else None,
+        user=getpass.getuser() if keep_host_info else None,
     )

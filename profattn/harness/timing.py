@@ -51,21 +51,27 @@ def l2_flusher(device: torch.device, mode: str = "read") -> Callable[[], None]:
 
 
 def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] | None = None,
-              min_reps: int = 20, target_ms: float = 300.0, flush: str = "read") -> Timing:
+              min_reps: int = 20, target_ms: float = 300.0, flush: str = "read",
+              before: Callable[[], None] | None = None) -> Timing:
     """Median latency of ``fn`` on the current CUDA device, the L2 evicted before each rep (µs).
 
     Method (as ``triton.testing.do_bench``, with a clean-line flush instead of its zero-fill, see
     :func:`l2_flusher`): warm up, estimate one call, then time ``reps`` calls, each between its own pair of
     CUDA events recorded after the flush, enough reps for ``target_ms`` of calls (at least ``min_reps``,
-    at most 10 000, capped at 5 s).
+    at most 10 000, capped at 5 s). ``before`` (like ``grad_to_none``) runs untimed before every call.
     """
     device = torch.device("cuda", torch.cuda.current_device())
     evict = l2_flusher(device, flush)
 
-    def once() -> None:
+    def reset() -> None:
         if grad_to_none:
             for t in grad_to_none:
                 t.grad = None
+        if before is not None:
+            before()
+
+    def once() -> None:
+        reset()
         fn()
 
     once()
@@ -83,9 +89,7 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        if grad_to_none:
-            for t in grad_to_none:
-                t.grad = None
+        reset()
         evict()
         starts[i].record()
         fn()

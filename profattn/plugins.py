@@ -1,0 +1,203 @@
+"""Bring-your-own kernel: backends from other packages, through the interface the built-ins use.
+
+Two ways in, both resolving to a :class:`~profattn.backends.base.Backend` (``name``, ``family``,
+``description``, ``unsupported_reason(workload, device)``, ``prepare(workload, device) → Prepared``):
+
+* ``--backend package.module:object`` on the command line (:func:`load_spec`);
+* the ``profattn.backends`` entry-point group of installed packages (:func:`load_installed`), e.g. in the
+  plugin's ``pyproject.toml``::
+
+      [project.entry-points."profattn.backends"]
+      onehead-decode = "profattn_plugin_decode:backend"
+
+``object`` may be a backend instance, a backend class (called with no arguments) or a zero-argument
+factory returning a backend. A plugin must never kill a run: one that fails to import, or whose object is
+not a backend, becomes a :class:`BrokenPlugin` whose every cell is an error naming the plugin; one that
+raises in ``unsupported_reason``, ``prepare`` or a call gets that cell's error, with the plugin's name
+(:class:`PluginBackend` carries its :class:`PluginOrigin`; :mod:`profattn.harness.cell` prefixes it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from profattn.backends.base import Backend, KernelFamily, Prepared
+from profattn.errors import ProfattnError
+from profattn.workload import Workload
+
+ENTRY_POINT_GROUP = "profattn.backends"
+_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+class PluginSpecError(ProfattnError):
+    """A ``--backend module:object`` that is not of that form (exit 2; a spec that fails to import is not
+    an error of the command line but of the plugin, reported per cell)."""
+
+
+class PluginLoadError(RuntimeError):
+    """Raised by :meth:`BrokenPlugin.prepare`: the plugin could not be loaded (message says why)."""
+
+
+@dataclass(frozen=True)
+class PluginOrigin:
+    """Where a plugin backend came from: ``name`` (entry-point name, or the spec given on the command
+    line), ``spec`` (``module:object``) and the installed ``distribution`` (None for ``--backend`` specs)."""
+
+    name: str
+    spec: str
+    distribution: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``plugin onehead-decode (profattn_plugin_decode:backend)``-style text for error messages."""
+        where = self.spec if self.distribution is None else f"{self.spec} from {self.distribution}"
+        return f"plugin {self.name}" + (f" ({where})" if self.name != self.spec else "")
+
+
+class PluginBackend:
+    """A plugin's backend, unchanged, with its :class:`PluginOrigin` attached (``origin``). ``prepare`` and
+    the timed call are the plugin's own: nothing is wrapped inside the timed window."""
+
+    def __init__(self, inner: Backend, origin: PluginOrigin) -> None:
+        self.inner, self.origin = inner, origin
+        self.name: str = inner.name
+        self.family: KernelFamily = inner.family
+        self.description: str = f"{inner.description} [{origin.label}]"
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        return self.inner.unsupported_reason(workload, device)
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        return self.inner.prepare(workload, device)
+
+
+class BrokenPlugin:
+    """Stands in for a plugin that could not be loaded: it claims every workload, and ``prepare`` raises
+    :class:`PluginLoadError`, so each cell records why (the run goes on)."""
+
+    def __init__(self, origin: PluginOrigin, error: str) -> None:
+        self.origin, self.error = origin, error
+        self.name = origin.name
+        self.family = KernelFamily(f"plugin:{origin.name}", kernel_patterns=(), op_patterns=())
+        self.description = f"{origin.label}: failed to load: {error}"
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        return None
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        raise PluginLoadError(f"failed to load: {self.error}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
+def interface_problems(obj: Any) -> list[str]:
+    """What ``obj`` lacks of the backend interface (empty when it is a backend)."""
+    problems = []
+    for attr, kind in (("name", str), ("description", str), ("family", KernelFamily)):
+        if not isinstance(getattr(obj, attr, None), kind):
+            problems.append(f"{attr} ({kind.__name__})")
+    for meth in ("unsupported_reason", "prepare"):
+        if not callable(getattr(obj, meth, None)):
+            problems.append(f"{meth}()")
+    return problems
+
+
+def _instantiate(obj: Any) -> Any:
+    if isinstance(obj, type):  # a backend class
+        return obj()
+    if interface_problems(obj) and callable(obj):  # a factory function
+        return obj()
+    return obj
+
+
+def _load_object(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
+    """Load and check one plugin; a :class:`PluginBackend`, or a :class:`BrokenPlugin` saying what failed.
+    Never raises (``BaseException`` such as ``KeyboardInterrupt`` excepted)."""
+    try:
+        obj = _instantiate(obj_loader())
+    except Exception as exc:  # noqa: BLE001 - a plugin may raise anything on import
+        return BrokenPlugin(origin, _first_line(exc))
+    missing = interface_problems(obj)
+    if missing:
+        return BrokenPlugin(origin, f"{type(obj).__name__} does not implement the backend interface (missing: {', '.join(missing)})")
+    return PluginBackend(obj, origin)
+
+
+def load_spec(spec: str) -> Backend:
+    """The backend ``package.module:object`` names (see the module docstring).
+
+    Raises:
+        PluginSpecError: ``spec`` is not of the form ``module:object``.
+    """
+    if not _SPEC.match(spec):
+        raise PluginSpecError(f"--backend {spec!r}: expected a backend name or package.module:object")
+    return make_backend(lambda: _load_object(spec), PluginOrigin(spec, spec))
+
+
+_LOADED = False
+
+
+def load_installed(*, refresh: bool = False) -> list[Backend]:
+    """Register the backends of every installed ``profattn.backends`` entry point (once per process unless
+    ``refresh``); returns them. A plugin whose name is taken is registered as a :class:`BrokenPlugin`
+    under ``<entry-point name>`` saying so (or skipped if that name is taken too)."""
+    global _LOADED
+    from importlib.metadata import entry_points
+
+    from profattn.backends import _REGISTRY, register
+
+    if _LOADED and not refresh:
+        return [b for b in _REGISTRY.values() if isinstance(b, (PluginBackend, BrokenPlugin)) and b.origin.distribution is not None]
+    _LOADED = True
+    out: list[Backend] = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown distribution"
+        origin = PluginOrigin(ep.name, ep.value, dist)
+        backend = make_backend(ep.load, origin)
+        existing = _REGISTRY.get(backend.name)
+        if existing is not None:
+            if getattr(existing, "origin", None) == origin:
+                register(backend, replace=True)  # the same plugin, reloaded
+                out.append(backend)
+                continue
+            backend = BrokenPlugin(origin, f"backend name {backend.name!r} is already registered")
+            if backend.name in _REGISTRY:
+                continue
+        register(backend)
+        out.append(backend)
+    return out
+
+
+def resolve_backend(name: str) -> Backend:
+    """A registered backend by name (built-ins and installed plugins), or a ``module:object`` spec loaded
+    and registered (so the session and reports find it by name).
+
+    Raises:
+        UnknownNameError: neither a registered name nor a spec.
+        PluginSpecError: a malformed spec.
+    """
+    from profattn.backends import _REGISTRY, get_backend, register
+
+    if ":" not in name:
+        return get_backend(name)
+    backend = load_spec(name)
+    existing = _REGISTRY.get(backend.name)
+    if existing is not None and getattr(existing, "origin", None) != getattr(backend, "origin", None):
+        return BrokenPlugin(PluginOrigin(name, name), f"backend name {backend.name!r} is already registered")
+    register(backend, replace=True)
+    return backend

@@ -1,0 +1,113 @@
+"""Markdown summaries for pull-request comments: ``profattn summary RUN_DIR`` and ``compare --markdown``.
+
+GitHub-flavoured Markdown (pipe tables), under GitHub's 65,536-character comment limit: every table is
+rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10, 5) until the whole text
+fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". Rows come from the same records
+the HTML uses (:mod:`profattn.report`, :mod:`profattn.compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from profattn.compare import CLASSES, Comparison, cell_rows, summary_line, winner_rows
+from profattn.results import RunResult
+
+#: GitHub rejects comments of 65,536 characters or more; stay a little below.
+MAX_CHARS = 65_000
+_CAPS: tuple[int | None, ...] = (None, 200, 100, 50, 25, 10, 5)
+
+
+def _cell(v: Any) -> str:
+    s = "" if v is None else str(v)
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_rows: int | None = None) -> str:
+    """A GFM pipe table; with ``max_rows``, the first rows and a final "… N more rows" line."""
+    shown = rows if max_rows is None else rows[:max_rows]
+    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in shown]
+    if len(shown) < len(rows):
+        lines.append(f"\n… {len(rows) - len(shown)} more rows")
+    return "\n".join(lines)
+
+
+def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
+    """``render(cap)`` for the largest row cap whose text is shorter than ``limit`` characters; if even the
+    smallest cap is too long, that text cut at ``limit`` with a closing note."""
+    text = ""
+    for cap in _CAPS:
+        text = render(cap)
+        if len(text) < limit:
+            return text
+    note = "\n\n… (truncated to fit a GitHub comment)\n"
+    return text[: limit - len(note) - 1] + note
+
+
+def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
+    """A run as Markdown: environment line, verdict, the result matrix (winners in bold)."""
+    from profattn.analysis import verdict
+    from profattn.report import matrix_rows
+
+    v = verdict(run)
+    e = run.environment
+    matrix = matrix_rows(run)
+    table = [
+        [("**" + r["backend"] + "** 🏆") if r["winner"] else r["backend"], r["workload"], r["status"],
+         r["latency"] + (" (graph)" if r["latency_kind"] == "graph" else ""), r["eager"], r["gbps"], r["tflops"],
+         r["out_err"], r["reason"][:120]]
+        for r in matrix
+    ]
+    headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
+
+    def render(cap: int | None) -> str:
+        parts = [
+            f"## profattn: preset `{run.preset}` on {e.device_name}",
+            (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
+             f"{len(run.cells)} cells, {run.repeat} timing sample(s) per cell; counters {run.counters_info.status}."),
+            "### Verdict",
+            f"**{v.summary}**",
+        ]
+        if headline_rows:
+            parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
+        parts += ["### Result matrix",
+                  md_table(["backend", "workload", "status", "latency", "eager", "GB/s", "TFLOP/s", "out err", "reason"], table, cap)]
+        return "\n\n".join(parts) + "\n"
+
+    return fit(render, limit)
+
+
+def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 10) -> str:
+    """A comparison as Markdown: the outcome, warnings, environment differences, the verdict in both runs,
+    flipped winners, the ``top`` largest changes, then every cell."""
+    rows = cell_rows(cmp)
+    top_rows = [r for r in rows if r["regression"] or r["classification"] in ("slower", "faster") or r["launch"] or r["correctness"] and "→" in r["correctness"]][:top]
+    env = [[d.field, d.base, d.head] for d in cmp.environment if d.differs or d.field == "device_name"]
+    flips = [[w["label"], w["base"], w["head"], "yes (tie in one run)" if w["noise_flip"] else "yes"] for w in winner_rows(cmp) if w["flipped"]]
+
+    def cells_table(rs: list[dict[str, Any]], cap: int | None) -> str:
+        return md_table(["workload", "backend", "result", "base", "head", "change [interval] (coverage)", "correctness", "launch shape", "DRAM bytes", "why it fails"],
+                        [[r["label"], r["backend"], ("**" + r["classification"] + "**") if r["regression"] else r["classification"],
+                          r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
+
+    def render(cap: int | None) -> str:
+        outcome = "❌ regression" if cmp.regression else "✅ no regression"
+        parts = [f"## profattn compare: `{cmp.base_label}` → `{cmp.head_label}`", f"**{outcome}**: {summary_line(cmp)}"]
+        parts += [f"> ⚠️ {w}" for w in cmp.warnings]
+        parts.append(
+            f"Change = head/base − 1 (Hodges–Lehmann over the per-repeat medians, exact Mann–Whitney interval at a nominal "
+            f"{cmp.level:.0%}); *slower* = interval entirely above +{cmp.threshold:.0%}, *faster* = entirely below "
+            f"1/(1+{cmp.threshold:.0%}) − 1, else *within noise*.")
+        parts += ["### Environment", md_table(["field", cmp.base_label, cmp.head_label], env, cap) if env else "No differences."]
+        parts += ["### Verdict", f"- **{cmp.base_label}**: {cmp.base_verdict}", f"- **{cmp.head_label}**: {cmp.head_verdict}"]
+        parts.append("Verdict changes: " + "; ".join(cmp.verdict_changes) if cmp.verdict_changes else "The verdict did not change.")
+        if flips:
+            parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]
+        parts += ["### Top changes", cells_table(top_rows, cap) if top_rows else "None beyond noise."]
+        counts = ", ".join(f"{cmp.count(k)} {k}" for k in CLASSES if cmp.count(k))
+        parts += [f"### All cells ({counts})", cells_table(rows, cap)]
+        return "\n\n".join(parts) + "\n"
+
+    return fit(render, limit)

@@ -1,0 +1,150 @@
+"""Bring-your-own kernel: the example plugin package found through entry-point metadata and run end to
+end on the CPU (Triton interpreter); ``--backend module:object``; plugins that fail stay local."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from profattn import plugins
+from profattn.backends import _REGISTRY
+from profattn.cli import main
+from profattn.results import CellStatus, read_results
+from profattn.session import SessionConfig, run_session
+from profattn.workload import Phase, Preset, Workload
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN_SRC = REPO / "examples" / "plugin-decode" / "src"
+#: Interpreter-sized decode (the interpreter runs one program at a time in numpy): GQA group 2, two pages.
+TINY = Preset("tiny-decode", "test", (
+    Workload(phase="decode", batch=2, q_len=1, kv_len=40, num_q_heads=4, num_kv_heads=2, head_dim=16,
+             kv_layout="paged", page_size=16),
+))
+
+
+@pytest.fixture
+def clean_registry():
+    before = dict(_REGISTRY)
+    yield
+    _REGISTRY.clear()
+    _REGISTRY.update(before)
+    plugins._LOADED = False
+    for name in [m for m in sys.modules if m.startswith(("profattn_plugin_decode", "byok_"))]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def installed_plugin(tmp_path: Path, monkeypatch, clean_registry) -> Path:
+    """The example package "installed": its source and a dist-info with its entry point on sys.path
+    (what pip writes for ``pip install examples/plugin-decode``)."""
+    site = tmp_path / "site"
+    info = site / "profattn_plugin_decode-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: profattn-plugin-decode\nVersion: 0.1.0\n")
+    entry = (REPO / "examples" / "plugin-decode" / "pyproject.toml").read_text().split('[project.entry-points."profattn.backends"]')[1].split("\n\n")[0]
+    (info / "entry_points.txt").write_text("[profattn.backends]" + entry.replace("\"", "") + "\n")  # TOML quotes off
+    monkeypatch.syspath_prepend(str(PLUGIN_SRC))
+    monkeypatch.syspath_prepend(str(site))
+    plugins.load_installed(refresh=True)
+    return site
+
+
+def _module(tmp_path: Path, monkeypatch, name: str, body: str) -> str:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_entry_point_plugin_runs_end_to_end(installed_plugin, tmp_path: Path, cpu):
+    from profattn.backends import all_backends, get_backend
+
+    b = get_backend("onehead-decode")
+    assert isinstance(b, plugins.PluginBackend), b.description
+    assert b.origin.distribution == "profattn-plugin-decode"
+    assert "onehead-decode" in [x.name for x in all_backends()]
+    run = run_session(SessionConfig(preset=TINY, regimes=(Phase.DECODE,), backends=(b, get_backend("torch-paged-reference")),
+                                    device=cpu, out_dir=tmp_path / "run", measure_ceilings=False, repeat=2, profile_calls=1))
+    c = next(c for c in run.cells if c.backend == "onehead-decode")
+    assert c.status == CellStatus.OK, c.reason
+    assert c.correctness.passed and c.correctness.out_rel_err < 6e-3  # bf16 output rounding (2^-9 relative), fp32 accumulation, vs fp64
+    assert c.family == "onehead-triton" and len(c.timing_repeats) == 2 and len(c.latency_samples_us) == 2
+    assert c.notes == ("one program per (seq, query head): 8 programs, BLOCK_N 64",)
+    assert c.trace is not None and c.trace.calls == 1
+    again = read_results(tmp_path / "run")
+    assert again.repeat == 2 and again.cells == run.cells
+
+
+def test_backend_spec_on_the_command_line(tmp_path: Path, monkeypatch, clean_registry):
+    """``--backend module:Class`` (a class is instantiated); a torch kernel keeps the CLI run quick — the
+    Triton plugin's own end-to-end run is the entry-point test above."""
+    _module(tmp_path, monkeypatch, "byok_sdpa", """
+        import torch
+        from profattn.backends import KernelFamily, Prepared
+
+        class Sdpa:
+            name, description = "byok-sdpa", "SDPA with GQA, as a plugin"
+            family = KernelFamily("byok", kernel_patterns=(), op_patterns=(r"scaled_dot_product",))
+            def unsupported_reason(self, workload, device): return None
+            def prepare(self, workload, device):
+                causal = workload.mask.value == "causal" and workload.q_len > 1
+                return Prepared(forward=lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, enable_gqa=True))
+    """)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["profile", "--preset", "small", "--regime", "decode", "--device", "cpu", "--no-counters",
+                                    "--backend", "byok_sdpa:Sdpa", "--backend", "eager", "--out", str(out),
+                                    "--profile-calls", "1", "--repeat", "3"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    cells = [c for c in read_results(out).cells if c.backend == "byok-sdpa"]
+    assert len(cells) == 3 and all(c.status == CellStatus.OK and c.correctness.passed for c in cells), [c.reason for c in cells]
+    assert all(len(c.latency_samples_us) == 3 for c in cells)
+    assert all(c.trace is not None and c.trace.calls == 1 for c in cells)  # profiled by its registered name
+
+
+def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monkeypatch, clean_registry, cpu):
+    _module(tmp_path, monkeypatch, "byok_import", "raise ImportError('libfancy.so: cannot open shared object file')\n")
+    _module(tmp_path, monkeypatch, "byok_cell", """
+        from profattn.backends import Prepared
+        from profattn.backends.families import DENSE
+
+        class Prep:
+            name, family, description = "byok-prepare", DENSE, "raises in prepare"
+            def unsupported_reason(self, workload, device): return None
+            def prepare(self, workload, device): raise RuntimeError("no kernel for this shape")
+
+        class Call(Prep):
+            name, description = "byok-call", "raises when called"
+            def prepare(self, workload, device):
+                def forward(q, k, v): raise ValueError("bad launch")
+                return Prepared(forward=forward)
+
+        not_a_backend = object()
+    """)
+    specs = ["byok_import:backend", "byok_cell:Prep", "byok_cell:Call", "byok_cell:not_a_backend"]
+    backends = tuple(plugins.resolve_backend(s) for s in specs)
+    from profattn.backends import get_backend
+
+    run = run_session(SessionConfig(preset=TINY, regimes=(Phase.DECODE,), backends=(*backends, get_backend("eager")),
+                                    device=cpu, out_dir=tmp_path / "run", measure_ceilings=False, profile_calls=1))
+    by = {c.backend: c for c in run.cells}
+    assert by["eager"].status == CellStatus.OK  # the run went on
+    assert by["byok_import:backend"].status == CellStatus.ERROR
+    assert by["byok_import:backend"].reason == ("plugin byok_import:backend: prepare failed: PluginLoadError: failed to load: "
+                                               "ImportError: libfancy.so: cannot open shared object file")
+    assert by["byok-prepare"].reason == "plugin byok_cell:Prep: prepare failed: RuntimeError: no kernel for this shape"
+    assert by["byok-call"].reason == "plugin byok_cell:Call: ValueError: bad launch"
+    assert "does not implement the backend interface (missing: name (str), description (str), family (KernelFamily)" in by["byok_cell:not_a_backend"].reason
+
+
+def test_malformed_backend_spec_is_a_usage_error():
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", "a:b:c"])
+    assert res.exit_code == 2 and "expected a backend name or package.module:object" in res.output

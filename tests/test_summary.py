@@ -1,0 +1,61 @@
+"""Markdown summaries (run and comparison): GitHub's length limit, truncation with a count, content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+from factories import SEED, cell, run
+
+from profattn.cli import main
+from profattn.compare import compare_runs
+from profattn.results import read_results
+from profattn.summary import MAX_CHARS, comparison_markdown, md_table, run_markdown
+from profattn.workload import Workload
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_md_table_escapes_and_truncates():
+    t = md_table(["a", "b"], [["x|y", 1], ["z", 2], ["w", 3]], max_rows=2)
+    assert t.splitlines()[:4] == ["| a | b |", "|---|---|", "| x\\|y | 1 |", "| z | 2 |"]
+    assert t.endswith("… 1 more rows")
+
+
+def big_run(n_backends: int = 40, n_kv: int = 60):
+    """A sweep-sized synthetic run: 2,400 cells, far over GitHub's comment limit if printed in full."""
+    cells = []
+    for i in range(n_kv):
+        w = Workload(phase="decode", batch=8, q_len=1, kv_len=128 * (i + 1), num_q_heads=16, num_kv_heads=4, head_dim=128)
+        cells += [cell(w, f"backend-{j:02d}-with-a-long-name", 10.0 + i + j) for j in range(n_backends)]
+    return run(cells)
+
+
+def test_run_summary_stays_under_githubs_limit():
+    md = run_markdown(big_run())
+    assert len(md) < 65_536 and len(md) <= MAX_CHARS
+    assert "more rows" in md and md.startswith("## profattn: preset `seed` on NVIDIA H200")
+
+
+def test_comparison_summary_stays_under_githubs_limit():
+    r = big_run()
+    md = comparison_markdown(compare_runs(r, r))
+    assert len(md) < 65_536 and "more rows" in md and "✅ no regression" in md
+
+
+def test_summary_of_the_h200_seed_run(tmp_path: Path):
+    res = CliRunner().invoke(main, ["summary", str(REPO / "examples" / "h200-seed"), "--out", str(tmp_path / "s.md")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "s.md").read_text()
+    v = read_results(REPO / "examples" / "h200-seed")
+    assert "### Verdict" in md and "### Result matrix" in md and "more rows" not in md
+    assert md.count("🏆") == len({c.workload.tag for c in v.cells})  # one winner per workload
+    assert "| **triton-paged-decode** 🏆 |" in md
+    printed = CliRunner().invoke(main, ["summary", str(REPO / "examples" / "h200-seed")])
+    assert printed.exit_code == 0 and printed.output == md
+
+
+def test_summary_of_a_small_run_lists_every_cell():
+    cells = [cell(w, "eager", 10.0 + i) for i, w in enumerate(SEED.workloads)]
+    md = run_markdown(run(cells))
+    assert md.count("| **eager** 🏆 | ") == len(cells)  # every cell, each the only (so winning) cell of its workload

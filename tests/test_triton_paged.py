@@ -91,3 +91,26 @@ def test_split_rule_hand_checked():
     # other knobs
     p = choose_num_splits(batch=8, num_kv_heads=4, max_kv_len=8192, num_sms=132, block_n=64, ctas_per_sm=2)
     assert (p.num_splits, p.tokens_per_split, p.ctas) == (9, 960, 288)
+
+
+def test_schedule_settings_from_the_environment(monkeypatch):
+    """The two review knobs: the split rule's CTAs per SM and the combine schedule; bad values -> Unsupported."""
+    from profattn.backends.base import Unsupported
+    from profattn.backends.triton_paged import (CTAS_PER_SM, TritonPagedDecode, combine_setting,
+                                                ctas_per_sm_setting)
+    from profattn.workload import Workload
+
+    monkeypatch.delenv("PROFATTN_PAGED_COMBINE", raising=False)
+    monkeypatch.delenv("PROFATTN_PAGED_CTAS_PER_SM", raising=False)
+    assert combine_setting() == "separate" and ctas_per_sm_setting() == CTAS_PER_SM
+    monkeypatch.setenv("PROFATTN_PAGED_COMBINE", "fused")
+    monkeypatch.setenv("PROFATTN_PAGED_CTAS_PER_SM", "1")
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4, head_dim=128,
+                 kv_layout="paged", page_size=16)
+    notes = " ".join(TritonPagedDecode().prepare(w, torch.device(DEVICE)).notes)
+    assert "5 splits x 1664 tokens, 160 CTAs" in notes and "last-arriving" in notes and "$PROFATTN_PAGED_COMBINE" in notes
+    for var, bad in (("PROFATTN_PAGED_COMBINE", "both"), ("PROFATTN_PAGED_CTAS_PER_SM", "0")):
+        monkeypatch.setenv(var, bad)
+        with pytest.raises(Unsupported, match=var):
+            TritonPagedDecode().prepare(w, torch.device(DEVICE))
+        monkeypatch.setenv(var, "fused" if var.endswith("COMBINE") else "4")

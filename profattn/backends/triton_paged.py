@@ -39,8 +39,11 @@ CTAS_PER_SM = 4
 MIN_BLOCKS_PER_SPLIT = 2
 NUM_WARPS = 4
 NUM_STAGES = 3
-#: How the splits are combined: "separate" (a second kernel) or "fused" (last-arriving program).
-COMBINE = os.environ.get("PROFATTN_PAGED_COMBINE", "separate")
+#: How the splits are combined: "separate" (a second kernel) or "fused" (the last-arriving split program
+#: combines; one launch, measured 2-5 µs slower on the H200, NOTES.md). The backend reads
+#: ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review the other schedule.
+COMBINE = "separate"
+COMBINE_ENV = "PROFATTN_PAGED_COMBINE"
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,20 @@ def ctas_per_sm_setting() -> int:
     return value
 
 
+def combine_setting() -> str:
+    """:data:`COMBINE`, or ``$PROFATTN_PAGED_COMBINE`` when set.
+
+    Raises:
+        Unsupported: the variable is neither ``fused`` nor ``separate`` (the cell says why; the run goes on).
+    """
+    raw = (os.environ.get(COMBINE_ENV) or "").strip()
+    if not raw:
+        return COMBINE
+    if raw not in ("fused", "separate"):
+        raise Unsupported(f"${COMBINE_ENV}={raw!r} is neither 'fused' nor 'separate'")
+    return raw
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -348,6 +365,7 @@ class TritonPagedDecode:
             raise Unsupported(reason)
         sms = _num_sms(device)
         ctas_per_sm = ctas_per_sm_setting()
+        combine = combine_setting()
         plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
                                  max_kv_len=workload.kv_len, num_sms=sms, ctas_per_sm=ctas_per_sm)
         workspace: dict = {}
@@ -358,7 +376,8 @@ class TritonPagedDecode:
 
             def call() -> torch.Tensor:
                 return paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens,
-                                    max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace).unsqueeze(2)
+                                    max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
+                                    combine=combine).unsqueeze(2)
 
             return call
 
@@ -366,6 +385,8 @@ class TritonPagedDecode:
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
             + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
+            f"split combine: {'last-arriving split program (one launch)' if combine == 'fused' else 'second kernel'}"
+            + (f" from ${COMBINE_ENV}" if combine != COMBINE else ""),
         ))
 
 

@@ -163,10 +163,11 @@ def test_math_fixture_three_calls_dispatched_to_math_with_many_kernels():
     assert sum(len(c.kernels) for c in fa.calls) == fa.kernel_count == 48
 
 
-def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_note():
+def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_warning():
     fa = analyzed(CPU_ONLY)
     assert fa.calls == () and not fa.has_gpu_kernels and fa.rank == 34 and fa.label == "rank 34"
-    assert any("no GPU kernels" in n for n in fa.notes)
+    assert [w.code for w in fa.warnings] == ["no_gpu_kernels"] and "no GPU kernels" in fa.warnings[0].message
+    assert file_rows(Analysis((fa,)))[0]["warnings"] == [fa.warnings[0].message]
     assert kernel_rows(fa) == [] and op_rows(fa) == []
     assert [r["step"] for r in step_rows(fa)] == ["ProfilerStep#551"]
     html = render_html(Analysis((fa,)))

@@ -49,9 +49,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profattn.backends.base import KernelFamily
-from profattn.backends.families import ATTENTION_FAMILIES
 from profattn.errors import TraceError, WorkloadError
+from profattn.families import ATTENTION_FAMILIES, KernelFamily
 from profattn.trace import Trace, TraceWarning
 from profattn.workload import Phase, Workload
 
@@ -73,7 +72,7 @@ __all__ = [
 ]
 
 #: FlashInfer's kernels (``BatchDecodeWithPagedKVCacheKernel``, ``BatchPrefillWith…``, ``SinglePrefill…``),
-#: which :data:`profattn.backends.families.ATTENTION_FAMILIES` does not list (profattn does not run them).
+#: which :data:`profattn.families.ATTENTION_FAMILIES` does not list (profattn does not run them).
 FLASHINFER = KernelFamily(
     "flashinfer",
     kernel_patterns=(r"flashinfer", r"Batch(Decode|Prefill)With", r"Single(Decode|Prefill)With"),
@@ -456,8 +455,10 @@ def analyze_trace(trace: Trace) -> FileAnalysis:
         raise TraceError(f"{trace.path}: 'traceEvents' is empty: nothing to analyze")
     kernels = trace.kernels
     num_sms = trace.num_sms
-    families = [attention_family(n) for n in kernels["name"].tolist()]
-    records = _kernel_records(kernels, families, num_sms)
+    names = kernels["name"].tolist()
+    family_of = {name: attention_family(name) for name in set(names)}  # names repeat: match each once
+    families = [family_of[n] for n in names]
+    records = _KernelRecords(kernels, families, num_sms)
     notes = _file_notes(trace)
 
     attention = _attention_op_groups(trace.ops)
@@ -558,26 +559,53 @@ def _triple(row: Mapping[str, Any], prefix: str) -> tuple[int, int, int] | None:
     return None if None in vals else (vals[0], vals[1], vals[2])  # type: ignore[return-value]
 
 
-def _kernel_records(kernels: pd.DataFrame, families: Sequence[str | None], num_sms: int | None) -> list[CallKernel]:
-    """One :class:`CallKernel` per row of ``kernels`` (same order)."""
-    out = []
-    for row, family in zip(kernels.to_dict("records"), families):
-        ctas = _opt_int(row["ctas"])
-        out.append(CallKernel(
-            name=str(row["name"]),
-            family=family,
-            ts_us=float(row["ts_us"]),
-            dur_us=float(row["dur_us"]),
-            grid=_triple(row, "grid"),
-            block=_triple(row, "block"),
-            registers_per_thread=_opt_int(row["registers_per_thread"]),
-            shared_mem_bytes=_opt_int(row["shared_mem_bytes"]),
+_RECORD_INTS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                "shared_mem_bytes", "ctas", "stream")
+
+
+class _KernelRecords:
+    """``records[i]``: the :class:`CallKernel` of row ``i`` of ``kernels``, built when first asked for
+    (only the kernels of attention calls ever are)."""
+
+    def __init__(self, kernels: pd.DataFrame, families: Sequence[str | None], num_sms: int | None) -> None:
+        self._names = kernels["name"].to_numpy(dtype=object)
+        self._ts = kernels["ts_us"].to_numpy(dtype="float64")
+        self._dur = kernels["dur_us"].to_numpy(dtype="float64")
+        self._graph = kernels["graph_launched"].to_numpy(dtype=bool)
+        self._ints = {c: (kernels[c].to_numpy(dtype="int64", na_value=0), kernels[c].isna().to_numpy()) for c in _RECORD_INTS}
+        self._families = families
+        self._num_sms = num_sms
+        self._built: dict[int, CallKernel] = {}
+
+    def __getitem__(self, i: int) -> CallKernel:
+        record = self._built.get(i)
+        if record is None:
+            record = self._built[i] = self._build(int(i))
+        return record
+
+    def _int(self, column: str, i: int) -> int | None:
+        values, missing = self._ints[column]
+        return None if missing[i] else int(values[i])
+
+    def _build(self, i: int) -> CallKernel:
+        grid = tuple(self._int(c, i) for c in ("grid_x", "grid_y", "grid_z"))
+        block = tuple(self._int(c, i) for c in ("block_x", "block_y", "block_z"))
+        ctas = self._int("ctas", i)
+        num_sms = self._num_sms
+        return CallKernel(
+            name=str(self._names[i]),
+            family=self._families[i],
+            ts_us=float(self._ts[i]),
+            dur_us=float(self._dur[i]),
+            grid=None if None in grid else grid,  # type: ignore[arg-type]
+            block=None if None in block else block,  # type: ignore[arg-type]
+            registers_per_thread=self._int("registers_per_thread", i),
+            shared_mem_bytes=self._int("shared_mem_bytes", i),
             ctas=ctas,
             ctas_per_sm=ctas / num_sms if ctas is not None and num_sms else None,
-            stream=_opt_int(row["stream"]),
-            graph_launched=bool(row["graph_launched"]),
-        ))
-    return out
+            stream=self._int("stream", i),
+            graph_launched=bool(self._graph[i]),
+        )
 
 
 def _kernel_times(kernels: pd.DataFrame, families: Sequence[str | None], total_us: float) -> tuple[KernelTime, ...]:
@@ -704,7 +732,7 @@ def _causal(concrete: list[Any] | None, sig: OpSignature) -> tuple[bool | None, 
 
 
 def _op_calls(
-    trace: Trace, groups: list[list[dict[str, Any]]], records: Sequence[CallKernel]
+    trace: Trace, groups: list[list[dict[str, Any]]], records: _KernelRecords
 ) -> tuple[list[AttentionCall], set[int]]:
     """One :class:`AttentionCall` per group; also the kernel rows they took."""
     kernels, ops = trace.kernels, trace.ops
@@ -789,7 +817,7 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
 
 
 def _kernel_only_calls(
-    trace: Trace, records: Sequence[CallKernel], families: Sequence[str | None], used: set[int]
+    trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int]
 ) -> list[AttentionCall]:
     """Attention kernels no attention op launched, grouped by launching op (``External id``) or, for CUDA
     graph replays, by graph launch (``correlation``); other kernels of that op are not included."""

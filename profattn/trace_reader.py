@@ -48,9 +48,9 @@ from profattn.errors import TraceError
 __all__ = ["BATCH_BYTES", "HEADER_LIMIT_BYTES", "Batch", "TraceReader", "parse_int"]
 
 #: Target size (bytes of JSON text) of one decoded batch of events.
-BATCH_BYTES = 16 * 2**20
+BATCH_BYTES = 4 * 2**20
 #: Size of the blocks read from the file (compressed bytes for gzip).
-_BLOCK_BYTES = 4 * 2**20
+_BLOCK_BYTES = 2**20
 #: Most bytes searched for the ``"traceEvents"`` key before the whole file is read the slow way.
 HEADER_LIMIT_BYTES = 64 * 2**20
 #: Bytes of the buffer's tail searched first for a batch boundary.

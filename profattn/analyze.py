@@ -11,6 +11,7 @@ and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSI
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -299,7 +300,19 @@ def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c) for c in f.calls],
         })
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings), "files": files}
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings), "files": files})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (a trace's absurd but finite times, e.g.
+    ``ts`` 1.7e308, can add up to ``inf``; JSON has no such number)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write_json(analysis: Analysis, path: str | os.PathLike[str]) -> Path:

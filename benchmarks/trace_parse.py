@@ -142,7 +142,7 @@ def _run(tool: str, path: Path, timeout: float) -> dict:
 
 def _table(rows: list[dict]) -> str:
     head = ("| trace | size | tool | version | time (s) | peak RSS (MiB) | RSS after imports (MiB) | "
-            "vs HTA time | vs HTA RSS | found |")
+            "speed-up vs reference | peak RSS / reference | found |")
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         if "error" in r:
@@ -151,7 +151,7 @@ def _table(rows: list[dict]) -> str:
                          "| – | – | – | – |")
             continue
         ref = r.get("reference")
-        speed = f"{ref['seconds'] / r['seconds']:.1f}× faster" if ref else "–"
+        speed = f"{ref['seconds'] / r['seconds']:.1f}×" if ref else "–"
         memory = f"{r['peak_rss_mib'] / ref['peak_rss_mib']:.2f}×" if ref else "–"
         found = ", ".join(f"{k} {v}" for k, v in r["found"].items())
         lines.append(f"| {r['trace']} | {r['size']} | {r['tool']} | {r['version']} | {r['seconds']:.2f} | "
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="*", type=Path)
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {', '.join(TOOLS)}")
-    parser.add_argument("--reference", default="hta-json", help="the tool the 'vs HTA' columns compare with")
+    parser.add_argument("--reference", default="hta-json", help="the tool the speed-up and RSS ratio columns compare with")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--child", metavar="TOOL", help=argparse.SUPPRESS)

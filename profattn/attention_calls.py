@@ -21,8 +21,8 @@ SDPA's ``is_causal`` is top-left aligned; profattn's causal mask is bottom-right
 ``Lq != Lk`` gets its fields reported but no :class:`~profattn.workload.Workload`.
 
 **Phase.** ``train`` for a backward call, and for a forward call when the trace holds a backward attention
-op of the same backend and shapes (or an autograd ``ScaledDotProduct…Backward`` node of that backend);
-else ``decode`` when ``Lq == 1`` or (``Lq <= 16`` and ``Lk >= 8 · Lq``); else ``prefill``. A math-backend
+op of the same backend and shapes (or, when no backward op of that backend has recorded shapes, an
+autograd ``ScaledDotProduct…Backward`` node or a shapeless backward op of that backend); else ``decode`` when ``Lq == 1`` or (``Lq <= 16`` and ``Lk >= 8 · Lq``); else ``prefill``. A math-backend
 call is never seen as ``train``: its backward is generic matmul autograd with no attention op to match.
 
 **Kernels of a call.** Kernels whose launching runtime/driver call (``launch_ts_us``) falls inside the
@@ -870,9 +870,10 @@ def _with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attentio
     for c in calls:
         if c.direction == "backward":
             backward.add((c.backend, c.shape.key() if c.shape else None))
+    shaped = {backend for backend, key in backward if key is not None}
     for name in set(ops["name"].tolist()):
         m = _AUTOGRAD_SDPA_BACKWARD.search(name)
-        if m:
+        if m and m.group(1).lower() not in shaped:  # the node stands for a backward op we could not match
             backward.add((m.group(1).lower(), None))
     out = []
     for c in calls:

@@ -34,7 +34,6 @@ from profattn.errors import ProfattnError
 from profattn.trace import load_trace
 from profattn.workload import Phase, Workload
 
-
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
 
 
@@ -382,3 +381,28 @@ def test_cli_analyze_does_not_import_torch(tmp_path: Path):
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     assert "3 attention call(s)" in res.stdout
+
+
+def test_decode_call_beside_a_training_step_of_the_same_backend_stays_decode(tmp_path: Path):
+    """A decode-shaped forward call (no backward of its shapes) in a trace that also trains with the same
+    backend: the backward op's recorded shapes decide, not the backend's autograd node alone (seen on the
+    H200 training traces of benchmarks/trace_parse.py: cuDNN train steps plus a decode-style call)."""
+    q, k = [8, 8, 512, 64], [8, 2, 512, 64]
+    cudnn = "aten::_scaled_dot_product_cudnn_attention"
+    events = sdpa_call(1000, 1, q=q, k=k, causal=True, kernel_name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop",
+                       backend_op=cudnn)
+    events += sdpa_call(5000, 3, q=[8, 8, 1, 64], k=k, causal=False,
+                        kernel_name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop", backend_op=cudnn)
+    events += [
+        cpu_op("autograd::engine::evaluate_function: ScaledDotProductCudnnAttentionBackward0", 2000, 300, tid=2),
+        cpu_op(f"{cudnn}_backward", 2010, 200, tid=2, dims=[q, q, k, k] + [[]] * 11, types=BF16 + ["c10::BFloat16"] * 12,
+               concrete=[""] * 14 + ["True"]),
+        launch(2050, 2, tid=2),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", 2400, 80, 2),
+    ]
+    fa = analyze_trace(load_trace(write_trace(tmp_path / "mixed.json", events)))
+    train_fwd, bwd, decode = fa.calls
+    assert (train_fwd.direction, train_fwd.phase, train_fwd.shape.q_len) == ("forward", Phase.TRAIN, 512)
+    assert (bwd.direction, bwd.phase) == ("backward", Phase.TRAIN)
+    assert (decode.direction, decode.phase, decode.shape.q_len, decode.backend) == ("forward", Phase.DECODE, 1, "cudnn")
+    assert decode.workload is not None and decode.workload.phase is Phase.DECODE

@@ -104,7 +104,6 @@ class TraceReader:
         self.event_count = 0
         self.object_count = 0
         self._typed = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
-        self._event_type = event_type
         self._stdlib = json.JSONDecoder(parse_int=parse_int)
 
     # ---- the byte stream -------------------------------------------------------------------------
@@ -143,18 +142,18 @@ class TraceReader:
                 pending = inflate.unconsumed_tail
                 if out:
                     yield out
-                if inflate.eof:  # end of one gzip member: another may follow
+                if inflate.eof:  # end of one gzip member: another may follow, or zero padding
                     rest = inflate.unused_data + pending
                     if not rest:
                         rest = f.read(_BLOCK_BYTES)
-                    if not rest.strip(b"\x00"):
-                        rest = b""
-                        if not f.read(1):
-                            return
-                    if rest and rest[:2] != _GZIP_MAGIC:
+                    while rest and not rest.strip(b"\x00"):
+                        rest = f.read(_BLOCK_BYTES)
+                    if not rest:
+                        return
+                    if rest.lstrip(b"\x00")[:2] != _GZIP_MAGIC:
                         raise TraceError(f"{name}: bad gzip data (trailing bytes after the gzip stream)")
                     inflate = zlib.decompressobj(wbits=31)
-                    pending = rest
+                    pending = rest.lstrip(b"\x00")
             tail = inflate.flush()
             if tail:
                 yield tail

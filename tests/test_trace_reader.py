@@ -198,3 +198,9 @@ def test_gzip_with_trailing_garbage_is_bad_gzip(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(b'{"traceEvents": []}') + b"garbage")
     with pytest.raises(TraceError, match="bad gzip data"):
         load_trace(path)
+
+
+def test_gzip_zero_padding_after_a_member_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "padded.json.gz"
+    path.write_bytes(fixture_path(FLASH).read_bytes() + b"\x00" * 1000)
+    assert len(load_trace(path).kernels) == 6

@@ -18,14 +18,20 @@ carry ``ts`` and ``dur`` in microseconds; the event category ``cat`` says what t
 ===================  ==============  =========================================================
 
 Units: every time is in microseconds (``*_us``, as Kineto writes them), every size in bytes
-(``*_bytes``). Which kernel ``args`` are read is declared once, in :data:`KERNEL_ARG_SPEC`.
+(``*_bytes``). Which kernel ``args`` are read is declared once, in :data:`KERNEL_ARG_SPEC`; together with
+the ops' ``External id``/``Input Dims``/``Input type``/``Concrete Inputs`` they define the only fields
+that are decoded (``_Event``): the file is streamed in batches (:mod:`profattn.trace_reader`) straight
+into columns, and the JSON tree is never held whole.
 
 Attribution: a kernel's ``args.correlation`` equals the ``args.correlation`` of the CPU runtime/driver
 call that launched it; that call is attributed to the innermost ``user_annotation`` range enclosing its
 start time on the same ``pid``/``tid`` (innermost = the latest-starting range that contains it).
 
 Bad input raises :class:`~profattn.errors.TraceError` (a file that cannot be read as a trace); a trace
-that simply holds no kernels gives empty DataFrames with the documented columns ("no data").
+that simply holds no kernels gives empty DataFrames with the documented columns ("no data"); events
+that cannot be used (no ``ts``/``dur``, ``"inf"`` or ``NaN`` where a number belongs, values beyond 64 bits,
+kernels without ``args`` or without a launching runtime event, unknown categories, ...) are skipped or
+read as missing and counted in :attr:`Trace.warnings`.
 
 Example, the H200 flash-decode fixture (``shared/fixtures/traces``)::
 

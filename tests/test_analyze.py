@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
+from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
 from profattn.analyze import (
     Analysis,
@@ -37,14 +37,6 @@ from profattn.workload import Phase, Workload
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
 
 
-def fixture_path(name: str) -> Path:
-    """A shared trace fixture; skips the test when the shared fixtures are absent."""
-    path = shared_dir() / "fixtures" / "traces" / name
-    if not path.is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
-    return path
-
-
 @functools.cache
 def _analyzed(path: Path) -> FileAnalysis:
     return analyze_trace(load_trace(path))
@@ -52,7 +44,7 @@ def _analyzed(path: Path) -> FileAnalysis:
 
 def analyzed(name: str) -> FileAnalysis:
     """The fixture's analysis (computed once per session; records are frozen)."""
-    return _analyzed(fixture_path(name))
+    return _analyzed(trace_fixture(name))
 
 
 # ---- synthetic traces ----------------------------------------------------------------------------
@@ -196,7 +188,7 @@ def test_old_schema_and_alexnet_analyzed_without_attention_calls(name: str):
 
 
 def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warning(tmp_path: Path):
-    source = fixture_path(OLD_SCHEMA)
+    source = trace_fixture(OLD_SCHEMA)
     (tmp_path / "worker0").mkdir()
     shutil.copy(source, tmp_path / "worker0" / "a.pt.trace.json.gz")
     shutil.copy(source, tmp_path / "b.pt.trace.json.gz")
@@ -211,7 +203,7 @@ def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warnin
 
 def test_files_without_rank_are_labelled_by_name_and_not_warned(tmp_path: Path):
     for name in ("x.json.gz", "y.json.gz"):
-        shutil.copy(fixture_path(FLASH), tmp_path / name)
+        shutil.copy(trace_fixture(FLASH), tmp_path / name)
     analysis = analyze_paths([tmp_path / "x.json.gz", tmp_path / "y.json.gz", tmp_path / "x.json.gz"])
     assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.warnings == ()
 
@@ -351,7 +343,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_writes_html_and_json(tmp_path: Path):
     out, js = tmp_path / "r" / "report.html", tmp_path / "a.json"
-    res = _cli(str(fixture_path(FLASH)), "--out", str(out), "--json", str(js))
+    res = _cli(str(trace_fixture(FLASH)), "--out", str(out), "--json", str(js))
     assert res.returncode == 0, res.stderr
     assert "3 attention call(s)" in res.stdout
     assert out.stat().st_size > 1_000_000  # plotly.js inline
@@ -374,7 +366,7 @@ def test_cli_analyze_does_not_import_torch(tmp_path: Path):
     script = (
         "import sys\n"
         "import profattn.cli as cli\n"
-        f"sys.argv = ['profattn', 'analyze', {str(fixture_path(FLASH))!r}, '--out', {str(tmp_path / 'r.html')!r}]\n"
+        f"sys.argv = ['profattn', 'analyze', {str(trace_fixture(FLASH))!r}, '--out', {str(tmp_path / 'r.html')!r}]\n"
         "try:\n    cli.main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

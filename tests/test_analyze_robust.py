@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AMD, FLASH, shared_dir
+from conftest import AMD, FLASH, trace_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,16 +31,9 @@ from profattn.analyze import (
 from profattn.errors import ProfattnError
 
 
-def fixture_path(name: str) -> Path:
-    path = shared_dir() / "fixtures" / "traces" / name
-    if not path.is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
-    return path
-
-
 @functools.cache
 def _text(name: str) -> str:
-    return gzip.decompress(fixture_path(name).read_bytes()).decode()
+    return gzip.decompress(trace_fixture(name).read_bytes()).decode()
 
 
 def flash_doc() -> dict[str, Any]:
@@ -87,7 +80,7 @@ def _no_gpu(p: Path) -> None:
 
 
 def _truncated_gz(p: Path) -> None:
-    p.write_bytes(fixture_path(FLASH).read_bytes()[:-100])
+    p.write_bytes(trace_fixture(FLASH).read_bytes()[:-100])
 
 
 def _truncated_json(p: Path) -> None:
@@ -205,7 +198,7 @@ def mutated_trace(draw: st.DrawFn) -> bytes:
 
 def test_fuzz_analyze_gives_a_result_or_a_profattn_error(tmp_path_factory: pytest.TempPathFactory) -> None:
     directory = tmp_path_factory.mktemp("fuzz-analyze")
-    fixture_path(FLASH), fixture_path(AMD)  # skip early without the fixtures
+    trace_fixture(FLASH), trace_fixture(AMD)  # skip early without the fixtures
 
     @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(payload=mutated_trace())

@@ -11,25 +11,16 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import FLASH, MATH, shared_dir
+from conftest import FLASH, MATH, NCCL, trace_fixture
 
 import profattn.trace_reader as reader
 from profattn.errors import TraceError
 from profattn.trace import Trace, load_trace
 
-NCCL = "hta_nccl_parser_config_nccl_data.json.gz"  # 40,573 events, 2,700 kernels, 14,346 CPU ops
-
-
-def fixture_path(name: str) -> Path:
-    path = shared_dir() / "fixtures" / "traces" / name
-    if not path.is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
-    return path
-
 
 @functools.cache
 def _document(name: str) -> dict[str, Any]:
-    return json.loads(gzip.decompress(fixture_path(name).read_bytes()))
+    return json.loads(gzip.decompress(trace_fixture(name).read_bytes()))
 
 
 def document(name: str) -> dict[str, Any]:
@@ -53,7 +44,7 @@ def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @functools.cache
 def _default(name: str) -> Trace:
-    return load_trace(fixture_path(name))
+    return load_trace(trace_fixture(name))
 
 
 # ---- batches and layouts -------------------------------------------------------------------------
@@ -61,7 +52,7 @@ def _default(name: str) -> Trace:
 
 @pytest.mark.parametrize("name", [FLASH, NCCL])
 def test_tiny_batches_give_the_same_trace(name: str, tiny_batches: None) -> None:
-    trace = load_trace(fixture_path(name))
+    trace = load_trace(trace_fixture(name))
     assert_same(trace, _default(name))
     if name == NCCL:
         assert (trace.event_count, len(trace.kernels), len(trace.ops)) == (40573, 2700, 14346)
@@ -77,7 +68,7 @@ def test_untyped_decoding_gives_the_same_trace(monkeypatch: pytest.MonkeyPatch, 
             raise reader.msgspec.ValidationError("forced")
 
     monkeypatch.setattr(reader.msgspec.json, "Decoder", Refusing)
-    assert_same(load_trace(fixture_path(MATH)), _default(MATH))
+    assert_same(load_trace(trace_fixture(MATH)), _default(MATH))
 
 
 def _variants(doc: dict[str, Any]) -> dict[str, bytes]:
@@ -154,7 +145,7 @@ def test_oddities_in_middle_batches_are_skipped_and_counted(tmp_path: Path, tiny
 
 
 def _raw(name: str) -> bytes:
-    return gzip.decompress(fixture_path(name).read_bytes())
+    return gzip.decompress(trace_fixture(name).read_bytes())
 
 
 @pytest.mark.parametrize("cut", [0.1, 0.5, 0.97])
@@ -202,5 +193,5 @@ def test_gzip_with_trailing_garbage_is_bad_gzip(tmp_path: Path) -> None:
 
 def test_gzip_zero_padding_after_a_member_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "padded.json.gz"
-    path.write_bytes(fixture_path(FLASH).read_bytes() + b"\x00" * 1000)
+    path.write_bytes(trace_fixture(FLASH).read_bytes() + b"\x00" * 1000)
     assert len(load_trace(path).kernels) == 6

@@ -15,12 +15,18 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from profattn.backends.base import KernelFamily
-from profattn.backends.families import ATTENTION_FAMILIES
-from profattn.results import CellResult, CounterKernel, CounterSummary, CountersInfo, KernelLaunch, RunResult, TraceSummary
+from profattn.families import ATTENTION_FAMILIES, KernelFamily
+from profattn.results import (
+    CellResult,
+    CounterKernel,
+    CountersInfo,
+    CounterSummary,
+    KernelLaunch,
+    RunResult,
+    TraceSummary,
+)
 from profattn.trace import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
-
 
 # ---- trace evidence ------------------------------------------------------------------------------
 

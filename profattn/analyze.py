@@ -11,6 +11,7 @@ and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSI
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -18,34 +19,45 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-
 from profattn.analysis import kernel_stem
-from profattn.attention_calls import AttentionCall, CallKernel, FileAnalysis, analyze_trace
+from profattn.attention_calls import (
+    AttentionCall,
+    CallKernel,
+    FileAnalysis,
+    analyze_trace,
+)
 from profattn.errors import ProfattnError
-from profattn.report import _plotly_js, _shape, fmt_bytes, fmt_us, template_env, write_html_file
+from profattn.report import (
+    _plotly_js,
+    _shape,
+    fmt_bytes,
+    fmt_us,
+    template_env,
+    write_html_file,
+)
 from profattn.trace import load_trace
 
 __all__ = [
+    "CHART_TOP",
     "SCHEMA",
     "SCHEMA_VERSION",
     "TABLE_LIMIT",
-    "CHART_TOP",
     "Analysis",
-    "find_trace_files",
+    "analysis_to_dict",
     "analyze_paths",
-    "rank_warnings",
-    "file_rows",
     "call_rows",
-    "workload_rows",
+    "file_rows",
+    "find_trace_files",
+    "kernel_chart",
     "kernel_rows",
     "launch_rows",
     "op_rows",
-    "step_rows",
-    "kernel_chart",
-    "analysis_to_dict",
-    "write_json",
+    "rank_warnings",
     "render_html",
+    "step_rows",
+    "workload_rows",
     "write_html",
+    "write_json",
 ]
 
 SCHEMA = "profattn.analysis"
@@ -128,7 +140,8 @@ def _causal_text(causal: bool | None) -> str:
 
 
 def file_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    """One summary row per file: label, path, device, SMs, kernels, GPU time, attention calls, notes."""
+    """One summary row per file: label, path, device, SMs, kernels, GPU time, attention calls, notes, and
+    the file's warnings (recoverable oddities of the input: one message each)."""
     return [{
         "id": f"file-{i}", "label": f.label, "path": f.path, "rank": f.rank,
         "device": f.device_name or "n/a", "sms": _opt(f.num_sms, "d"), "kernels": f.kernel_count,
@@ -136,7 +149,7 @@ def file_rows(analysis: Analysis) -> list[dict[str, Any]]:
         "gpu_busy": fmt_us(f.gpu_busy_us) if f.has_gpu_kernels else "–",
         "attention_calls": len(f.calls),
         "attention_time": fmt_us(sum(c.gpu_time_us for c in f.calls)) if f.has_gpu_kernels else "–",
-        "notes": list(f.notes),
+        "notes": list(f.notes), "warnings": [w.message for w in f.warnings],
     } for i, f in enumerate(analysis.files)]
 
 
@@ -271,20 +284,35 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
 
 def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
     """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 1, "warnings": [...],
-    "files": [...]}``; times in µs, sizes in bytes, missing values null."""
+    "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level ``warnings`` are about the
+    set of files (duplicated ranks); each file's ``warnings`` are ``{"code", "count", "message"}`` objects
+    about that file (:class:`~profattn.trace.TraceWarning`)."""
     files = []
     for f in analysis.files:
         files.append({
             "path": f.path, "label": f.label, "rank": f.rank, "device_name": f.device_name, "num_sms": f.num_sms,
             "kernel_count": f.kernel_count, "gpu_time_us": f.gpu_time_us, "gpu_busy_us": f.gpu_busy_us,
             "notes": list(f.notes),
+            "warnings": [asdict(w) for w in f.warnings],
             "kernels": [asdict(k) for k in f.kernels],
             "launch_shapes": [asdict(s) for s in f.launch_shapes],
             "ops": [asdict(o) for o in f.ops],
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c) for c in f.calls],
         })
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings), "files": files}
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings), "files": files})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (a trace's absurd but finite times, e.g.
+    ``ts`` 1.7e308, can add up to ``inf``; JSON has no such number)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write_json(analysis: Analysis, path: str | os.PathLike[str]) -> Path:

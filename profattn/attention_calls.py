@@ -14,15 +14,15 @@ replays, by the graph launch; they have no recorded shapes.
 
 **Workload.** Read from the call op's ``Input Dims`` (``q [B, Hq, Lq, d]``, ``k [B, Hkv, Lk, d]`` for the
 SDPA ops; ``[B, L, H, d]`` for ``_flash_attention_*``/``_efficient_attention_*``) and ``Input type``.
-``is_causal`` lives in ``Concrete Inputs``, which the trace parser does not keep: the attention events
-alone are read back from the raw file (no second full parse); where that fails, causal is unknown.
+``is_causal`` is read from the op's ``Concrete Inputs`` (kept by the trace parser); without them, causal
+is unknown.
 SDPA's ``is_causal`` is top-left aligned; profattn's causal mask is bottom-right (see
 :mod:`profattn.workload`): the two agree only when ``Lq == Lk``, so a top-left causal call with
 ``Lq != Lk`` gets its fields reported but no :class:`~profattn.workload.Workload`.
 
 **Phase.** ``train`` for a backward call, and for a forward call when the trace holds a backward attention
-op of the same backend and shapes (or an autograd ``ScaledDotProduct…Backward`` node of that backend);
-else ``decode`` when ``Lq == 1`` or (``Lq <= 16`` and ``Lk >= 8 · Lq``); else ``prefill``. A math-backend
+op of the same backend and shapes (or, when no backward op of that backend has recorded shapes, an
+autograd ``ScaledDotProduct…Backward`` node or a shapeless backward op of that backend); else ``decode`` when ``Lq == 1`` or (``Lq <= 16`` and ``Lk >= 8 · Lq``); else ``prefill``. A math-backend
 call is never seen as ``train``: its backward is generic matmul autograd with no attention op to match.
 
 **Kernels of a call.** Kernels whose launching runtime/driver call (``launch_ts_us``) falls inside the
@@ -39,12 +39,9 @@ that overlap on different streams count twice); ``gpu_busy_us`` is the union of 
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,35 +49,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profattn.backends.base import KernelFamily
-from profattn.backends.families import ATTENTION_FAMILIES
-from profattn.errors import WorkloadError
-from profattn.trace import Trace
+from profattn.errors import TraceError, WorkloadError
+from profattn.families import ATTENTION_FAMILIES, KernelFamily
+from profattn.trace import Trace, TraceWarning
 from profattn.workload import Phase, Workload
 
 __all__ = [
-    "ATTENTION_OPS",
     "ATTENTION_KERNEL_FAMILIES",
-    "OpSignature",
+    "ATTENTION_OPS",
+    "AttentionCall",
     "AttentionShape",
     "CallKernel",
-    "AttentionCall",
+    "FileAnalysis",
     "KernelTime",
     "LaunchShape",
+    "OpSignature",
     "OpTime",
     "StepWindow",
-    "FileAnalysis",
     "analyze_trace",
     "attention_family",
     "is_attention_op",
 ]
 
-_GZIP_MAGIC = b"\x1f\x8b"
-#: Largest raw event (bytes) read back when recovering ``Concrete Inputs``.
-_MAX_EVENT_BYTES = 2**24
-
 #: FlashInfer's kernels (``BatchDecodeWithPagedKVCacheKernel``, ``BatchPrefillWith…``, ``SinglePrefill…``),
-#: which :data:`profattn.backends.families.ATTENTION_FAMILIES` does not list (profattn does not run them).
+#: which :data:`profattn.families.ATTENTION_FAMILIES` does not list (profattn does not run them).
 FLASHINFER = KernelFamily(
     "flashinfer",
     kernel_patterns=(r"flashinfer", r"Batch(Decode|Prefill)With", r"Single(Decode|Prefill)With"),
@@ -416,7 +408,9 @@ class FileAnalysis:
     ``rank`` is ``distributedInfo.rank`` when the trace records it; ``gpu_time_us`` the summed kernel time
     and ``gpu_busy_us`` the union of kernel intervals (µs); ``kernels`` by name (largest total first),
     ``launch_shapes`` per (name, shape), ``ops`` by top-level op (largest first), ``steps`` the
-    ``ProfilerStep`` windows, ``calls`` the attention calls, ``notes`` caveats about the whole file.
+    ``ProfilerStep`` windows, ``calls`` the attention calls, ``notes`` caveats about the analysis of the
+    whole file, ``warnings`` the recoverable oddities of the file itself (the parser's
+    :attr:`~profattn.trace.Trace.warnings`, and ``no_gpu_kernels`` for a trace without GPU kernels).
     """
 
     path: str
@@ -432,6 +426,7 @@ class FileAnalysis:
     steps: tuple[StepWindow, ...]
     calls: tuple[AttentionCall, ...]
     notes: tuple[str, ...] = field(default=())
+    warnings: tuple[TraceWarning, ...] = field(default=())
 
     @property
     def label(self) -> str:
@@ -453,23 +448,21 @@ def analyze_trace(trace: Trace) -> FileAnalysis:
     """Analyze one parsed trace: GPU time by kernel and by op, launch shapes, ProfilerStep windows, and
     every attention call with its workload, regime and kernels.
 
-    When the trace holds attention ops, ``trace.path`` is re-read once to recover their ``is_causal``
-    from ``Concrete Inputs`` (see :func:`_concrete_inputs`).
+    Raises:
+        TraceError: the trace's ``traceEvents`` is empty (nothing to analyze).
     """
+    if trace.event_count == 0:
+        raise TraceError(f"{trace.path}: 'traceEvents' is empty: nothing to analyze")
     kernels = trace.kernels
     num_sms = trace.num_sms
-    families = [attention_family(n) for n in kernels["name"].tolist()]
-    records = _kernel_records(kernels, families, num_sms)
+    names = kernels["name"].tolist()
+    family_of = {name: attention_family(name) for name in set(names)}  # names repeat: match each once
+    families = [family_of[n] for n in names]
+    records = _KernelRecords(kernels, families, num_sms)
     notes = _file_notes(trace)
 
     attention = _attention_op_groups(trace.ops)
-    concrete: dict[tuple[str, float], list[Any]] = {}
-    if attention:
-        wanted = {(op["name"], op["ts_us"]) for group in attention for op in group}
-        concrete, note = _concrete_inputs(trace.path, wanted)
-        if note:
-            notes.append(note)
-    calls, used = _op_calls(trace, attention, records, concrete)
+    calls, used = _op_calls(trace, attention, records)
     calls += _kernel_only_calls(trace, records, families, used)
     calls = _with_phases(calls, trace.ops)
     calls = [replace(c, index=i) for i, c in enumerate(sorted(calls, key=lambda c: c.ts_us))]
@@ -489,6 +482,7 @@ def analyze_trace(trace: Trace) -> FileAnalysis:
         steps=_steps(trace, calls),
         calls=tuple(calls),
         notes=tuple(notes),
+        warnings=_warnings(trace),
     )
 
 
@@ -517,19 +511,22 @@ def _device_name(trace: Trace) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _warnings(trace: Trace) -> tuple[TraceWarning, ...]:
+    if trace.kernels.empty:
+        return (TraceWarning("no_gpu_kernels", 0, "no GPU kernels in this trace (CPU-only, or recorded without GPU "
+                             "activity): only CPU operators are analyzed"), *trace.warnings)
+    return trace.warnings
+
+
 def _file_notes(trace: Trace) -> list[str]:
-    notes = []
+    notes: list[str] = []
     k = trace.kernels
     if k.empty:
-        notes.append("no GPU kernels in this trace (CPU-only, or recorded without GPU activity): "
-                     "only CPU operators are analyzed")
         return notes
     if trace.num_sms is None:
         notes.append("no deviceProperties (SM count unknown): CTAs per SM are not computed")
     if k["grid_x"].isna().all():
         notes.append("kernel events carry no grid/block (as in ROCm traces): launch shapes are n/a")
-    if k["launcher"].isna().all():
-        notes.append("no runtime/driver launch events: kernels are attributed by External id only")
     graph = int(k["graph_launched"].sum())
     if graph:
         notes.append(f"{graph} kernel(s) were replayed from CUDA graphs: they are attributed to the graph launch")
@@ -562,26 +559,53 @@ def _triple(row: Mapping[str, Any], prefix: str) -> tuple[int, int, int] | None:
     return None if None in vals else (vals[0], vals[1], vals[2])  # type: ignore[return-value]
 
 
-def _kernel_records(kernels: pd.DataFrame, families: Sequence[str | None], num_sms: int | None) -> list[CallKernel]:
-    """One :class:`CallKernel` per row of ``kernels`` (same order)."""
-    out = []
-    for row, family in zip(kernels.to_dict("records"), families):
-        ctas = _opt_int(row["ctas"])
-        out.append(CallKernel(
-            name=str(row["name"]),
-            family=family,
-            ts_us=float(row["ts_us"]),
-            dur_us=float(row["dur_us"]),
-            grid=_triple(row, "grid"),
-            block=_triple(row, "block"),
-            registers_per_thread=_opt_int(row["registers_per_thread"]),
-            shared_mem_bytes=_opt_int(row["shared_mem_bytes"]),
+_RECORD_INTS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                "shared_mem_bytes", "ctas", "stream")
+
+
+class _KernelRecords:
+    """``records[i]``: the :class:`CallKernel` of row ``i`` of ``kernels``, built when first asked for
+    (only the kernels of attention calls ever are)."""
+
+    def __init__(self, kernels: pd.DataFrame, families: Sequence[str | None], num_sms: int | None) -> None:
+        self._names = kernels["name"].to_numpy(dtype=object)
+        self._ts = kernels["ts_us"].to_numpy(dtype="float64")
+        self._dur = kernels["dur_us"].to_numpy(dtype="float64")
+        self._graph = kernels["graph_launched"].to_numpy(dtype=bool)
+        self._ints = {c: (kernels[c].to_numpy(dtype="int64", na_value=0), kernels[c].isna().to_numpy()) for c in _RECORD_INTS}
+        self._families = families
+        self._num_sms = num_sms
+        self._built: dict[int, CallKernel] = {}
+
+    def __getitem__(self, i: int) -> CallKernel:
+        record = self._built.get(i)
+        if record is None:
+            record = self._built[i] = self._build(int(i))
+        return record
+
+    def _int(self, column: str, i: int) -> int | None:
+        values, missing = self._ints[column]
+        return None if missing[i] else int(values[i])
+
+    def _build(self, i: int) -> CallKernel:
+        grid = tuple(self._int(c, i) for c in ("grid_x", "grid_y", "grid_z"))
+        block = tuple(self._int(c, i) for c in ("block_x", "block_y", "block_z"))
+        ctas = self._int("ctas", i)
+        num_sms = self._num_sms
+        return CallKernel(
+            name=str(self._names[i]),
+            family=self._families[i],
+            ts_us=float(self._ts[i]),
+            dur_us=float(self._dur[i]),
+            grid=None if None in grid else grid,  # type: ignore[arg-type]
+            block=None if None in block else block,  # type: ignore[arg-type]
+            registers_per_thread=self._int("registers_per_thread", i),
+            shared_mem_bytes=self._int("shared_mem_bytes", i),
             ctas=ctas,
             ctas_per_sm=ctas / num_sms if ctas is not None and num_sms else None,
-            stream=_opt_int(row["stream"]),
-            graph_launched=bool(row["graph_launched"]),
-        ))
-    return out
+            stream=self._int("stream", i),
+            graph_launched=bool(self._graph[i]),
+        )
 
 
 def _kernel_times(kernels: pd.DataFrame, families: Sequence[str | None], total_us: float) -> tuple[KernelTime, ...]:
@@ -669,55 +693,6 @@ def _attention_op_groups(ops: pd.DataFrame) -> list[list[dict[str, Any]]]:
     return groups
 
 
-def _concrete_inputs(path: str, wanted: set[tuple[str, float]]) -> tuple[dict[tuple[str, float], list[Any]], str | None]:
-    """``Concrete Inputs`` of the raw events named by ``(name, ts)``, re-read from ``path``; with a note
-    when the file could not be re-read.
-
-    Cheap by construction: the file is decompressed once more, but not parsed again as a whole; the
-    attention events are found by searching the bytes for their ``"name": "<op>"`` and only those events
-    are decoded (each from the ``{`` before its name, as Kineto writes ``ph``, ``cat``, ``name`` first).
-    An event laid out otherwise is skipped, and its call's causal flag stays unknown.
-    """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        if raw[:2] == _GZIP_MAGIC:
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error):
-        return {}, "the trace file could not be re-read: is_causal is unknown"
-    names = sorted({name for name, _ in wanted})
-    pattern = re.compile(rb'"name"\s*:\s*"(' + b"|".join(re.escape(n.encode()) for n in names) + rb')"')
-    decoder = json.JSONDecoder()
-    found: dict[tuple[str, float], list[Any]] = {}
-    for match in pattern.finditer(raw):
-        event = _event_at(raw, raw.rfind(b"{", 0, match.start()), decoder)
-        if event is None or event.get("name") != match.group(1).decode():
-            continue
-        ts, args = event.get("ts"), event.get("args")
-        if isinstance(ts, (int, float)) and isinstance(args, dict) and isinstance(args.get("Concrete Inputs"), list):
-            key = (event["name"], float(ts))
-            if key in wanted:
-                found[key] = args["Concrete Inputs"]
-    return found, None
-
-
-def _event_at(raw: bytes, start: int, decoder: json.JSONDecoder) -> dict[str, Any] | None:
-    """The JSON object that starts at byte ``start`` of ``raw`` (read through growing windows), or None."""
-    if start < 0:
-        return None
-    window = 4096
-    while True:
-        chunk = raw[start:start + window].decode("utf-8", errors="replace")
-        try:
-            value, _ = decoder.raw_decode(chunk)
-        except json.JSONDecodeError:
-            if start + window >= len(raw) or window >= _MAX_EVENT_BYTES:
-                return None
-            window *= 16
-            continue
-        return value if isinstance(value, dict) else None
-
-
 def _dims(op: Mapping[str, Any], index: int) -> list[Any] | None:
     dims = op.get("input_dims")
     if not isinstance(dims, list) or index >= len(dims) or not isinstance(dims[index], list):
@@ -757,10 +732,7 @@ def _causal(concrete: list[Any] | None, sig: OpSignature) -> tuple[bool | None, 
 
 
 def _op_calls(
-    trace: Trace,
-    groups: list[list[dict[str, Any]]],
-    records: Sequence[CallKernel],
-    concrete: Mapping[tuple[str, float], list[Any]],
+    trace: Trace, groups: list[list[dict[str, Any]]], records: _KernelRecords
 ) -> tuple[list[AttentionCall], set[int]]:
     """One :class:`AttentionCall` per group; also the kernel rows they took."""
     kernels, ops = trace.kernels, trace.ops
@@ -786,13 +758,11 @@ def _op_calls(
         taken -= used
         used |= taken
         call_kernels = tuple(sorted((records[i] for i in taken), key=lambda r: r.ts_us))
-        calls.append(_call_from_ops(group, call_kernels, concrete))
+        calls.append(_call_from_ops(group, call_kernels))
     return calls, used
 
 
-def _call_from_ops(
-    group: list[dict[str, Any]], kernels: tuple[CallKernel, ...], concrete: Mapping[tuple[str, float], list[Any]]
-) -> AttentionCall:
+def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> AttentionCall:
     """The call of one op group (outermost attention op first) and the kernels attributed to it."""
     outer = group[0]
     sig = _signature(outer["name"])
@@ -815,7 +785,7 @@ def _call_from_ops(
             break
     if shape is None:
         notes.append("input shapes not recorded (record_shapes=False?) or not 4-D: no workload")
-    recorded = concrete.get((shape_op["name"], shape_op["ts_us"]))
+    recorded = shape_op.get("concrete_inputs")
     causal, alignment = _causal(recorded, shape_sig)
     mask_dims = _dims(shape_op, shape_sig.mask_index) if shape_sig.mask_index is not None else None
     varlen = _dims(shape_op, shape_sig.varlen_index) if shape_sig.varlen_index is not None else None
@@ -847,7 +817,7 @@ def _call_from_ops(
 
 
 def _kernel_only_calls(
-    trace: Trace, records: Sequence[CallKernel], families: Sequence[str | None], used: set[int]
+    trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int]
 ) -> list[AttentionCall]:
     """Attention kernels no attention op launched, grouped by launching op (``External id``) or, for CUDA
     graph replays, by graph launch (``correlation``); other kernels of that op are not included."""
@@ -900,9 +870,10 @@ def _with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attentio
     for c in calls:
         if c.direction == "backward":
             backward.add((c.backend, c.shape.key() if c.shape else None))
+    shaped = {backend for backend, key in backward if key is not None}
     for name in set(ops["name"].tolist()):
         m = _AUTOGRAD_SDPA_BACKWARD.search(name)
-        if m:
+        if m and m.group(1).lower() not in shaped:  # the node stands for a backward op we could not match
             backward.add((m.group(1).lower(), None))
     out = []
     for c in calls:

@@ -240,6 +240,8 @@ def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> 
     for f in analysis.files:
         gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
+        for w in f.warnings:
+            click.echo(f"warning: {f.label}: {w.message}", err=True)
     for warning in analysis.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"report: {write_html(analysis, out_path)}")

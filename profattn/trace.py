@@ -18,14 +18,20 @@ carry ``ts`` and ``dur`` in microseconds; the event category ``cat`` says what t
 ===================  ==============  =========================================================
 
 Units: every time is in microseconds (``*_us``, as Kineto writes them), every size in bytes
-(``*_bytes``). Which kernel ``args`` are read is declared once, in :data:`KERNEL_ARG_SPEC`.
+(``*_bytes``). Which kernel ``args`` are read is declared once, in :data:`KERNEL_ARG_SPEC`; together with
+the ops' ``External id``/``Input Dims``/``Input type``/``Concrete Inputs`` they define the only fields
+that are decoded (``_Event``): the file is streamed in batches (:mod:`profattn.trace_reader`) straight
+into columns, and the JSON tree is never held whole.
 
 Attribution: a kernel's ``args.correlation`` equals the ``args.correlation`` of the CPU runtime/driver
 call that launched it; that call is attributed to the innermost ``user_annotation`` range enclosing its
 start time on the same ``pid``/``tid`` (innermost = the latest-starting range that contains it).
 
 Bad input raises :class:`~profattn.errors.TraceError` (a file that cannot be read as a trace); a trace
-that simply holds no kernels gives empty DataFrames with the documented columns ("no data").
+that simply holds no kernels gives empty DataFrames with the documented columns ("no data"); events
+that cannot be used (no ``ts``/``dur``, ``"inf"`` or ``NaN`` where a number belongs, values beyond 64 bits,
+kernels without ``args`` or without a launching runtime event, unknown categories, ...) are skipped or
+read as missing and counted in :attr:`Trace.warnings`.
 
 Example, the H200 flash-decode fixture (``shared/fixtures/traces``)::
 
@@ -43,45 +49,56 @@ Example, the H200 flash-decode fixture (``shared/fixtures/traces``)::
 
 from __future__ import annotations
 
-import gzip
+import gc
 import json
 import math
 import os
-import zlib
+from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from profattn.errors import TraceError
+from profattn.trace_reader import Batch, TraceReader, parse_int
 
 __all__ = [
-    "ArgSpec",
+    "GRAPH_LAUNCHERS",
     "KERNEL_ARG_SPEC",
     "KERNEL_COLUMNS",
     "OP_COLUMNS",
     "RANGE_COLUMNS",
     "SUMMARY_COLUMNS",
-    "GRAPH_LAUNCHERS",
+    "ArgSpec",
     "Trace",
-    "load_trace",
-    "kernels_in_range",
-    "ops_in_range",
+    "TraceWarning",
     "kernel_summary",
+    "kernels_in_range",
+    "load_trace",
+    "ops_in_range",
 ]
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_INT64_MAX = np.iinfo(np.int64).max
-_INT64_MIN = np.iinfo(np.int64).min
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 # Event categories, compared lower-cased so the old schema's ``Kernel``/``Runtime``/``Operator`` match.
 _KERNEL_CATS = frozenset({"kernel"})
 _LAUNCHER_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 _RANGE_CATS = frozenset({"user_annotation"})
 _OP_CATS = frozenset({"cpu_op", "operator"})
+#: Other categories Kineto writes (``ActivityType`` names in ``libkineto/src/ActivityType.cpp``, flow and
+#: window events, the old schema's names); any category outside these and the four above is reported.
+_KNOWN_CATS = frozenset({
+    "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "external_correlation", "cpu_instant_event",
+    "python_function", "overhead", "cuda_sync", "cuda_profiler_range", "glow_runtime", "hpu_op", "xpu_runtime",
+    "xpu_driver", "mtia_runtime", "mtia_ccp_events", "mtia_insight", "collective_comm", "gpu_pm_counter",
+    "privateuse1_runtime", "privateuse1_driver", "ac2g", "fwdbwd", "async_gpu", "trace", "memcpy", "memset",
+    "python", "gpu_op",
+})
+_KERNEL, _LAUNCHER, _RANGE, _OP, _OTHER, _UNKNOWN = range(6)
 
 #: Runtime/driver calls that launch a captured CUDA (or HIP) graph rather than a single kernel.
 GRAPH_LAUNCHERS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
@@ -164,6 +181,7 @@ OP_COLUMNS: tuple[str, ...] = (
     "external_id",
     "input_dims",
     "input_types",
+    "concrete_inputs",
     "range",
 )
 #: dtypes of :func:`kernel_summary`'s columns, in column order.
@@ -191,6 +209,16 @@ SUMMARY_COLUMNS: tuple[str, ...] = tuple(_SUMMARY_DTYPES)
 # ----------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TraceWarning:
+    """A recoverable oddity of one trace: ``code`` (stable, e.g. ``kernel_skipped``), ``count`` of events or
+    values concerned, and a one-line ``message`` that says what was done about it."""
+
+    code: str
+    count: int
+    message: str
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """One parsed Kineto trace. Times are in µs (as in the file), sizes in bytes.
@@ -215,9 +243,13 @@ class Trace:
             ``dur``; columns :data:`RANGE_COLUMNS`; ``instance`` numbers the ranges of one name 0, 1,
             2, ... in ``ts`` order.
         ops: CPU operator events (``cpu_op``/``Operator``); columns :data:`OP_COLUMNS`; ``dur_us`` is
-            NaN when absent; ``input_dims``/``input_types`` are the ``Input Dims``/``Input type`` lists
-            (None when not recorded); ``range`` is the innermost enclosing ``user_annotation`` on the
-            same ``pid``/``tid``, or None.
+            NaN when absent; ``input_dims``/``input_types``/``concrete_inputs`` are the ``Input Dims``/
+            ``Input type``/``Concrete Inputs`` lists as recorded with ``record_shapes=True`` (None when
+            not recorded; equal lists are one shared object: treat them as read-only); ``range`` is the
+            innermost enclosing ``user_annotation`` on the same ``pid``/``tid``, or None.
+        warnings: recoverable oddities met while reading (events skipped, values unusable, kernels without
+            a launch event, ...), one :class:`TraceWarning` per kind.
+        event_count: elements in ``traceEvents`` (0: the trace is empty).
     """
 
     path: str
@@ -226,6 +258,8 @@ class Trace:
     kernels: pd.DataFrame = field(repr=False)
     ranges: pd.DataFrame = field(repr=False)
     ops: pd.DataFrame = field(repr=False)
+    warnings: tuple[TraceWarning, ...] = ()
+    event_count: int = 0
 
     @property
     def num_sms(self) -> int | None:
@@ -258,117 +292,43 @@ class Trace:
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read a Kineto Chrome trace (``.json`` or gzipped ``.json.gz``) into a :class:`Trace`.
 
-    Gzip is detected by its magic bytes; a file named ``*.gz`` that is not gzip is an error. Events with
-    a non-numeric or non-finite ``ts`` (or ``dur``, where one is needed) are skipped, as are kernels and
-    ranges without ``dur``.
+    The file is read once, as a stream (:class:`~profattn.trace_reader.TraceReader`): only the fields the
+    frames need are kept, in columns; the JSON tree is never held whole. Gzip is detected by its magic
+    bytes; a file named ``*.gz`` that is not gzip is an error. Events with a non-numeric or non-finite
+    ``ts`` (or ``dur``, where one is needed) are skipped, as are kernels and ranges without ``dur``; each
+    kind of skip or unusable value is counted in :attr:`Trace.warnings`.
 
     Raises:
         TraceError: the file is missing or unreadable, a bad or truncated gzip stream, not UTF-8, not
             JSON, or not a trace (top level neither an object with ``traceEvents`` nor a list of events).
     """
     name = os.fspath(path)
-    document = _read_json(name)
-    metadata, events = _split_document(name, document)
+    reader = TraceReader(name, _Event)
+    columns = _Columns()
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small containers: the cyclic collector would rescan them again and again
+    try:
+        for batch in reader.batches():
+            columns.add(batch)
+    finally:
+        if collecting:
+            gc.enable()
+    metadata = reader.metadata
     device_properties = _device_properties(metadata)
-
-    kernel_rows: list[tuple[Any, ...]] = []
-    launchers: dict[int, tuple[str, float, Any, Any]] = {}
-    range_rows: list[tuple[Any, ...]] = []
-    op_rows: list[tuple[Any, ...]] = []
-    for event in events:
-        if not isinstance(event, dict) or event.get("ph", "X") != "X":
-            continue
-        cat = event.get("cat")
-        if not isinstance(cat, str):
-            continue
-        cat = cat.lower()
-        if cat in _KERNEL_CATS:
-            row = _kernel_row(event)
-            if row is not None:
-                kernel_rows.append(row)
-        elif cat in _LAUNCHER_CATS:
-            _add_launcher(event, launchers)
-        elif cat in _RANGE_CATS:
-            ts, dur = _as_time(event.get("ts")), _as_time(event.get("dur"))
-            if ts is not None and dur is not None and dur >= 0:
-                pid, tid = _thread_id(event.get("pid")), _thread_id(event.get("tid"))
-                range_rows.append((_name(event), ts, dur, pid, tid))
-        elif cat in _OP_CATS:
-            row = _op_row(event)
-            if row is not None:
-                op_rows.append(row)
-
-    ranges = _ranges_frame(range_rows)
+    ranges = _ranges_frame(columns)
+    kernels = _kernels_frame(columns, ranges)
+    warnings = columns.warnings(reader.event_count)
+    warnings += _kernel_warnings(kernels)
     return Trace(
         path=name,
         metadata=metadata,
         device_properties=device_properties,
-        kernels=_kernels_frame(kernel_rows, launchers, ranges),
+        kernels=kernels,
         ranges=ranges,
-        ops=_ops_frame(op_rows, ranges),
+        ops=_ops_frame(columns, ranges),
+        warnings=tuple(warnings),
+        event_count=reader.event_count,
     )
-
-
-def _read_json(name: str) -> Any:
-    """The parsed JSON document of ``name`` (gunzipped if it starts with the gzip magic)."""
-    try:
-        with open(name, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise TraceError(f"{name}: no such trace file") from None
-    except OSError as e:
-        raise TraceError(f"{name}: cannot read trace file ({e.strerror or type(e).__name__})") from None
-
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except EOFError:
-            raise TraceError(f"{name}: gzip stream is truncated") from None
-        except (OSError, zlib.error) as e:
-            raise TraceError(f"{name}: bad gzip data ({_one_line(e)})") from None
-    elif name.endswith(".gz"):
-        raise TraceError(f"{name}: named .gz but is not gzip-compressed")
-
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{name}: not valid UTF-8 (byte offset {e.start})") from None
-
-    try:
-        # Kineto may write NaN/Infinity (accepted by default, rejected per event later); huge integer
-        # literals become floats so Python's int-string-length limit cannot trip.
-        return json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as e:
-        if not text.strip():
-            raise TraceError(f"{name}: file is empty") from None
-        if e.pos >= len(text.rstrip()):
-            raise TraceError(f"{name}: JSON ends early (truncated?) at line {e.lineno}") from None
-        raise TraceError(f"{name}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except RecursionError:
-        raise TraceError(f"{name}: JSON nested too deeply") from None
-
-
-def _parse_int(literal: str) -> int | float:
-    """JSON integer hook: exact ints up to 20 digits, a float beyond (``inf`` for absurd lengths)."""
-    return int(literal) if len(literal) <= 20 else float(literal)
-
-
-def _split_document(name: str, document: Any) -> tuple[dict[str, Any], list[Any]]:
-    """(metadata, events) of a parsed trace document; TraceError unless it has the trace shape."""
-    if isinstance(document, dict):
-        if "traceEvents" not in document:
-            raise TraceError(f"{name}: not a Chrome trace (no 'traceEvents' key)")
-        events = document["traceEvents"]
-        if not isinstance(events, list):
-            raise TraceError(f"{name}: 'traceEvents' is a {type(events).__name__}, not a list")
-        metadata = {k: v for k, v in document.items() if k != "traceEvents"}
-    elif isinstance(document, list):
-        events, metadata = document, {}
-    else:
-        raise TraceError(f"{name}: not a Chrome trace (top level is a JSON {type(document).__name__})")
-    if events and not any(isinstance(e, dict) for e in events):
-        raise TraceError(f"{name}: not a Chrome trace (events are not JSON objects)")
-    return metadata, events
 
 
 def _device_properties(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -376,6 +336,334 @@ def _device_properties(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], ...
     if not isinstance(props, list):
         return ()
     return tuple(p for p in props if isinstance(p, dict))
+
+
+# ----------------------------------------------------------------------------------------------------
+# What is decoded of each event
+# ----------------------------------------------------------------------------------------------------
+
+#: ``args`` keys whose values are kept as recorded (lists); decoded once per distinct value.
+_RECORDED_KEYS = ("Input Dims", "Input type", "Concrete Inputs")
+#: Every ``args`` key read: the kernel spec's keys and aliases, the launchers' and ops' keys.
+_ARG_KEYS: tuple[str, ...] = tuple(dict.fromkeys(
+    [key for spec in KERNEL_ARG_SPEC for key in (spec.raw_key, *spec.aliases)] + list(_RECORDED_KEYS)
+))
+_ARG_INDEX = {key: i for i, key in enumerate(_ARG_KEYS)}
+
+def _arg_type(key: str) -> Any:
+    """The JSON type an ``args`` value has in a well-formed trace (what the fast decode accepts)."""
+    if key in _RECORDED_KEYS:
+        return msgspec.Raw  # kept as JSON text, decoded once per distinct value
+    spec = next(s for s in KERNEL_ARG_SPEC if key in (s.raw_key, *s.aliases))
+    scalar = int if spec.dtype == "Int64" else float
+    return (list[scalar] if spec.index is not None else scalar) | None  # type: ignore[valid-type]
+
+
+_Args = msgspec.defstruct(
+    "_Args", [(f"a{i}", _arg_type(key), msgspec.field(default=None, name=key)) for i, key in enumerate(_ARG_KEYS)]
+)
+#: The fields of one event that are decoded, with the JSON types a well-formed Kineto trace gives them.
+#: msgspec skips every other field without building objects; a batch where any of these has another
+#: type (a string ``ts``, a ``NaN``, an integer beyond 64 bits, ...) is decoded again without types.
+_Event = msgspec.defstruct(
+    "_Event",
+    [("ph", str, "X"), ("cat", str | None, None), ("name", str | None, None), ("pid", int | str | None, None),
+     ("tid", int | str | None, None), ("ts", float | None, None), ("dur", float | None, None),
+     ("args", _Args | None, None)],  # type: ignore[operator]
+)
+#: Per kernel spec: (column, index of its key in the args tuple, alias indices, list element, coercion).
+_KERNEL_PLAN = tuple(
+    (spec.column, _ARG_INDEX[spec.raw_key], tuple(_ARG_INDEX[a] for a in spec.aliases), spec.index,
+     {"Int64": "int", "float64": "float"}[spec.dtype])
+    for spec in KERNEL_ARG_SPEC
+)
+_CORRELATION = _ARG_INDEX["correlation"]
+_EXTERNAL_ID = (_ARG_INDEX["External id"], _ARG_INDEX["external id"])
+_DIMS, _TYPES, _CONCRETE = (_ARG_INDEX[k] for k in _RECORDED_KEYS)
+_NO_ARGS = (None,) * len(_ARG_KEYS)
+_NA_INT = _INT64_MIN  # stands for <NA> in int64 columns while collecting (never a valid id or size)
+
+
+def _time_problem(value: Any) -> str:
+    """Why a ``ts``/``dur`` value is unusable (for warnings)."""
+    if value is None:
+        return "missing"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "not a number"
+    return "not finite"
+
+
+class _Columns:
+    """The kept fields of every event, column by column, and counts of what was skipped and why."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[Any, int] = {None: _OTHER}
+        self.strings: dict[str, str] = {}
+        self.threads: dict[Any, Any] = {}
+        self.recorded: dict[bytes, list[Any] | None] = {}
+        self.k_name: list[str] = []
+        self.k_ts, self.k_dur = array("d"), array("d")
+        self.k_args = {spec.column: array("d" if spec.dtype == "float64" else "q") for spec in KERNEL_ARG_SPEC}
+        self.launchers: dict[int, tuple[str, float, Any, Any]] = {}
+        self.r_name: list[str] = []
+        self.r_ts, self.r_dur = array("d"), array("d")
+        self.r_pid: list[Any] = []
+        self.r_tid: list[Any] = []
+        self.o_name: list[str] = []
+        self.o_ts, self.o_dur = array("d"), array("d")
+        self.o_pid: list[Any] = []
+        self.o_tid: list[Any] = []
+        self.o_ext = array("q")
+        self.o_dims: list[Any] = []
+        self.o_types: list[Any] = []
+        self.o_concrete: list[Any] = []
+        self.skipped: Counter[tuple[str, str]] = Counter()  # (event kind, reason)
+        self.unknown_cats: Counter[str] = Counter()
+        self.not_objects = 0
+        self.kernels_without_args = 0
+        self.bad_arg_values = 0
+        self.launchers_repeated = 0
+
+    # ---- one batch ---------------------------------------------------------------------------------
+
+    def add(self, batch: Batch) -> None:
+        if batch.typed:
+            self._add_typed(batch.events)
+            return
+        for event in batch.events:
+            if not isinstance(event, dict):
+                self.not_objects += 1
+                continue
+            args = event.get("args")
+            has_args = isinstance(args, dict)
+            values = tuple(args.get(k) for k in _ARG_KEYS) if has_args else _NO_ARGS
+            self._event(event.get("ph", "X"), event.get("cat"), event.get("name"), event.get("pid"), event.get("tid"),
+                        event.get("ts"), event.get("dur"), values, not has_args)
+
+    def _add_typed(self, events: list[Any]) -> None:
+        """Events decoded with :data:`_Event`'s types; CPU ops (most events) take an inlined path, with
+        the same results as :meth:`_event` for values of those types."""
+        astuple = msgspec.structs.astuple
+        kinds, strings, threads, recorded = self.kinds, self.strings, self.threads, self.recorded
+        name_add, ts_add, dur_add = self.o_name.append, self.o_ts.append, self.o_dur.append
+        pid_add, tid_add, ext_add = self.o_pid.append, self.o_tid.append, self.o_ext.append
+        dims_add, types_add, concrete_add = self.o_dims.append, self.o_types.append, self.o_concrete.append
+        nan, na_int, int64_max = math.nan, _NA_INT, _INT64_MAX
+        for event in events:
+            ph, cat, name, pid, tid, ts, dur, args = astuple(event)
+            kind = kinds.get(cat)
+            if kind is None:
+                kind = self._kind(cat)
+            if kind == _OTHER:
+                continue
+            if kind != _OP or ph != "X" or ts is None or args is None:
+                self._event(ph, cat, name, pid, tid, ts, dur, _NO_ARGS if args is None else astuple(args), args is None)
+                continue
+            values = astuple(args)
+            name_add(strings.get(name) or self._str(name))
+            ts_add(ts)
+            dur_add(dur if dur is not None and dur >= 0 else nan)
+            thread = threads.get(pid)
+            pid_add(thread if thread is not None else self._thread(pid))
+            thread = threads.get(tid)
+            tid_add(thread if thread is not None else self._thread(tid))
+            ext = values[_EXTERNAL_ID[0]]
+            if ext is None:
+                ext = values[_EXTERNAL_ID[1]]
+            ext_add(ext if ext is not None and ext <= int64_max else na_int)
+            raw = values[_DIMS]
+            dims_add(None if raw is None else recorded.get(bytes(raw)) or self._recorded(raw))
+            raw = values[_TYPES]
+            types_add(None if raw is None else recorded.get(bytes(raw)) or self._recorded(raw))
+            raw = values[_CONCRETE]
+            concrete_add(None if raw is None else recorded.get(bytes(raw)) or self._recorded(raw))
+
+    def _kind(self, cat: Any) -> int:
+        kind = self.kinds.get(cat) if isinstance(cat, str) else _OTHER
+        if kind is None:
+            low = cat.lower()
+            kind = (_KERNEL if low in _KERNEL_CATS else _LAUNCHER if low in _LAUNCHER_CATS else _RANGE
+                    if low in _RANGE_CATS else _OP if low in _OP_CATS else _OTHER if low in _KNOWN_CATS else _UNKNOWN)
+            self.kinds[cat] = kind
+        return kind
+
+    def _event(self, ph: Any, cat: Any, name: Any, pid: Any, tid: Any, ts: Any, dur: Any,
+               args: Sequence[Any], no_args: bool) -> None:
+        kind = self._kind(cat)
+        if kind == _UNKNOWN:
+            self.unknown_cats[cat] += 1
+            return
+        if ph != "X" or kind == _OTHER:
+            return
+        if kind == _KERNEL:
+            self._kernel(name, ts, dur, args, no_args)
+        elif kind == _LAUNCHER:
+            correlation, t = _as_int(args[_CORRELATION]), _as_time(ts)
+            if correlation is None or t is None:
+                self.skipped["runtime/driver", "no usable correlation" if t is not None else f"ts {_time_problem(ts)}"] += 1
+            elif correlation in self.launchers:
+                self.launchers_repeated += 1
+            else:
+                self.launchers[correlation] = (self._str(name), t, self._thread(pid), self._thread(tid))
+        elif kind == _RANGE:
+            t, d = _as_time(ts), _as_time(dur)
+            if t is None or d is None or d < 0:
+                self.skipped["user_annotation", self._why(ts, t, dur, d)] += 1
+                return
+            self.r_name.append(self._str(name))
+            self.r_ts.append(t)
+            self.r_dur.append(d)
+            self.r_pid.append(self._thread(pid))
+            self.r_tid.append(self._thread(tid))
+        else:
+            self._op(name, ts, dur, pid, tid, args)
+
+    @staticmethod
+    def _why(ts: Any, t: float | None, dur: Any, d: float | None) -> str:
+        if t is None:
+            return f"ts {_time_problem(ts)}"
+        return "negative dur" if d is not None else f"dur {_time_problem(dur)}"
+
+    def _kernel(self, name: Any, ts: Any, dur: Any, args: Sequence[Any], no_args: bool) -> None:
+        t, d = _as_time(ts), _as_time(dur)
+        if t is None or d is None or d < 0:
+            self.skipped["kernel", self._why(ts, t, dur, d)] += 1
+            return
+        self.k_name.append(self._str(name))
+        self.k_ts.append(t)
+        self.k_dur.append(d)
+        if no_args:
+            self.kernels_without_args += 1
+        k_args = self.k_args
+        for column, key, aliases, index, kind in _KERNEL_PLAN:
+            raw = args[key]
+            for alias in aliases:
+                if raw is not None:
+                    break
+                raw = args[alias]
+            if index is not None:
+                raw = raw[index] if type(raw) is list and len(raw) > index else None
+            if kind == "int":
+                value = raw if type(raw) is int and _INT64_MIN < raw <= _INT64_MAX else _as_int(raw)
+                if value is None or value == _NA_INT:
+                    self.bad_arg_values += raw is not None
+                    value = _NA_INT
+            else:
+                value = raw if type(raw) is float else _as_float(raw)
+                if value is None:
+                    self.bad_arg_values += raw is not None
+                    value = math.nan
+            k_args[column].append(value)
+
+    def _op(self, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, args: Sequence[Any]) -> None:
+        t = _as_time(ts)
+        if t is None:
+            self.skipped["cpu_op", f"ts {_time_problem(ts)}"] += 1
+            return
+        d = _as_time(dur)
+        self.o_name.append(self._str(name))
+        self.o_ts.append(t)
+        self.o_dur.append(d if d is not None and d >= 0 else math.nan)
+        self.o_pid.append(self._thread(pid))
+        self.o_tid.append(self._thread(tid))
+        ext = _as_int(args[_EXTERNAL_ID[0]])
+        if ext is None:
+            ext = _as_int(args[_EXTERNAL_ID[1]])
+        self.o_ext.append(_NA_INT if ext is None else ext)
+        self.o_dims.append(self._recorded(args[_DIMS]))
+        self.o_types.append(self._recorded(args[_TYPES]))
+        self.o_concrete.append(self._recorded(args[_CONCRETE]))
+
+    def _str(self, value: Any) -> str:
+        """An event name, one shared object per distinct name."""
+        if not isinstance(value, str):
+            value = "" if value is None else str(value)
+        return self.strings.setdefault(value, value)
+
+    def _thread(self, value: Any) -> int | str | None:
+        """A ``pid``/``tid`` as written (int or string; Kineto uses strings for some tracks), else None;
+        one shared object per distinct value."""
+        result = value if isinstance(value, str) else _as_int(value)
+        if result is not None:
+            result = self.threads.setdefault(result, result)
+        return result
+
+    def _recorded(self, value: Any) -> list[Any] | None:
+        """A recorded list (``Input Dims``, ...): one shared, decoded object per distinct JSON text."""
+        if value is None:
+            return None
+        if not isinstance(value, msgspec.Raw):
+            return value if isinstance(value, list) else None
+        key = bytes(value)
+        try:
+            return self.recorded[key]
+        except KeyError:
+            pass
+        try:
+            decoded = msgspec.json.decode(key)
+        except msgspec.DecodeError:
+            decoded = json.loads(key, parse_int=parse_int)
+        result = decoded if isinstance(decoded, list) else None
+        self.recorded[key] = result
+        return result
+
+    # ---- warnings ----------------------------------------------------------------------------------
+
+    def warnings(self, event_count: int) -> list[TraceWarning]:
+        out = []
+        if self.not_objects:
+            out.append(TraceWarning("not_an_object", self.not_objects,
+                                    f"{self.not_objects} of {event_count} elements of traceEvents are not JSON objects: skipped"))
+        by_kind: dict[str, Counter[str]] = {}
+        for (kind, reason), n in self.skipped.items():
+            by_kind.setdefault(kind, Counter())[reason] += n
+        what = {"kernel": "kernel events (GPU time and launch shapes leave them out)",
+                "user_annotation": "user_annotation ranges (nothing is attributed to them)",
+                "cpu_op": "CPU op events", "runtime/driver": "runtime/driver events (their kernels have no launcher)"}
+        for kind, reasons in by_kind.items():
+            total = sum(reasons.values())
+            detail = ", ".join(f"{reason} ({n})" for reason, n in reasons.most_common())
+            code = {"kernel": "kernel_skipped", "user_annotation": "range_skipped", "cpu_op": "op_skipped"}.get(kind, "launcher_skipped")
+            out.append(TraceWarning(code, total, f"{total} {what[kind]} skipped: {detail}"))
+        if self.kernels_without_args:
+            n = self.kernels_without_args
+            out.append(TraceWarning("kernel_without_args", n, f"{n} kernel event(s) have no args: launch shape, stream "
+                                    "and correlation unknown"))
+        if self.bad_arg_values:
+            n = self.bad_arg_values
+            out.append(TraceWarning("bad_kernel_arg", n, f"{n} kernel args value(s) unusable (not a number, not an "
+                                    "integer, beyond 64 bits, or a list too short) read as missing"))
+        if self.launchers_repeated:
+            n = self.launchers_repeated
+            out.append(TraceWarning("repeated_correlation", n, f"{n} runtime/driver event(s) repeat an earlier "
+                                    "correlation id: the first one launches the kernels"))
+        if self.unknown_cats:
+            n = sum(self.unknown_cats.values())
+            shown = ", ".join(f"{str(c)[:40]!r} ({k})" for c, k in self.unknown_cats.most_common(5))
+            more = f" and {len(self.unknown_cats) - 5} more" if len(self.unknown_cats) > 5 else ""
+            out.append(TraceWarning("unknown_category", n, f"{n} event(s) of unknown categories ignored: {shown}{more}"))
+        return out
+
+
+def _kernel_warnings(kernels: pd.DataFrame) -> list[TraceWarning]:
+    """Warnings that need the kernel frame: kernels without a launch event, repeated kernel events."""
+    out = []
+    if kernels.empty:
+        return out
+    orphans = int(kernels["launcher"].isna().sum())
+    if orphans == len(kernels):
+        out.append(TraceWarning("kernel_without_launch", orphans, "no kernel has a launching runtime/driver event "
+                                "(no cuda_runtime/cuda_driver events with their correlation id): kernels are attributed "
+                                "to ops by External id only, and to no record_function range"))
+    elif orphans:
+        out.append(TraceWarning("kernel_without_launch", orphans, f"{orphans} of {len(kernels)} kernels have no "
+                                "launching runtime/driver event with their correlation id: attributed by External id "
+                                "only"))
+    repeated = int(kernels.duplicated(["name", "ts_us", "dur_us", "correlation", "device", "stream"]).sum())
+    if repeated:
+        out.append(TraceWarning("repeated_kernel", repeated, f"{repeated} kernel event(s) repeat another one exactly "
+                                "(name, start, duration, correlation, stream): counted each time they appear"))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -417,126 +705,69 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
-_COERCE = {"Int64": _as_int, "float64": _as_float}
-
-
-def _name(event: Mapping[str, Any]) -> str:
-    name = event.get("name")
-    return name if isinstance(name, str) else ("" if name is None else str(name))
-
-
-def _thread_id(value: Any) -> int | str | None:
-    """A ``pid``/``tid`` as written (int or string; Kineto uses strings for some tracks), else None."""
-    if isinstance(value, str):
-        return value
-    return _as_int(value)
-
-
-def _args(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    args = event.get("args")
-    return args if isinstance(args, dict) else {}
-
-
-def _spec_value(args: Mapping[str, Any], spec: ArgSpec) -> Any:
-    raw = args.get(spec.raw_key)
-    for alias in spec.aliases:
-        if raw is not None:
-            break
-        raw = args.get(alias)
-    if spec.index is not None:
-        raw = raw[spec.index] if isinstance(raw, list) and len(raw) > spec.index else None
-    value = _COERCE[spec.dtype](raw)
-    return spec.default if value is None else value
-
-
-def _kernel_row(event: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """(name, ts, dur, *spec values) of a kernel event, or None if it lacks a usable ts/dur."""
-    ts, dur = _as_time(event.get("ts")), _as_time(event.get("dur"))
-    if ts is None or dur is None or dur < 0:
-        return None
-    args = _args(event)
-    values = [_spec_value(args, spec) for spec in KERNEL_ARG_SPEC]
-    return (_name(event), ts, dur, *values)
-
-
-def _add_launcher(event: Mapping[str, Any], launchers: dict[int, tuple[str, float, Any, Any]]) -> None:
-    """Index a runtime/driver event by its correlation id (first one wins)."""
-    correlation = _as_int(_args(event).get("correlation"))
-    ts = _as_time(event.get("ts"))
-    if correlation is None or ts is None or correlation in launchers:
-        return
-    launchers[correlation] = (_name(event), ts, _thread_id(event.get("pid")), _thread_id(event.get("tid")))
-
-
-def _op_row(event: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    ts = _as_time(event.get("ts"))
-    if ts is None:
-        return None
-    dur = _as_time(event.get("dur"))
-    args = _args(event)
-    dims, types = args.get("Input Dims"), args.get("Input type")
-    return (
-        _name(event),
-        ts,
-        dur if dur is not None and dur >= 0 else math.nan,
-        _thread_id(event.get("pid")),
-        _thread_id(event.get("tid")),
-        _as_int(args.get("External id", args.get("external id"))),
-        dims if isinstance(dims, list) else None,
-        types if isinstance(types, list) else None,
-    )
-
-
 # ----------------------------------------------------------------------------------------------------
 # Frames
 # ----------------------------------------------------------------------------------------------------
 
 
-def _ranges_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=list(RANGE_COLUMNS[:-1]))
-    frame = frame.astype({"name": object, "ts_us": "float64", "dur_us": "float64", "pid": object, "tid": object})
+def _floats(values: array) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+def _ints(values: array) -> pd.arrays.IntegerArray:
+    """A collected int64 column as nullable Int64 (the sentinel :data:`_NA_INT` becomes <NA>)."""
+    data = np.array(values, dtype=np.int64)
+    return pd.arrays.IntegerArray(data, data == _NA_INT)
+
+
+def _objects(values: list[Any]) -> pd.Series:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return pd.Series(out, dtype=object)
+
+
+def _ranges_frame(columns: _Columns) -> pd.DataFrame:
+    frame = pd.DataFrame({
+        "name": _objects(columns.r_name), "ts_us": _floats(columns.r_ts), "dur_us": _floats(columns.r_dur),
+        "pid": _objects(columns.r_pid), "tid": _objects(columns.r_tid),
+    })
     frame = frame.sort_values(["ts_us", "dur_us"], ascending=[True, False], kind="stable", ignore_index=True)
     frame["instance"] = frame.groupby("name", sort=False).cumcount().astype("int64")
     return frame
 
 
-def _ops_frame(rows: list[tuple[Any, ...]], ranges: pd.DataFrame) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=list(OP_COLUMNS[:-1]))
-    frame = frame.astype(
-        {"name": object, "ts_us": "float64", "dur_us": "float64", "pid": object, "tid": object, "external_id": "Int64"}
-    )
-    frame = frame.astype({"input_dims": object, "input_types": object})
+def _ops_frame(columns: _Columns, ranges: pd.DataFrame) -> pd.DataFrame:
+    frame = pd.DataFrame({
+        "name": _objects(columns.o_name), "ts_us": _floats(columns.o_ts), "dur_us": _floats(columns.o_dur),
+        "pid": _objects(columns.o_pid), "tid": _objects(columns.o_tid), "external_id": _ints(columns.o_ext),
+        "input_dims": _objects(columns.o_dims), "input_types": _objects(columns.o_types),
+        "concrete_inputs": _objects(columns.o_concrete),
+    })
     frame = frame.sort_values("ts_us", kind="stable", ignore_index=True)
     idx = _attribute(ranges, frame["pid"], frame["tid"], frame["ts_us"].to_numpy())
     frame["range"] = _take(ranges["name"], idx)
     return frame
 
 
-def _kernels_frame(
-    rows: list[tuple[Any, ...]],
-    launchers: Mapping[int, tuple[str, float, Any, Any]],
-    ranges: pd.DataFrame,
-) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=["name", "ts_us", "dur_us", *_SPEC_COLUMNS])
-    frame = frame.astype(
-        {"name": object, "ts_us": "float64", "dur_us": "float64", **{s.column: s.dtype for s in KERNEL_ARG_SPEC}}
-    )
+def _kernels_frame(columns: _Columns, ranges: pd.DataFrame) -> pd.DataFrame:
+    data: dict[str, Any] = {"name": _objects(columns.k_name), "ts_us": _floats(columns.k_ts), "dur_us": _floats(columns.k_dur)}
+    for spec in KERNEL_ARG_SPEC:
+        values = columns.k_args[spec.column]
+        data[spec.column] = _floats(values) if spec.dtype == "float64" else _ints(values)
+    frame = pd.DataFrame(data)
     frame = frame.sort_values("ts_us", kind="stable", ignore_index=True)
     frame["ctas"] = _product(frame, _GRID)
     frame["threads_per_cta"] = _product(frame, _BLOCK)
 
+    launchers = columns.launchers
     launch = [launchers.get(c) if c is not pd.NA else None for c in frame["correlation"].tolist()]
-    frame["launcher"] = pd.Series([x[0] if x else None for x in launch], index=frame.index, dtype=object)
-    frame["launch_ts_us"] = np.array([x[1] if x else np.nan for x in launch], dtype="float64")
-    frame["launch_pid"] = pd.Series([x[2] if x else None for x in launch], index=frame.index, dtype=object)
-    frame["launch_tid"] = pd.Series([x[3] if x else None for x in launch], index=frame.index, dtype=object)
+    frame["launcher"] = _objects([x[0] if x else None for x in launch])
+    launch_ts = np.array([x[1] if x else np.nan for x in launch], dtype="float64")
+    frame["launch_ts_us"] = launch_ts
+    frame["launch_pid"] = _objects([x[2] if x else None for x in launch])
+    frame["launch_tid"] = _objects([x[3] if x else None for x in launch])
     frame["graph_launched"] = frame["launcher"].isin(GRAPH_LAUNCHERS).astype(bool)
-    idx = _attribute(
-        ranges,
-        pd.Series([x[2] if x else None for x in launch], dtype=object),
-        pd.Series([x[3] if x else None for x in launch], dtype=object),
-        np.array([x[1] if x else np.nan for x in launch], dtype="float64"),
-    )
+    idx = _attribute(ranges, frame["launch_pid"], frame["launch_tid"], launch_ts)
     frame["range"] = _take(ranges["name"], idx)
     frame["range_instance"] = _take(ranges["instance"], idx).astype("Int64")
     return frame[list(KERNEL_COLUMNS)]
@@ -769,7 +1000,3 @@ def _ints_or_none(column: pd.Series) -> list[int | None]:
 
 def _empty_summary() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=_SUMMARY_DTYPES[c]) for c in SUMMARY_COLUMNS})
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__

@@ -263,6 +263,8 @@ class Workload:
     @property
     def kv_lens(self) -> tuple[int, ...]:
         """KV length of every sequence (``kv_len`` is the longest)."""
+        if self.kv_len_dist == "uniform":  # without importing torch (profattn analyze does not need it)
+            return (self.kv_len,) * self.batch
         from profattn.paged import ragged_lengths
 
         return tuple(ragged_lengths(self.kv_len, self.batch, self.kv_len_dist, self.kv_len_seed))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
+from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
 from profattn.analyze import (
     Analysis,
@@ -34,16 +34,7 @@ from profattn.errors import ProfattnError
 from profattn.trace import load_trace
 from profattn.workload import Phase, Workload
 
-
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
-
-
-def fixture_path(name: str) -> Path:
-    """A shared trace fixture; skips the test when the shared fixtures are absent."""
-    path = shared_dir() / "fixtures" / "traces" / name
-    if not path.is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
-    return path
 
 
 @functools.cache
@@ -53,7 +44,7 @@ def _analyzed(path: Path) -> FileAnalysis:
 
 def analyzed(name: str) -> FileAnalysis:
     """The fixture's analysis (computed once per session; records are frozen)."""
-    return _analyzed(fixture_path(name))
+    return _analyzed(trace_fixture(name))
 
 
 # ---- synthetic traces ----------------------------------------------------------------------------
@@ -163,10 +154,11 @@ def test_math_fixture_three_calls_dispatched_to_math_with_many_kernels():
     assert sum(len(c.kernels) for c in fa.calls) == fa.kernel_count == 48
 
 
-def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_note():
+def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_warning():
     fa = analyzed(CPU_ONLY)
     assert fa.calls == () and not fa.has_gpu_kernels and fa.rank == 34 and fa.label == "rank 34"
-    assert any("no GPU kernels" in n for n in fa.notes)
+    assert [w.code for w in fa.warnings] == ["no_gpu_kernels"] and "no GPU kernels" in fa.warnings[0].message
+    assert file_rows(Analysis((fa,)))[0]["warnings"] == [fa.warnings[0].message]
     assert kernel_rows(fa) == [] and op_rows(fa) == []
     assert [r["step"] for r in step_rows(fa)] == ["ProfilerStep#551"]
     html = render_html(Analysis((fa,)))
@@ -196,7 +188,7 @@ def test_old_schema_and_alexnet_analyzed_without_attention_calls(name: str):
 
 
 def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warning(tmp_path: Path):
-    source = fixture_path(OLD_SCHEMA)
+    source = trace_fixture(OLD_SCHEMA)
     (tmp_path / "worker0").mkdir()
     shutil.copy(source, tmp_path / "worker0" / "a.pt.trace.json.gz")
     shutil.copy(source, tmp_path / "b.pt.trace.json.gz")
@@ -211,7 +203,7 @@ def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warnin
 
 def test_files_without_rank_are_labelled_by_name_and_not_warned(tmp_path: Path):
     for name in ("x.json.gz", "y.json.gz"):
-        shutil.copy(fixture_path(FLASH), tmp_path / name)
+        shutil.copy(trace_fixture(FLASH), tmp_path / name)
     analysis = analyze_paths([tmp_path / "x.json.gz", tmp_path / "y.json.gz", tmp_path / "x.json.gz"])
     assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.warnings == ()
 
@@ -351,7 +343,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_writes_html_and_json(tmp_path: Path):
     out, js = tmp_path / "r" / "report.html", tmp_path / "a.json"
-    res = _cli(str(fixture_path(FLASH)), "--out", str(out), "--json", str(js))
+    res = _cli(str(trace_fixture(FLASH)), "--out", str(out), "--json", str(js))
     assert res.returncode == 0, res.stderr
     assert "3 attention call(s)" in res.stdout
     assert out.stat().st_size > 1_000_000  # plotly.js inline
@@ -367,3 +359,42 @@ def test_cli_truncated_gzip_and_missing_path_exit_2(tmp_path: Path):
     assert not (tmp_path / "r.html").exists()
     res = _cli(str(tmp_path / "missing"), "--out", str(tmp_path / "r.html"))
     assert res.returncode == 2 and "missing" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_cli_analyze_does_not_import_torch(tmp_path: Path):
+    """``profattn analyze`` reads traces without torch (1.2 s and ~190 MB of RSS saved per run)."""
+    script = (
+        "import sys\n"
+        "import profattn.cli as cli\n"
+        f"sys.argv = ['profattn', 'analyze', {str(trace_fixture(FLASH))!r}, '--out', {str(tmp_path / 'r.html')!r}]\n"
+        "try:\n    cli.main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "3 attention call(s)" in res.stdout
+
+
+def test_decode_call_beside_a_training_step_of_the_same_backend_stays_decode(tmp_path: Path):
+    """A decode-shaped forward call (no backward of its shapes) in a trace that also trains with the same
+    backend: the backward op's recorded shapes decide, not the backend's autograd node alone (seen on the
+    H200 training traces of benchmarks/trace_parse.py: cuDNN train steps plus a decode-style call)."""
+    q, k = [8, 8, 512, 64], [8, 2, 512, 64]
+    cudnn = "aten::_scaled_dot_product_cudnn_attention"
+    events = sdpa_call(1000, 1, q=q, k=k, causal=True, kernel_name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop",
+                       backend_op=cudnn)
+    events += sdpa_call(5000, 3, q=[8, 8, 1, 64], k=k, causal=False,
+                        kernel_name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop", backend_op=cudnn)
+    events += [
+        cpu_op("autograd::engine::evaluate_function: ScaledDotProductCudnnAttentionBackward0", 2000, 300, tid=2),
+        cpu_op(f"{cudnn}_backward", 2010, 200, tid=2, dims=[q, q, k, k] + [[]] * 11, types=BF16 + ["c10::BFloat16"] * 12,
+               concrete=[""] * 14 + ["True"]),
+        launch(2050, 2, tid=2),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", 2400, 80, 2),
+    ]
+    fa = analyze_trace(load_trace(write_trace(tmp_path / "mixed.json", events)))
+    train_fwd, bwd, decode = fa.calls
+    assert (train_fwd.direction, train_fwd.phase, train_fwd.shape.q_len) == ("forward", Phase.TRAIN, 512)
+    assert (bwd.direction, bwd.phase) == ("backward", Phase.TRAIN)
+    assert (decode.direction, decode.phase, decode.shape.q_len, decode.backend) == ("forward", Phase.DECODE, 1, "cudnn")
+    assert decode.workload is not None and decode.workload.phase is Phase.DECODE

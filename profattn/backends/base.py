@@ -8,12 +8,12 @@ whose ``forward`` is what the harness times. Backends never import the harness o
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
+from profattn.families import KernelFamily
 from profattn.workload import Workload
 
 #: ``forward(q, k, v) -> o``; q ``[B, Hq, Lq, d]``, k/v ``[B, Hkv, Lk, d]``, o ``[B, Hq, Lq, d]``.
@@ -47,27 +47,6 @@ class Prepared:
             return self.bind(inputs)
         q, k, v = inputs.q, inputs.k, inputs.v
         return lambda: self.forward(q, k, v)
-
-
-@dataclass(frozen=True)
-class KernelFamily:
-    """How to recognise a family's kernels in a trace.
-
-    ``kernel_patterns``: regexes (case-insensitive, ``re.search``) of GPU kernel names that are this
-    family's attention kernels; ``op_patterns``: the same for CPU operator names (CPU runs have no
-    kernels). A cell's evidence must match at least one own pattern and no other family's.
-    """
-
-    name: str
-    kernel_patterns: tuple[str, ...]
-    op_patterns: tuple[str, ...]
-    allows: tuple[str, ...] = ()  #: other families whose kernels may run too (e.g. gather + SDPA)
-
-    def matches_kernel(self, name: str) -> bool:
-        return any(re.search(p, name, re.IGNORECASE) for p in self.kernel_patterns)
-
-    def matches_op(self, name: str) -> bool:
-        return any(re.search(p, name, re.IGNORECASE) for p in self.op_patterns)
 
 
 @dataclass

@@ -1,54 +1,13 @@
-"""Kernel families and the name patterns that identify their kernels in a trace.
+"""The kernel families, re-exported from :mod:`profattn.families` (torch-free, outside this package)."""
 
-"Read the kernel that actually ran from the trace; a backend flag is not evidence." A cell is checked
-against these patterns after its profiler pass (see :func:`profattn.analysis.family_check`).
-Patterns come from kernel names seen in real Kineto traces of torch 2.11 on an H200
-(``../shared/fixtures/traces/``) and from the libraries' sources: flash-attn 2 as vendored by PyTorch
-(``pytorch_flash::flash_fwd_*``, ``flash_bwd_*``), PyTorch's mem-efficient CUTLASS kernels
-(``fmha_cutlassF_*``/``fmha_cutlassB_*``), cuDNN's runtime-compiled SDPA engines (``cudnn_*``,
-``sm90_flash_*``), Inductor's template kernels for FlexAttention (``triton_tem_*``).
-"""
-
-from __future__ import annotations
-
-from profattn.backends.base import KernelFamily
-
-FLASH = KernelFamily(
-    "flash",
-    kernel_patterns=(r"flash_fwd", r"flash_bwd", r"pytorch_flash", r"flash_attn"),
-    op_patterns=(r"_scaled_dot_product_flash_attention",),
+from profattn.families import (  # noqa: F401
+    ATTENTION_FAMILIES,
+    CUDNN,
+    DENSE,
+    EFFICIENT,
+    FLASH,
+    FLEX,
+    PAGED_GATHER,
+    TRITON,
+    KernelFamily,
 )
-EFFICIENT = KernelFamily(
-    "efficient",
-    kernel_patterns=(r"fmha_cutlass", r"AttentionKernel", r"AttentionBackwardKernel", r"mem_eff"),
-    op_patterns=(r"_scaled_dot_product_efficient_attention", r"_efficient_attention"),
-)
-CUDNN = KernelFamily(
-    "cudnn",
-    kernel_patterns=(r"cudnn", r"sm\d+_flash_(fprop|bprop)", r"fmha_.*(fprop|bprop)"),
-    op_patterns=(r"_scaled_dot_product_cudnn_attention",),
-)
-#: The general dense path: explicit GEMMs and a softmax kernel (SDPA's math backend, our eager path).
-DENSE = KernelFamily(
-    "dense",
-    kernel_patterns=(r"softmax",),
-    op_patterns=(r"aten::_?softmax",),
-)
-FLEX = KernelFamily(
-    "flex",
-    kernel_patterns=(r"triton_tem", r"flex_attention", r"flex_decoding"),
-    op_patterns=(r"CompiledFxGraph", r"CompiledFunction", r"flex_attention", r"Torch-Compiled Region"),
-)
-#: Our own Triton kernels (``_paged_decode_split_kernel`` and its combine).
-TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode",), op_patterns=())
-#: Address translation in PyTorch: gather (index) kernels, then any SDPA kernel on the dense copy.
-PAGED_GATHER = KernelFamily(
-    "paged-gather",
-    kernel_patterns=(r"index_elementwise", r"\bindex", r"gather"),
-    op_patterns=(r"aten::index",),
-    allows=("flash", "efficient", "cudnn", "dense"),
-)
-
-#: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
-#: means the cell did not run what its name says.
-ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON)

@@ -1,0 +1,197 @@
+"""The streaming trace reader: batch boundaries anywhere give the same frames, every layout of a valid
+trace reads the same, oddities in any batch become warnings, broken files name the place they break."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from conftest import FLASH, MATH, NCCL, trace_fixture
+
+import profattn.trace_reader as reader
+from profattn.errors import TraceError
+from profattn.trace import Trace, load_trace
+
+
+@functools.cache
+def _document(name: str) -> dict[str, Any]:
+    return json.loads(gzip.decompress(trace_fixture(name).read_bytes()))
+
+
+def document(name: str) -> dict[str, Any]:
+    """A fresh copy of a fixture's JSON document (tests may change it)."""
+    return json.loads(json.dumps(_document(name)))
+
+
+def assert_same(a: Trace, b: Trace) -> None:
+    for frame in ("kernels", "ranges", "ops"):
+        pd.testing.assert_frame_equal(getattr(a, frame), getattr(b, frame))
+    assert a.metadata == b.metadata and a.event_count == b.event_count and a.warnings == b.warnings
+
+
+@pytest.fixture
+def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of a few events, blocks of a few hundred bytes: every boundary case happens often."""
+    monkeypatch.setattr(reader, "BATCH_BYTES", 2048)
+    monkeypatch.setattr(reader, "_BLOCK_BYTES", 300)
+    monkeypatch.setattr(reader, "_TAIL_BYTES", 512)
+
+
+@functools.cache
+def _default(name: str) -> Trace:
+    return load_trace(trace_fixture(name))
+
+
+# ---- batches and layouts -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [FLASH, NCCL])
+def test_tiny_batches_give_the_same_trace(name: str, tiny_batches: None) -> None:
+    trace = load_trace(trace_fixture(name))
+    assert_same(trace, _default(name))
+    if name == NCCL:
+        assert (trace.event_count, len(trace.kernels), len(trace.ops)) == (40573, 2700, 14346)
+
+
+def test_untyped_decoding_gives_the_same_trace(monkeypatch: pytest.MonkeyPatch, tiny_batches: None) -> None:
+    """The stdlib path (taken for batches with NaN, huge ints, odd types) equals the typed fast path."""
+    class Refusing:
+        def __init__(self, *args: Any) -> None:
+            pass
+
+        def decode(self, data: bytes) -> Any:
+            raise reader.msgspec.ValidationError("forced")
+
+    monkeypatch.setattr(reader.msgspec.json, "Decoder", Refusing)
+    assert_same(load_trace(trace_fixture(MATH)), _default(MATH))
+
+
+def _variants(doc: dict[str, Any]) -> dict[str, bytes]:
+    events = doc["traceEvents"]
+    meta = {k: v for k, v in doc.items() if k != "traceEvents"}
+    key_last = {**meta, "traceName": "run [3] {odd]", "traceEvents": events}
+    raw = json.dumps(doc).encode()
+    return {
+        "minified": json.dumps(doc, separators=(",", ":")).encode(),
+        "one event per line": ("{" + ",".join(f'"{k}": {json.dumps(v)}' for k, v in meta.items()) + ',\n"traceEvents": [\n'
+                               + ",\n".join(json.dumps(e) for e in events) + "\n]}\n").encode(),
+        "events key last, brackets after it": json.dumps(key_last, indent=3).encode(),
+        "BOM": b"\xef\xbb\xbf" + raw,
+        "gzip in two members": gzip.compress(raw[:5000]) + gzip.compress(raw[5000:]),
+    }
+
+
+@pytest.mark.parametrize("variant", ["minified", "one event per line", "events key last, brackets after it", "BOM",
+                                     "gzip in two members"])
+def test_layouts_read_the_same(tmp_path: Path, tiny_batches: None, variant: str) -> None:
+    doc = document(FLASH)
+    path = tmp_path / "t.json"
+    path.write_bytes(_variants(doc)[variant])
+    trace = load_trace(path)
+    expected = _default(FLASH)
+    for frame in ("kernels", "ranges", "ops"):
+        pd.testing.assert_frame_equal(getattr(trace, frame), getattr(expected, frame))
+    assert trace.metadata["deviceProperties"][0]["numSms"] == 132 and trace.num_sms == 132
+    if variant.startswith("events key last"):
+        assert trace.metadata["traceName"] == "run [3] {odd]"
+
+
+def test_bare_event_list_and_events_key_nested_in_metadata(tmp_path: Path, tiny_batches: None) -> None:
+    doc = document(FLASH)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc["traceEvents"]))
+    assert len(load_trace(bare).kernels) == 6 and load_trace(bare).metadata == {}
+    # a nested "traceEvents" before the real one: the prefix check sends the file down the whole-document path
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({"meta": {"traceEvents": [{"ph": "X", "cat": "kernel"}]}, **doc}))
+    trace = load_trace(nested)
+    assert len(trace.kernels) == 6 and trace.metadata["meta"] == {"traceEvents": [{"ph": "X", "cat": "kernel"}]}
+
+
+# ---- oddities inside a long file -----------------------------------------------------------------
+
+
+def test_oddities_in_middle_batches_are_skipped_and_counted(tmp_path: Path, tiny_batches: None) -> None:
+    doc = document(MATH)
+    events = doc["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels[10]["ts"] = "inf"  # a string where a number belongs
+    kernels[20]["dur"] = float("nan")  # json.dumps writes the literal NaN (not strict JSON)
+    kernels[30]["args"]["grid"] = [2**70, 1, 1]  # beyond 64 bits
+    del kernels[40]["args"]
+    del kernels[45]["dur"]
+    text = json.dumps(doc).replace('"ts": "inf"', '"ts": "inf"')
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    trace = load_trace(path)
+    assert len(trace.kernels) == 48 - 3
+    warnings = {w.code: w for w in trace.warnings}
+    assert warnings["kernel_skipped"].count == 3
+    assert "ts not a number (1)" in warnings["kernel_skipped"].message
+    assert "dur not finite (1)" in warnings["kernel_skipped"].message and "dur missing (1)" in warnings["kernel_skipped"].message
+    assert warnings["kernel_without_args"].count == 1 and warnings["bad_kernel_arg"].count == 1
+    assert warnings["kernel_without_launch"].count == 1  # the kernel whose args (and correlation) were deleted
+    big = trace.kernels[trace.kernels["correlation"] == kernels[30]["args"]["correlation"]].iloc[0]
+    assert pd.isna(big["grid_x"]) and big["grid_y"] == 1 and pd.isna(big["ctas"])
+    assert len(trace.ops) == len(_default(MATH).ops)
+
+
+# ---- errors with their place ---------------------------------------------------------------------
+
+
+def _raw(name: str) -> bytes:
+    return gzip.decompress(trace_fixture(name).read_bytes())
+
+
+@pytest.mark.parametrize("cut", [0.1, 0.5, 0.97])
+def test_truncated_files_end_early(tmp_path: Path, tiny_batches: None, cut: float) -> None:
+    raw = _raw(MATH)
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[: int(len(raw) * cut)])
+    with pytest.raises(TraceError, match=r"cut\.json: JSON ends early \(truncated\?\)"):
+        load_trace(path)
+
+
+def test_invalid_utf8_in_a_middle_batch_names_its_byte_offset(tmp_path: Path, tiny_batches: None) -> None:
+    raw = _raw(MATH)
+    at = raw.index(b'"name": "', len(raw) // 2) + len(b'"name": "')
+    path = tmp_path / "latin1.json"
+    path.write_bytes(raw[:at] + b"\xe9" + raw[at + 1 :])
+    with pytest.raises(TraceError, match=rf"latin1\.json: not valid UTF-8 \(byte offset {at}\)"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"traceEvents": [{"ph": "X"},]}', "not JSON"),
+    ('{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "not JSON"),
+    ('{"traceEvents": [{"ph": "X"}], "traceEvents": [{"ph": "X"}]}', "'traceEvents' appears twice"),
+    ('{"traceEvents": [{"ph": "X"}]', "JSON ends early"),
+    ('{"traceEvents": [{"ph": "X"}]} trailing', "not JSON"),
+    ('[{"ph": "X"}] trailing', "extra data after the event list"),
+    ('{"traceEvents": [1, 2, 3]}', "events are not JSON objects"),
+    ("[" + "[" * 50_000 + "]" * 50_000 + "]", "nested too deeply"),
+])
+def test_broken_structure_is_one_line_trace_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_gzip_with_trailing_garbage_is_bad_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": []}') + b"garbage")
+    with pytest.raises(TraceError, match="bad gzip data"):
+        load_trace(path)
+
+
+def test_gzip_zero_padding_after_a_member_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "padded.json.gz"
+    path.write_bytes(trace_fixture(FLASH).read_bytes() + b"\x00" * 1000)
+    assert len(load_trace(path).kernels) == 6

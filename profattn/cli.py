@@ -127,9 +127,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     device = _device(device_name)
     preset_obj = get_preset(preset or default_preset_name(device.type))
     prepare_run_dir(out_dir)
-    backends = tuple(resolve_backend(n) for n in dict.fromkeys(backend_names)) if backend_names else all_backends()
+    backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
+                if backend_names else all_backends())
     regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, emoji=False)
     console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
 
     def progress(event: str, cell, done: int, total: int) -> None:
@@ -264,10 +265,10 @@ def _read_run(path: Path, keep_host_info: bool):
 @click.argument("base_run", type=click.Path(path_type=Path))
 @click.argument("head_run", type=click.Path(path_type=Path))
 @click.option("--threshold", default="5%", show_default=True, metavar="PCT",
-              help="Smallest latency change that counts (5% or 0.05): slower = the whole interval above +threshold.")
+              help="Smallest latency change that counts, as a percent (5%) or a fraction below 1 (0.05): slower = the whole interval above +threshold.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.html"), show_default=True, help="HTML comparison to write.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a GitHub-flavoured Markdown comment.")
-@click.option("--force", is_flag=True, help="Compare runs from different GPU models (a warning goes into every output).")
+@click.option("--force", is_flag=True, help="Compare runs from different GPU models or presets, or an interrupted run (a warning goes into every output).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the outputs.")
 def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, markdown_path: Path | None, force: bool, keep_host_info: bool) -> None:
     """Compare two runs cell by cell: latency beyond noise, correctness, launch shape, bytes, winners.
@@ -278,6 +279,8 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, mark
     t = comparison.parse_threshold(threshold)
     base, head = _read_run(base_run, keep_host_info), _read_run(head_run, keep_host_info)
     bl, hl = comparison.run_label(base_run), comparison.run_label(head_run)
+    if base_run.resolve() == head_run.resolve():
+        click.echo("warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise", err=True)
     if bl == hl:
         bl, hl = f"base ({bl})", f"head ({hl})"
     cmp = comparison.compare_runs(base, head, threshold=t, force=force, base_label=bl, head_label=hl)
@@ -320,8 +323,9 @@ def backends(device_name: str | None) -> None:
 
     device = _device(device_name)
     for info in backend_info(device):
-        state = "available" if info.available else f"unavailable: {info.reason}"
-        click.echo(f"{info.name:<16} {info.family:<10} {state}\n{'':<16} {info.description}")
+        only = f" ({', '.join(info.phases)} only)" if info.available and len(info.phases) < 3 else ""
+        state = f"available{only}" if info.available else f"unavailable: {info.reason}"
+        click.echo(f"{info.name:<22} {info.family:<12} {state}\n{'':<22} {info.description}")
 
 
 if __name__ == "__main__":  # pragma: no cover

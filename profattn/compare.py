@@ -13,7 +13,9 @@ Cells are matched by (workload tag, backend). For each matched cell:
   - ``too few repeats``: fewer than 3 samples on a side (no interval; shown, never a regression).
 
 * **correctness**: pass → fail is a regression even when the cell got faster; a cell that ran in the base
-  and errors (or is missing its timing) in the head is one too.
+  and errors or is unsupported in the head is one too. A cell only one run holds (another ``--regime`` or
+  ``--backend`` selection) is listed, never a regression; runs with different presets or with cells that
+  never ran (interrupted) are refused without ``--force``.
 * **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.kernel_stem`): grid,
   block, registers per thread, shared memory, launches per call — from the trace, or from Nsight Compute
   when a side has no trace kernels.
@@ -174,10 +176,10 @@ class Comparison:
 
 
 def parse_threshold(text: str) -> float:
-    """``"5%"`` or ``"0.05"`` → 0.05. A bare number ≥ 1 is read as percent (``"5"`` → 0.05).
+    """``"5%"`` or ``"0.05"`` → 0.05.
 
     Raises:
-        CompareError: not a number, or outside (0, 100 %).
+        CompareError: not a number, a bare number ≥ 1 (``"5"``: 5 % or 500 %? say which), or outside (0, 100 %).
     """
     s = str(text).strip()
     try:
@@ -185,7 +187,7 @@ def parse_threshold(text: str) -> float:
     except ValueError:
         raise CompareError(f"--threshold {text!r} is not a number (e.g. 5% or 0.05)") from None
     if not s.endswith("%") and value >= 1:
-        value /= 100
+        raise CompareError(f"--threshold {text!r} is ambiguous: write a percent ({s}%) or a fraction below 1 (e.g. 0.05)")
     if not 0 < value < 1:
         raise CompareError(f"--threshold {text!r} must be between 0 and 100%")
     return value
@@ -202,7 +204,7 @@ def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     rows += [
         EnvDiff("preset", base.preset, head.preset),
         EnvDiff("seed", str(base.seed), str(head.seed)),
-        EnvDiff("repeats", str(base.repeat), str(head.repeat)),
+        EnvDiff("timing samples per cell", base.samples_text(), head.samples_text()),
         EnvDiff("counters", base.counters_info.status, head.counters_info.status),
         EnvDiff("measured (UTC)", base.environment.created_utc, head.environment.created_utc),
     ]
@@ -295,9 +297,11 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
         reasons.append(f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{threshold:.0%})")  # type: ignore[operator]
     if bp is True and hp is False:
         reasons.append(f"correctness pass → fail ({head.reason or 'failed'})")  # type: ignore[union-attr]
-    if base is not None and base.status in _RAN and (head is None or head.status not in _RAN):
-        where = "missing from the head run" if head is None else f"{head.status} in the head run" + (f": {head.reason}" if head.reason else "")
-        reasons.append(f"ran in the base run, {where}")
+    if (base is not None and base.status in _RAN and head is not None
+            and head.status not in (*_RAN, CellStatus.PENDING)):
+        # the head's kernel broke or now refuses the workload; a cell the head never reached (pending, or
+        # outside its --regime/--backend selection) says nothing about the kernel and is no regression
+        reasons.append(f"ran in the base run, {head.status} in the head run" + (f": {head.reason}" if head.reason else ""))
     return CellChange(
         cell_id=ref.cell_id, workload=ref.workload.tag, label=_label(ref.workload), phase=ref.workload.phase.value,
         backend=ref.backend, classification=cls,
@@ -335,8 +339,9 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
     """Compare two runs (see the module docstring).
 
     Raises:
-        CompareError: the runs come from different GPU models (device names) and ``force`` is False, or
-            ``threshold`` is outside (0, 1).
+        CompareError: ``force`` is False and the runs come from different GPU models (device names), use
+            different presets, or either holds cells that never ran (an interrupted run); or ``threshold``
+            is outside (0, 1).
     """
     if not 0 < threshold < 1:
         raise CompareError(f"threshold must be between 0 and 1 (a fraction), got {threshold}")
@@ -347,16 +352,35 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
         if not force:
             raise CompareError(f"{msg}: latency changes would mix the kernel change with the hardware; pass --force to compare anyway")
         warnings.append(f"Forced comparison: {msg}. Latency, launch-shape and byte changes mix the kernel change with the hardware.")
+    if base.preset != head.preset:
+        msg = f"the runs use different presets ({base.preset} vs {head.preset}), so their cells do not match"
+        if not force:
+            raise CompareError(f"{msg}; pass --force to compare the cells they share")
+        warnings.append(f"Forced comparison: {msg}.")
+    for label, run in ((base_label, base), (head_label, head)):
+        pending = sum(c.status == CellStatus.PENDING for c in run.cells)
+        if pending:
+            msg = f"the {label} run is incomplete: {pending} of {len(run.cells)} cells never ran (interrupted?)"
+            if not force:
+                raise CompareError(f"{msg}; finish it (profattn profile again) or pass --force to compare the cells both ran")
+            warnings.append(f"Forced comparison: {msg}; those cells are not compared.")
     env = environment_diff(base, head)
     for d in env:
-        if d.differs and d.field not in ("measured (UTC)", "device_name", "device"):
+        if d.differs and d.field not in ("measured (UTC)", "device_name", "device", "preset"):
             warnings.append(f"{d.field} differs: {d.base} → {d.head}")
-    if min(base.repeat, head.repeat) < 3:
-        warnings.append(f"repeats: base {base.repeat}, head {head.repeat}; latency changes need at least 3 timing samples "
-                        "per run (profile --repeat 5) for an interval — with fewer, no cell can be classified")
+    fewest = min((t[0] for t in (base.samples_taken(), head.samples_taken()) if t), default=0)
+    if fewest < 3:
+        warnings.append(f"timing samples per cell: base {base.samples_text()}, head {head.samples_text()}; latency "
+                        "changes need at least 3 samples a side (profile --repeat 5) for an interval — cells with "
+                        "fewer are 'too few repeats'")
     bmap = {(c.workload.tag, c.backend): c for c in base.cells}
     hmap = {(c.workload.tag, c.backend): c for c in head.cells}
     keys = list(dict.fromkeys([*bmap, *hmap]))
+    for side, mine, other in ((base_label, bmap, hmap), (head_label, hmap, bmap)):
+        only = sum(k not in other for k in mine)
+        if only:
+            warnings.append(f"{only} cell(s) only in the {side} run (a different --regime or --backend selection): "
+                            "listed, not compared")
     phase_order = [p.value for p in Phase]
     cells = sorted((compare_cell(bmap.get(k), hmap.get(k), threshold=threshold, level=level) for k in keys),
                    key=lambda c: (phase_order.index(c.phase), keys.index((c.workload, c.backend))))

@@ -117,12 +117,6 @@ def _instantiate(obj: Any) -> Any:
     return obj
 
 
-def _load_object(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
@@ -141,12 +135,40 @@ def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
 def load_spec(spec: str) -> Backend:
     """The backend ``package.module:object`` names (see the module docstring).
 
+    What the command line got wrong is an error before anything runs; what the plugin's own code does
+    wrong is the plugin's, reported per cell (:class:`BrokenPlugin`): a module that *raises* while
+    importing (a missing dependency of it included), or a factory that raises.
+
     Raises:
-        PluginSpecError: ``spec`` is not of the form ``module:object``.
+        PluginSpecError: ``spec`` is not of the form ``module:object``; no module of that name exists; the
+            module has no such attribute; or the object is not a backend.
     """
     if not _SPEC.match(spec):
         raise PluginSpecError(f"--backend {spec!r}: expected a backend name or package.module:object")
-    return make_backend(lambda: _load_object(spec), PluginOrigin(spec, spec))
+    origin = PluginOrigin(spec, spec)
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise PluginSpecError(f"--backend {spec!r}: no module named {exc.name!r} (is the plugin installed, "
+                                  "or on PYTHONPATH?)") from None
+        return BrokenPlugin(origin, _first_line(exc))  # the plugin's own import of something missing
+    except Exception as exc:  # noqa: BLE001 - a plugin may raise anything on import
+        return BrokenPlugin(origin, _first_line(exc))
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PluginSpecError(f"--backend {spec!r}: {module_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    try:
+        obj = _instantiate(obj)
+    except Exception as exc:  # noqa: BLE001 - the plugin's class or factory raised
+        return BrokenPlugin(origin, _first_line(exc))
+    missing = interface_problems(obj)
+    if missing:
+        raise PluginSpecError(f"--backend {spec!r}: {type(obj).__name__} is not a profattn backend "
+                              f"(missing: {', '.join(missing)}; see profattn.backends.Backend)")
+    return PluginBackend(obj, origin)
 
 
 _LOADED = False
@@ -198,6 +220,8 @@ def resolve_backend(name: str) -> Backend:
     backend = load_spec(name)
     existing = _REGISTRY.get(backend.name)
     if existing is not None and getattr(existing, "origin", None) != getattr(backend, "origin", None):
+        if isinstance(existing, PluginBackend) and isinstance(backend, PluginBackend) and type(existing.inner) is type(backend.inner):
+            return existing  # the same plugin, named twice (by entry point and by module:object)
         return BrokenPlugin(PluginOrigin(name, name), f"backend name {backend.name!r} is already registered")
     register(backend, replace=True)
     return backend

@@ -260,7 +260,7 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
         ("preset", f"{run.preset}: {run.preset_description}"),
     ]
     if run.repeat > 1:
-        rows.append(("timing samples", f"{run.repeat} independent samples per cell (--repeat), each a median of many reps"))
+        rows.append(("timing samples", f"{run.samples_text()} independent samples per cell (--repeat), each a median of many reps"))
     if e.hostname or e.user:
         rows.append(("host", " / ".join(x for x in (e.hostname, e.user) if x) + " (--keep-host-info)"))
     if run.ceilings:

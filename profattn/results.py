@@ -61,6 +61,17 @@ class Timing:
     reps: int
     method: str
 
+    def __post_init__(self) -> None:
+        """Raises ValueError for a latency that is not a positive finite number (e.g. a hand-edited or
+        corrupted results.json with NaN, inf, −1 or "12"): such a cell must never be ranked or compared."""
+        for name in ("median_us", "p10_us", "p90_us", "min_us"):
+            v = getattr(self, name)
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+                    or (name == "median_us" and v == 0)):
+                raise ValueError(f"Timing.{name} must be a positive finite number of µs, got {v!r}")
+        if isinstance(self.reps, bool) or not isinstance(self.reps, int) or self.reps < 1:
+            raise ValueError(f"Timing.reps must be a positive integer, got {self.reps!r}")
+
 
 @dataclass(frozen=True)
 class Correctness:
@@ -305,7 +316,22 @@ class RunResult:
     schema_version: int = SCHEMA_VERSION
     seed: int = 0
     counters_info: CountersInfo = CountersInfo("not requested")
-    repeat: int = 1  #: timing samples per cell (``--repeat``)
+    repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
+
+    def samples_taken(self) -> tuple[int, int] | None:
+        """(fewest, most) timing samples any timed cell holds — what was measured, which is less than
+        :attr:`repeat` when the run was interrupted during its repeats; None when no cell was timed."""
+        counts = [len(c.latency_samples_us) for c in self.cells if c.latency_samples_us]
+        return (min(counts), max(counts)) if counts else None
+
+    def samples_text(self) -> str:
+        """``"5"``, ``"3–5 (of 5 asked; interrupted?)"`` or ``"none"``: timing samples per cell, for reports."""
+        taken = self.samples_taken()
+        if taken is None:
+            return "none"
+        lo, hi = taken
+        span = str(lo) if lo == hi else f"{lo}–{hi}"
+        return span if lo == hi == self.repeat else f"{span} (of {self.repeat} asked; the run stopped early)"
 
     def with_cell(self, cell: CellResult) -> "RunResult":
         """A copy in which the cell with ``cell.cell_id`` is replaced (or appended)."""
@@ -335,7 +361,7 @@ def _to_jsonable(obj: Any) -> Any:
 def run_to_dict(run: RunResult) -> dict[str, Any]:
     """``RunResult`` → the results.json object (schema tag included; derived cell metrics added for readers)."""
     data = _to_jsonable(run)
-    data = {"schema": SCHEMA, **data}
+    data = {"schema": SCHEMA, **data, "schema_version": SCHEMA_VERSION}  # what is written is always current
     for cell, raw in zip(run.cells, data["cells"]):
         raw["derived"] = {
             "latency_us": cell.latency_us,
@@ -416,7 +442,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             preset_description=data.get("preset_description", ""),
             cells=tuple(_cell_from_dict(c) for c in data["cells"]),
             ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
-            schema_version=SCHEMA_VERSION,
+            schema_version=version,  # as read: a report of a v2 file says v2
             seed=int(data.get("seed", 0)),
             counters_info=CountersInfo(**data["counters_info"]) if data.get("counters_info") else CountersInfo("not requested"),
             repeat=int(data.get("repeat", 1)),

@@ -106,10 +106,10 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
             del ref
         for r in range(2, cfg.repeat + 1):
             for p in to_profile:
-                cell = next(c for c in run.cells if c.cell_id == p.cell_id)
-                if progress:
+                cell = time_again(next(c for c in run.cells if c.cell_id == p.cell_id), p, cfg.device)
+                run = run.with_cell(cell)
+                if progress:  # after the sample, so the line shows the sample just taken
                     progress("repeat", cell, r, cfg.repeat)
-                run = run.with_cell(time_again(cell, p, cfg.device))
             write_results(run, results_path)
         if to_profile:
             run = _profile_regime(run, cfg, phase, to_profile, results_path)

@@ -66,7 +66,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         parts = [
             f"## profattn: preset `{run.preset}` on {e.device_name}",
             (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
-             f"{len(run.cells)} cells, {run.repeat} timing sample(s) per cell; counters {run.counters_info.status}."),
+             f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
             "### Verdict",
             f"**{v.summary}**",
         ]

@@ -120,6 +120,48 @@ def test_error_in_head_and_unmatched_cells():
     assert c.regression and "error in the head run: boom" in c.regression_reasons[0]
 
 
+def test_cells_the_head_never_ran_are_no_regression():
+    """A head made with another --regime (cells missing) lists them; an interrupted head (pending cells) or
+    another preset is refused without --force; with --force the pending cells are not regressions."""
+    from profattn.compare import ONLY_BASE
+
+    base, head = pair()
+    decode_only = replace(head, cells=tuple(c for c in head.cells if c.workload.phase.value == "decode"))
+    cmp = compare_runs(base, decode_only)
+    assert not cmp.regression and cmp.count(ONLY_BASE) == 2 * len(BACKENDS)
+    assert any("only in the base run" in w for w in cmp.warnings)
+
+    pending = tuple(replace(c, status=CellStatus.PENDING, timing=None, timing_repeats=(), correctness=None)
+                    if c.workload.phase.value == "decode" else c for c in head.cells)
+    with pytest.raises(CompareError, match=r"head run is incomplete: 9 of 15 cells never ran"):
+        compare_runs(base, replace(head, cells=pending))
+    forced = compare_runs(base, replace(head, cells=pending), force=True)
+    assert not forced.regression and any("incomplete" in w for w in forced.warnings)
+
+    with pytest.raises(CompareError, match="different presets"):
+        compare_runs(base, replace(head, preset="decode-sweep"))
+
+
+def test_bad_latency_in_results_is_a_one_line_error(tmp_path: Path):
+    """NaN, inf, negative or string latencies in a (hand-edited) results.json: exit 2, never a ranking."""
+    import json
+
+    base, _ = pair()
+    write_results(base, tmp_path / "results.json")
+    good = json.loads((tmp_path / "results.json").read_text())
+    for bad in (float("nan"), float("inf"), -1.0, "12", 0):
+        data = json.loads(json.dumps(good))
+        cell0 = next(c for c in data["cells"] if c.get("timing_repeats"))
+        cell0["timing_repeats"][0]["median_us"] = bad
+        d = tmp_path / f"bad{len(str(bad))}"
+        d.mkdir(exist_ok=True)
+        (d / "results.json").write_text(json.dumps(data))
+        for args in (["compare", str(tmp_path), str(d), "--out", str(tmp_path / "c.html")], ["summary", str(d)]):
+            res = CliRunner().invoke(main, args)
+            assert res.exit_code == 2 and "median_us must be a positive finite number" in res.output, (bad, res.output)
+            assert "Traceback" not in res.output
+
+
 def test_launch_shape_and_bytes_changes():
     w = next(w for w in SEED.workloads if w.kv_len == 8192)
     b = repeated(cell(w, "triton-paged-decode", 40.0, kernels=[kernel("_paged_decode_split_kernel", 512, 38.0, grid=(8, 4, 16))]), [40.0] * 5)
@@ -137,7 +179,7 @@ def test_too_few_repeats_never_classify():
     base, head = pair(n=1, factors={decode_id("sdpa-flash"): 1.5})
     cmp = compare_runs(base, head)
     assert {c.classification for c in cmp.cells} == {FEW} and not cmp.regression
-    assert any("at least 3 timing samples" in w for w in cmp.warnings)
+    assert any("need at least 3 samples a side" in w for w in cmp.warnings)
 
 
 def test_gpu_model_mismatch_is_refused_unless_forced():
@@ -151,8 +193,9 @@ def test_gpu_model_mismatch_is_refused_unless_forced():
 
 
 def test_parse_threshold():
-    assert parse_threshold("5%") == pytest.approx(0.05) and parse_threshold("0.1") == 0.1 and parse_threshold("3") == 0.03
-    for bad in ("x", "0", "100%", "-2%"):
+    assert parse_threshold("5%") == pytest.approx(0.05) and parse_threshold("0.1") == 0.1
+    assert parse_threshold("0.99") == 0.99 and parse_threshold("1%") == pytest.approx(0.01)
+    for bad in ("x", "0", "100%", "-2%", "1", "3"):  # a bare 1 or 3: percent or fraction? refused, not guessed
         with pytest.raises(CompareError):
             parse_threshold(bad)
 

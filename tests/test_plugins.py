@@ -127,9 +127,17 @@ def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monk
                 def forward(q, k, v): raise ValueError("bad launch")
                 return Prepared(forward=forward)
 
-        not_a_backend = object()
+        class Garbage(Prep):
+            name, description = "byok-garbage", "prepare returns 42"
+            def prepare(self, workload, device): return 42
+
+        class Exits(Prep):
+            name, description = "byok-exit", "calls exit(3) when called"
+            def prepare(self, workload, device):
+                def forward(q, k, v): raise SystemExit(3)
+                return Prepared(forward=forward)
     """)
-    specs = ["byok_import:backend", "byok_cell:Prep", "byok_cell:Call", "byok_cell:not_a_backend"]
+    specs = ["byok_import:backend", "byok_cell:Prep", "byok_cell:Call", "byok_cell:Garbage", "byok_cell:Exits"]
     backends = tuple(plugins.resolve_backend(s) for s in specs)
     from profattn.backends import get_backend
 
@@ -142,9 +150,39 @@ def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monk
                                                "ImportError: libfancy.so: cannot open shared object file")
     assert by["byok-prepare"].reason == "plugin byok_cell:Prep: prepare failed: RuntimeError: no kernel for this shape"
     assert by["byok-call"].reason == "plugin byok_cell:Call: ValueError: bad launch"
-    assert "does not implement the backend interface (missing: name (str), description (str), family (KernelFamily)" in by["byok_cell:not_a_backend"].reason
+    assert by["byok-garbage"].reason == "plugin byok_cell:Garbage: prepare returned int, not a profattn.backends.Prepared"
+    assert by["byok-exit"].status == CellStatus.ERROR and by["byok-exit"].reason == "plugin byok_cell:Exits: SystemExit: 3"
 
 
-def test_malformed_backend_spec_is_a_usage_error():
-    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", "a:b:c"])
-    assert res.exit_code == 2 and "expected a backend name or package.module:object" in res.output
+def test_malformed_backend_spec_is_a_usage_error(tmp_path: Path, monkeypatch, clean_registry):
+    """What the command line got wrong exits 2 before anything runs (and leaves no --out behind)."""
+    _module(tmp_path, monkeypatch, "byok_spec", "not_a_backend = object()\nimport json\n")
+    for spec, msg in (("a:b:c", "expected a backend name or package.module:object"),
+                      ("nosuch.module:obj", "no module named 'nosuch'"),
+                      ("byok_spec:missing", "byok_spec has no attribute 'missing'"),
+                      ("byok_spec:not_a_backend", "object is not a profattn backend (missing: name (str)")):
+        out = tmp_path / "never"
+        res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", spec, "--out", str(out)])
+        assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output, (spec, res.output)
+
+
+def test_same_plugin_named_twice_runs_once(installed_plugin, clean_registry):
+    """By entry-point name and by module:object: one backend, not a name clash."""
+    from profattn.backends import get_backend
+
+    by_name = get_backend("onehead-decode")
+    assert plugins.resolve_backend("profattn_plugin_decode:backend") is by_name
+
+
+def test_backends_lists_a_broken_installed_plugin_as_unavailable(tmp_path: Path, monkeypatch, clean_registry):
+    site = tmp_path / "site"
+    info = site / "byok_broken-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: byok-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[profattn.backends]\nbyok-broken = byok_broken_mod:backend\n")
+    (site / "byok_broken_mod.py").write_text("raise ImportError('needs libfoo')\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins.load_installed(refresh=True)
+    res = CliRunner().invoke(main, ["backends", "--device", "cpu"])
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("byok-broken"))
+    assert res.exit_code == 0 and "unavailable: failed to load: ImportError: needs libfoo" in line

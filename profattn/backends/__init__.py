@@ -86,14 +86,30 @@ def get_backend(name: str) -> Backend:
 
 
 def backend_info(device: torch.device) -> list[BackendInfo]:
-    """Availability of every backend on ``device`` (static checks on a seed-shaped GQA workload)."""
+    """Availability of every backend on ``device``: its static check (``unsupported_reason``) on the
+    ``small`` preset's GQA workload of each phase (train, prefill, paged decode). Available when any phase
+    passes (``phases`` lists them); else the reason of the first. A plugin that failed to load, or whose
+    check raises, is unavailable with that error."""
+    from profattn.plugins import BrokenPlugin
     from profattn.workload import get_preset
 
-    probe = get_preset("small").workloads[1]
+    probes: dict[str, object] = {}
+    for w in get_preset("small").workloads:
+        probes.setdefault(w.phase.value, w)
     out = []
     for b in all_backends():
-        reason = b.unsupported_reason(probe, device)
-        out.append(BackendInfo(b.name, b.family.name, b.description, reason is None, reason or ""))
+        if isinstance(b, BrokenPlugin):
+            out.append(BackendInfo(b.name, b.family.name, b.description, False, f"failed to load: {b.error}"))
+            continue
+        reasons: dict[str, str | None] = {}
+        for phase, w in probes.items():
+            try:
+                reasons[phase] = b.unsupported_reason(w, device)
+            except Exception as exc:  # noqa: BLE001 - a plugin's check may raise anything
+                reasons[phase] = f"unsupported_reason raised {type(exc).__name__}: {exc}"
+        phases = tuple(p for p, r in reasons.items() if r is None)
+        why = "; ".join(dict.fromkeys(r for r in reasons.values() if r))
+        out.append(BackendInfo(b.name, b.family.name, b.description, bool(phases), "" if phases else why, phases=phases))
     return out
 
 

@@ -112,6 +112,8 @@ class BackendInfo:
     available: bool
     reason: str = ""
     extras: dict[str, str] = field(default_factory=dict)
+    #: The phases (train, prefill, decode) it can run here; empty when unavailable.
+    phases: tuple[str, ...] = ()
 
 
 def paged_decode_reason(workload: Workload) -> str | None:

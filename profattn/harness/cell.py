@@ -59,7 +59,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     who = _plugin_prefix(backend)
     try:
         reason = backend.unsupported_reason(workload, device)
-    except Exception as exc:  # noqa: BLE001 - a plugin may raise anything
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin may raise anything, exit() included
         return CellResult(status=CellStatus.ERROR, reason=f"{who}unsupported_reason failed: {_error_reason(exc)}", **base), None
     if reason:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=reason, **base), None
@@ -67,9 +67,12 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         prepared = backend.prepare(workload, device)
     except Unsupported as exc:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=str(exc), **base), None
-    except Exception as exc:  # noqa: BLE001 - a plugin or compiler may raise anything
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin or compiler may raise anything
         _release(device)
         return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare failed: {_error_reason(exc)}", **base), None
+    if not isinstance(prepared, Prepared):
+        return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare returned {type(prepared).__name__}, not a "
+                          "profattn.backends.Prepared", **base), None
     train = workload.phase is Phase.TRAIN
     try:
         with prepared.context():
@@ -98,7 +101,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
                 except Exception as exc:  # noqa: BLE001 - not capturable: keep the eager figure only
                     torch.cuda.synchronize(device)
                     graph_note = f"CUDA-graph capture failed: {_error_reason(exc)}"
-    except Exception as exc:  # noqa: BLE001 - OOM and kernel errors become the cell's status
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - OOM, kernel errors, a plugin's exit(): the cell's status
         inputs.zero_grads()
         _release(device)
         return CellResult(status=CellStatus.ERROR, reason=who + _error_reason(exc), notes=prepared.notes, **base), None
@@ -128,7 +131,7 @@ def time_again(cell: CellResult, profiled: ProfiledCall, device: torch.device) -
         with profiled.context():
             timing = _time_eager(profiled.fn, device, profiled.before)
             graph = time_cuda_graph(profiled.fn, device) if profiled.graph else None
-    except Exception as exc:  # noqa: BLE001 - a failed repeat keeps the samples already taken
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failed repeat keeps the samples already taken
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return replace(cell, notes=(*cell.notes, f"timing repeat failed: {_error_reason(exc)}"))

@@ -231,12 +231,17 @@ def counters(run_dir: Path) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="HTML report to write.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the analysis as versioned JSON.")
-def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> None:
-    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls."""
+@click.option("--keep-host-info", is_flag=True, help="Keep absolute trace paths, host and user names in the report and JSON.")
+def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None, keep_host_info: bool = False) -> None:
+    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
+
+    In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
+    cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
+    shown relative to the directory given (or as the file's name) unless --keep-host-info."""
     from profattn.analyze import analyze_paths, write_html, write_json
     from profattn.report import fmt_us
 
-    analysis = analyze_paths(paths)
+    analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
         gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")

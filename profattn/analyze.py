@@ -2,7 +2,10 @@
 
 Trace files are found (a file, or every ``*.json``/``*.json.gz`` under a directory, one per rank or
 worker), parsed by :func:`profattn.trace.load_trace` (a :class:`~profattn.errors.TraceError` names the
-file that cannot be used) and analyzed by :func:`profattn.attention_calls.analyze_trace`. Here the results
+file that cannot be used: an error for a file given itself, a warning and a skip for a file found in a
+directory, e.g. a run's ``results.json``) and analyzed by :func:`profattn.attention_calls.analyze_trace`.
+Unless ``keep_host_info``, paths are shown relative to the directory given (or as the file's name) and the
+analysis is scrubbed of absolute paths, host and user names (:mod:`profattn.privacy`). Here the results
 become rows of display-ready values (tests assert on rows), the HTML is rendered by jinja2 with autoescape
 (every string from a trace is escaped; chart data travels through ``|tojson``), plotly.js is inlined once,
 and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSION`.
@@ -15,7 +18,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +46,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "TABLE_LIMIT",
     "Analysis",
+    "SkippedFile",
+    "TraceInput",
     "analysis_to_dict",
     "analyze_paths",
     "call_rows",
     "file_rows",
     "find_trace_files",
+    "find_trace_inputs",
     "kernel_chart",
     "kernel_rows",
     "launch_rows",
@@ -69,50 +75,126 @@ CHART_TOP = 20
 
 
 @dataclass(frozen=True)
+class SkippedFile:
+    """A file found in a directory that could not be analyzed: its shown path and why (e.g. ``not a Chrome
+    trace (no 'traceEvents' key)`` for a ``results.json``, ``file is empty``)."""
+
+    path: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """The warning shown for it: ``skipped <path>: <reason>``."""
+        return f"skipped {self.path}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class Analysis:
-    """The analysis of every trace file given: one :class:`FileAnalysis` per file (in the order found) and
-    warnings about the set as a whole (duplicated ranks)."""
+    """The analysis of every trace file given: one :class:`FileAnalysis` per file (in the order found),
+    warnings about the set as a whole (files skipped, duplicated ranks) and the files of a directory that
+    could not be analyzed (``skipped``)."""
 
     files: tuple[FileAnalysis, ...]
     warnings: tuple[str, ...] = ()
+    skipped: tuple[SkippedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """One file to analyze: ``path`` as found, ``shown`` the path the outputs show, ``in_directory`` whether
+    it was found by searching a directory (then a file that cannot be read is skipped, not an error)."""
+
+    path: Path
+    shown: str
+    in_directory: bool
 
 
 # ---- finding and analyzing files -----------------------------------------------------------------
 
 
-def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> list[TraceInput]:
     """Trace files named by ``paths``: a file as given; a directory searched recursively for ``*.json``
     and ``*.json.gz`` (sorted). Each file once, in the order found.
+
+    The path shown for a file is, by default, its path relative to the directory it was found in, or its
+    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found.
 
     Raises:
         ProfattnError: a path does not exist, or a directory holds no trace file.
     """
-    found: dict[Path, None] = {}
+    found: dict[Path, TraceInput] = {}
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             inside = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
             if not inside:
                 raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
-            found.update(dict.fromkeys(inside))
+            for p in inside:
+                shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
+                found.setdefault(p, TraceInput(p, shown, True))
         elif path.exists():
-            found[path] = None
+            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False))
         else:
             raise ProfattnError(f"{path}: no such file or directory")
     if not found:
         raise ProfattnError("no trace path given")
-    return list(found)
+    return list(found.values())
 
 
-def analyze_paths(paths: Iterable[str | os.PathLike[str]]) -> Analysis:
-    """Find, parse and analyze every trace under ``paths``.
+def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The paths of :func:`find_trace_inputs`: a file as given; a directory searched recursively for
+    ``*.json`` and ``*.json.gz`` (sorted). Each file once, in the order found.
 
     Raises:
-        ProfattnError: a missing path or an empty directory (:func:`find_trace_files`).
-        TraceError: a file that cannot be read as a trace (the message names it).
+        ProfattnError: a path does not exist, or a directory holds no trace file.
     """
-    files = tuple(analyze_trace(load_trace(p)) for p in find_trace_files(paths))
-    return Analysis(files=files, warnings=rank_warnings(files))
+    return [t.path for t in find_trace_inputs(paths, keep_host_info=True)]
+
+
+def _reason(error: ProfattnError, path: Path) -> str:
+    """The message of ``error`` without the leading ``<path>: `` that trace errors start with."""
+    text = str(error)
+    prefix = f"{os.fspath(path)}: "
+    return text.removeprefix(prefix)
+
+
+def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> Analysis:
+    """Find, parse and analyze every trace under ``paths``.
+
+    A file found in a directory that cannot be analyzed (not a trace, e.g. a run's ``results.json``;
+    empty; truncated; ...) is skipped with a warning naming it and the problem; a file given itself
+    that cannot be analyzed is an error. Unless ``keep_host_info``, file paths are shown relative to the
+    directory given (or as the file's name) and every string is scrubbed of absolute paths, host and user
+    names (:mod:`profattn.privacy`).
+
+    Raises:
+        ProfattnError: a missing path or an empty directory (:func:`find_trace_inputs`), or no file that
+            could be analyzed at all (the message names the files and their problems).
+        TraceError: a file given itself that cannot be read as a trace (the message names it).
+    """
+    inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
+    files: list[FileAnalysis] = []
+    skipped: list[SkippedFile] = []
+    for item in inputs:
+        try:
+            fa = analyze_trace(load_trace(item.path))
+        except ProfattnError as exc:
+            if not item.in_directory:
+                raise
+            skipped.append(SkippedFile(item.shown, _reason(exc, item.path)))
+            continue
+        fa = replace(fa, path=item.shown)
+        if not keep_host_info:
+            from profattn.privacy import scrub
+
+            fa = scrub(fa)
+        files.append(fa)
+    if not files:
+        listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+        more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
+    return Analysis(files=tuple(files), warnings=tuple(s.message for s in skipped) + rank_warnings(files),
+                    skipped=tuple(skipped))
 
 
 def rank_warnings(files: Sequence[FileAnalysis]) -> tuple[str, ...]:
@@ -284,8 +366,9 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
 
 def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
     """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 1, "warnings": [...],
-    "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level ``warnings`` are about the
-    set of files (duplicated ranks); each file's ``warnings`` are ``{"code", "count", "message"}`` objects
+    "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
+    ``warnings`` are about the set of files (files skipped, duplicated ranks); ``skipped`` lists the files of
+    a directory that could not be analyzed as ``{"path", "reason"}``; each file's ``warnings`` are ``{"code", "count", "message"}`` objects
     about that file (:class:`~profattn.trace.TraceWarning`)."""
     files = []
     for f in analysis.files:
@@ -300,7 +383,8 @@ def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c) for c in f.calls],
         })
-    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings), "files": files})
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings),
+                    "skipped": [asdict(s) for s in analysis.skipped], "files": files})
 
 
 def _finite(value: Any) -> Any:

@@ -7,6 +7,7 @@ with code 2; no traceback. ``compare`` exits 1 when it finds a regression beyond
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,22 +47,67 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def prepare_run_dir(out_dir: Path) -> None:
-    """Make ``out_dir`` ready for a new run: create it; refuse a non-empty directory that is not a profattn
-    run; in an old run directory, remove the previous traces and counters so runs never mix.
+def check_run_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """Validate ``--out`` of a run without touching the file system: it must be named (click turns ``""``
+    into ``.``, so pass the raw string), not be a file, and be new, empty or a profattn run directory.
+
+    Raises:
+        ProfattnError: empty path, a non-directory (or one below a file), a foreign non-empty directory.
+    """
+    if not os.fspath(out_dir).strip():
+        raise ProfattnError("--out must name a directory")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProfattnError(f"--out {out_dir} exists and is not a directory")
+    _check_parents(out_dir, "--out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "results.json").exists():
+        raise ProfattnError(f"--out {out_dir} is a non-empty directory that holds no profattn run; choose another")
+    return out_dir
+
+
+def _check_parents(path: Path, option: str) -> None:
+    """Raise :class:`ProfattnError` when the nearest existing ancestor of ``path`` is not a directory."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ProfattnError(f"{option} {path}: parent {parent} is not a directory")
+            return
+
+
+def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None) -> Path:
+    """Validate an output file path before any work is done and return it.
+
+    With ``default_name``, an existing directory or a path ending in ``/`` means ``<dir>/<default_name>``;
+    without it, a directory is refused. Parents need not exist (they are created on writing), but none of
+    them may be a file.
+
+    Raises:
+        ProfattnError: an empty path, a directory (without ``default_name``), or a parent that is a file.
+    """
+    text = os.fspath(raw)
+    if not text.strip():
+        raise ProfattnError(f"{option} must name a file")
+    path = Path(text)
+    if default_name is not None and (text.endswith(("/", os.sep)) or path.is_dir()):
+        path = path / default_name
+    elif path.is_dir():
+        raise ProfattnError(f"{option} {path} is a directory")
+    _check_parents(path, option)
+    return path
+
+
+def prepare_run_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Make ``out_dir`` ready for a new run (after :func:`check_run_dir`): create it; refuse a non-empty
+    directory that is not a profattn run; in an old run directory, remove the previous traces and counters
+    so runs never mix.
 
     Raises:
         ProfattnError: empty path, a non-directory, a foreign non-empty directory, or not writable.
     """
     import shutil
 
-    if not str(out_dir).strip():
-        raise ProfattnError("--out must name a directory")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProfattnError(f"--out {out_dir} exists and is not a directory")
+    out_dir = check_run_dir(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()):
-        if not (out_dir / "results.json").exists():
-            raise ProfattnError(f"--out {out_dir} is a non-empty directory that holds no profattn run; choose another")
         for sub in ("traces", "counters"):
             shutil.rmtree(out_dir / sub, ignore_errors=True)
     try:
@@ -103,14 +149,15 @@ def main() -> None:
 @click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
 @click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed or small (default: seed on CUDA, small on CPU).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-run"), show_default=True, help="Run directory (results.json, traces/, report.html).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-run", show_default=True,
+              help="Run directory (results.json, traces/, report.html); created when the run starts.")
 @click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="Seed of the random inputs.")
 @click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 100),
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
-def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: Path, profile_calls: int, seed: int,
+def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path, profile_calls: int, seed: int,
             counters: bool | None, repeat: int = 1, keep_host_info: bool = False) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
@@ -124,12 +171,16 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
 
+    # Validate everything before the run directory is touched or anything is printed.
+    out_dir = check_run_dir(out_dir)
     device = _device(device_name)
     preset_obj = get_preset(preset or default_preset_name(device.type))
-    prepare_run_dir(out_dir)
     backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
                 if backend_names else all_backends())
     regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
+    if counters and device.type != "cuda":
+        raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
+    prepare_run_dir(out_dir)
     console = Console(stderr=True, highlight=False, emoji=False)
     console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
 
@@ -147,8 +198,6 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
-    if counters and device.type != "cuda":
-        raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
     cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
                         profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat, keep_host_info=keep_host_info)
     try:
@@ -167,17 +216,22 @@ SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", 
 
 
 @main.command()
-@click.argument("regime", type=click.Choice(["decode"]))
+@click.argument("regime", metavar="REGIME")
 @click.option("--backend", "backend_names", multiple=True, metavar="NAME", help=f"Backend (repeatable; default: {', '.join(SWEEP_BACKENDS)}).")
 @click.option("--preset", default=None, metavar="NAME", help="Sweep preset (default: decode-sweep on CUDA, decode-sweep-small on CPU).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("profattn-sweep"), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-sweep", show_default=True)
 @click.option("--counters/--no-counters", default=False, show_default=True, help="Nsight Compute counter pass over every cell.")
 @click.pass_context
 def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None,
-          out_dir: Path, counters: bool) -> None:
-    """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers."""
+          out_dir: str, counters: bool) -> None:
+    """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers.
+
+    REGIME must be decode (the only regime swept)."""
     from profattn.workload import SWEEP_PRESETS
+
+    if regime != "decode":
+        raise ProfattnError(f"sweep supports only 'decode', not {regime!r}")
 
     device = _device(device_name)
     names = backend_names or tuple(n for n in SWEEP_BACKENDS)
@@ -187,17 +241,19 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="HTML path (default: RUN_DIR/report.html).")
+@click.option("--out", "out_path", type=click.Path(path_type=str), default=None,
+              help="HTML path (default: RUN_DIR/report.html); an existing directory or a path ending in / means DIR/report.html.")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the report.")
-def report(run_dir: Path, out_path: Path | None, keep_host_info: bool = False) -> None:
+def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) -> None:
     """Re-render RUN_DIR/report.html from results.json and the traces it names."""
     from profattn.report import write_report
     from profattn.results import read_results
     from profattn.session import reattach_traces
 
+    target = output_file(out_path, default_name="report.html") if out_path is not None else None
     run = read_results(run_dir)
     run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
-    path = write_report(run, out_path or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html", keep_host_info=keep_host_info)
+    path = write_report(run, target or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html", keep_host_info=keep_host_info)
     click.echo(f"report: {path}")
 
 
@@ -230,14 +286,22 @@ def counters(run_dir: Path) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="HTML report to write.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the analysis as versioned JSON.")
-def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> None:
-    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls."""
+@click.option("--out", "out_path", type=click.Path(path_type=str), default="report.html", show_default=True,
+              help="HTML report to write; an existing directory or a path ending in / means DIR/report.html.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the analysis as versioned JSON.")
+@click.option("--keep-host-info", is_flag=True, help="Keep absolute trace paths, host and user names in the report and JSON.")
+def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_host_info: bool = False) -> None:
+    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
+
+    In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
+    cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
+    shown relative to the directory given (or as the file's name) unless --keep-host-info."""
     from profattn.analyze import analyze_paths, write_html, write_json
     from profattn.report import fmt_us
 
-    analysis = analyze_paths(paths)
+    html_path = output_file(out_path, default_name="report.html")
+    json_file = output_file(json_path, "--json") if json_path is not None else None
+    analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
         gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
@@ -245,9 +309,9 @@ def analyze(paths: tuple[Path, ...], out_path: Path, json_path: Path | None) -> 
             click.echo(f"warning: {f.label}: {w.message}", err=True)
     for warning in analysis.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"report: {write_html(analysis, out_path)}")
-    if json_path is not None:
-        click.echo(f"json: {write_json(analysis, json_path)}")
+    click.echo(f"report: {write_html(analysis, html_path)}")
+    if json_file is not None:
+        click.echo(f"json: {write_json(analysis, json_file)}")
 
 
 def _read_run(path: Path, keep_host_info: bool):
@@ -266,15 +330,18 @@ def _read_run(path: Path, keep_host_info: bool):
 @click.argument("head_run", type=click.Path(path_type=Path))
 @click.option("--threshold", default="5%", show_default=True, metavar="PCT",
               help="Smallest latency change that counts, as a percent (5%) or a fraction below 1 (0.05): slower = the whole interval above +threshold.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.html"), show_default=True, help="HTML comparison to write.")
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a GitHub-flavoured Markdown comment.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=str), default="compare.html", show_default=True, help="HTML comparison to write.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write a GitHub-flavoured Markdown comment.")
 @click.option("--force", is_flag=True, help="Compare runs from different GPU models or presets, or an interrupted run (a warning goes into every output).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the outputs.")
-def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, markdown_path: Path | None, force: bool, keep_host_info: bool) -> None:
+def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markdown_path: str | None, force: bool, keep_host_info: bool) -> None:
     """Compare two runs cell by cell: latency beyond noise, correctness, launch shape, bytes, winners.
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
     from profattn import compare as comparison
+
+    out_path = output_file(out_path)
+    markdown_path = output_file(markdown_path, "--markdown") if markdown_path is not None else None
 
     t = comparison.parse_threshold(threshold)
     base, head = _read_run(base_run, keep_host_info), _read_run(head_run, keep_host_info)
@@ -300,11 +367,13 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: Path, mark
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Markdown file (default: print to stdout).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Markdown file (default: print to stdout).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
-def summary(run_dir: Path, out_path: Path | None, keep_host_info: bool) -> None:
+def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
     from profattn.summary import run_markdown
+
+    out_path = output_file(out_path) if out_path is not None else None
 
     text = run_markdown(_read_run(run_dir, keep_host_info))
     if out_path is None:

@@ -5,8 +5,13 @@ identify the machine that made them: the host name (torch names trace workers ``
 name (e.g. Inductor's ``/tmp/torchinductor_<user>/…`` kernel files in Kineto's ``kernel_file`` args) and
 absolute paths (Kineto's ``traceName``, Python stacks, exception messages). By default:
 
-* absolute POSIX paths become their last component (``/tmp/torchinductor_alice/j2/cj2x.py`` → ``cj2x.py``);
-* the host name and the user name, as whole words, become ``<host>`` and ``<user>``;
+* absolute POSIX paths become their last component (``/tmp/torchinductor_alice/j2/cj2x.py`` → ``cj2x.py``),
+  and so do ``file://`` URLs, marked as cut (``file:///tmp/w/x.py`` → ``file://…/x.py``);
+* the host name and the user name, as whole words, become ``<host>`` and ``<user>``: a name is matched only
+  where no letter, digit, ``-`` or ``_`` touches it, except that ``<name>_<digits>`` (torch's worker name
+  ``<host>_<pid>``) counts; so a machine called ``vm`` is scrubbed from ``ran on vm`` and ``vm_4242``
+  but ``kvm``, ``vmax``, ``vm-2`` and ``gvm_x`` are left alone. Names of any length of two or more
+  characters are scrubbed; a one-character name is not (it would match ordinary words such as ``a``);
 * the environment record drops ``hostname`` and ``user``.
 
 ``--keep-host-info`` turns all of it off.
@@ -15,6 +20,7 @@ absolute paths (Kineto's ``traceName``, Python stacks, exception messages). By d
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import getpass
 import gzip
@@ -33,38 +39,55 @@ T = TypeVar("T")
 #: (so ``a/b`` relative paths, URLs' ``//host`` and ``µs/call`` ratios are left alone). Group 1 is the
 #: last component, which is kept.
 _ABS_PATH = re.compile(r"(?<![\w:/.<>-])(?:/[\w.@+~-]+)+/([\w.@+~-]+)")
+#: A ``file://`` URL (optional host) whose path has two or more components; group 1 is the last one.
+_FILE_URL = re.compile(r"\bfile://[\w.-]*(?:/[\w.@+~%-]+)+/([\w.@+~%-]+)", re.IGNORECASE)
+#: Shortest host or user name that is scrubbed; a one-letter name would match ordinary words.
+MIN_NAME_LENGTH = 2
 
 
 @functools.lru_cache(maxsize=1)
 def host_identifiers() -> tuple[tuple[str, str], ...]:
     """``(value, placeholder)`` pairs to redact: this host's name (and its short form) and the user name.
-    Names shorter than 3 characters are skipped (too likely to match ordinary text)."""
+    Names shorter than :data:`MIN_NAME_LENGTH` are skipped (a one-letter name is an ordinary word);
+    longer ones first, so ``host.example.org`` is replaced whole before its short form ``host``."""
     pairs: list[tuple[str, str]] = []
     host = platform.node()
     for h in dict.fromkeys((host, host.split(".")[0])):
-        if len(h) >= 3:
+        if len(h) >= MIN_NAME_LENGTH:
             pairs.append((h, "<host>"))
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (some containers)
         user = os.environ.get("USER", "")
-    if len(user) >= 3:
+    if len(user) >= MIN_NAME_LENGTH:
         pairs.append((user, "<user>"))
-    return tuple(pairs)
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
+@functools.lru_cache(maxsize=64)
+def _name_pattern(value: str) -> re.Pattern[str]:
+    """``value`` as a whole word: no letter, digit, ``-`` or ``_`` on either side, except ``_<digits>``
+    after it (``<host>_<pid>``)."""
+    return re.compile(rf"(?<![\w-]){re.escape(value)}(?=_\d|[^\w-]|$)")
 
 
 def scrub_text(text: str) -> str:
-    """``text`` without absolute paths (last component kept), host name or user name (see module docstring)."""
-    out = _ABS_PATH.sub(r"\1", text)
+    """``text`` without absolute paths or ``file://`` URL paths (last component kept), host name or user name
+    (see module docstring)."""
+    out = _FILE_URL.sub("file://…/\\1", text)
+    out = _ABS_PATH.sub(r"\1", out)
     for value, placeholder in host_identifiers():
-        out = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", placeholder, out)
+        out = _name_pattern(value).sub(placeholder, out)
     return out
 
 
 def scrub(obj: T) -> T:
     """A copy of ``obj`` (dataclass, tuple, list, dict or str, nested) with every string scrubbed; a
     :class:`~profattn.workload.Workload` (numbers and enums only) and non-string scalars are returned as is.
-    An environment record's ``hostname`` and ``user`` are set to None."""
+    Enum members (``Phase`` is a ``str`` enum) are returned as is. An environment record's ``hostname``
+    and ``user`` are set to None."""
+    if isinstance(obj, enum.Enum):
+        return obj
     if isinstance(obj, str):
         return scrub_text(obj)  # type: ignore[return-value]
     if isinstance(obj, Workload) or obj is None or isinstance(obj, (int, float, bool)):

@@ -398,3 +398,91 @@ def test_decode_call_beside_a_training_step_of_the_same_backend_stays_decode(tmp
     assert (bwd.direction, bwd.phase) == ("backward", Phase.TRAIN)
     assert (decode.direction, decode.phase, decode.shape.q_len, decode.backend) == ("forward", Phase.DECODE, 1, "cudnn")
     assert decode.workload is not None and decode.workload.phase is Phase.DECODE
+
+
+# ---- directories: run directories, unreadable files, privacy of paths ----------------------------
+
+
+def _run_dir(root: Path) -> Path:
+    """A profattn-like run directory: results.json (no traceEvents), a trace under traces/decode/, an empty
+    x.json and a notes file."""
+    run = root / "run"
+    (run / "traces" / "decode").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"schema": "profattn.results", "schema_version": 3, "cells": []}))
+    shutil.copy(trace_fixture(FLASH), run / "traces" / "decode" / "w.pt.trace.json.gz")
+    (run / "x.json").write_text("")
+    (run / "notes.txt").write_text("not a trace")
+    return run
+
+
+def test_cli_run_directory_skips_non_traces_and_unreadable_files_with_warnings(tmp_path: Path):
+    run = _run_dir(tmp_path)
+    out, js = tmp_path / "r.html", tmp_path / "a.json"
+    res = _cli(str(run), "--out", str(out), "--json", str(js))
+    assert res.returncode == 0, res.stderr
+    assert "w.pt.trace.json.gz: 3 attention call(s)" in res.stdout
+    assert res.stderr.splitlines() == [
+        "warning: skipped results.json: not a Chrome trace (no 'traceEvents' key)",
+        "warning: skipped x.json: file is empty",
+    ]
+    doc = json.loads(js.read_text())
+    assert [f["path"] for f in doc["files"]] == ["traces/decode/w.pt.trace.json.gz"]
+    assert doc["skipped"] == [{"path": "results.json", "reason": "not a Chrome trace (no 'traceEvents' key)"},
+                              {"path": "x.json", "reason": "file is empty"}]
+    assert doc["warnings"] == ["skipped results.json: not a Chrome trace (no 'traceEvents' key)", "skipped x.json: file is empty"]
+    html = out.read_text()
+    assert "skipped x.json: file is empty" in html and "skipped results.json: not a Chrome trace" in html
+
+
+def test_cli_directory_without_a_readable_trace_is_one_line_exit_2(tmp_path: Path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.json").write_text("")
+    (tmp_path / "d" / "results.json").write_text("{}")
+    res = _cli(str(tmp_path / "d"), "--out", str(tmp_path / "r.html"))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr == ("profattn: error: no trace could be read (2 file(s) skipped: results.json: not a Chrome trace "
+                          "(no 'traceEvents' key); x.json: file is empty)\n")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_cli_unreadable_file_named_explicitly_stays_an_error(tmp_path: Path):
+    run = _run_dir(tmp_path)
+    res = _cli(str(run / "traces" / "decode" / "w.pt.trace.json.gz"), str(run / "x.json"), "--out", str(tmp_path / "r.html"))
+    assert res.returncode == 2 and res.stderr == f"profattn: error: {run / 'x.json'}: file is empty\n"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_cli_outputs_carry_no_absolute_path_unless_keep_host_info(tmp_path: Path):
+    run = _run_dir(tmp_path)
+    single = shutil.copy(trace_fixture(FLASH), tmp_path / "single.pt.trace.json.gz")
+    for keep in (False, True):
+        out, js = tmp_path / f"r{keep}.html", tmp_path / f"a{keep}.json"
+        res = _cli(str(run), str(single), "--out", str(out), "--json", str(js), *(["--keep-host-info"] if keep else []))
+        assert res.returncode == 0, res.stderr
+        paths = [f["path"] for f in json.loads(js.read_text())["files"]]
+        html = out.read_text()
+        if keep:
+            assert paths == [str(run / "traces" / "decode" / "w.pt.trace.json.gz"), str(single)]
+            assert str(tmp_path) in html
+        else:
+            assert paths == ["traces/decode/w.pt.trace.json.gz", "single.pt.trace.json.gz"]
+            listing = [line for line in res.stdout.splitlines() if not line.startswith(("report:", "json:"))]
+            assert str(tmp_path) not in html and str(tmp_path) not in js.read_text() and str(tmp_path) not in "".join(listing)
+
+
+def test_host_and_user_names_are_scrubbed_from_the_analysis(tmp_path: Path, monkeypatch):
+    from profattn import privacy
+
+    monkeypatch.setattr("platform.node", lambda: "vm")
+    monkeypatch.setattr("getpass.getuser", lambda: "alice-dev")
+    privacy.host_identifiers.cache_clear()
+    try:
+        events = [cpu_op("aten::copy_ vm", 1000, 50), launch(1010, 1), kernel("kernel_from_alice-dev", 1100, 20, 1)]
+        path = write_trace(tmp_path / "vm_4242.1795.pt.trace.json", events)
+        fa, = analyze_paths([path]).files
+        assert fa.path == fa.label == "<host>_4242.1795.pt.trace.json"
+        assert [o.name for o in fa.ops] == ["aten::copy_ <host>"] and [k.name for k in fa.kernels] == ["kernel_from_alice-dev"]
+        kept, = analyze_paths([path], keep_host_info=True).files
+        assert kept.path == str(path) and [o.name for o in kept.ops] == ["aten::copy_ vm"]
+    finally:
+        privacy.host_identifiers.cache_clear()

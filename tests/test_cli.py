@@ -70,6 +70,10 @@ def test_backends_lists_reasons():
     (["profile", "--bogus"], "No such option '--bogus'"),
     (["report", "/nonexistent/run"], "no such file"),
     (["frobnicate"], "No such command"),
+    (["sweep", "prefill"], "sweep supports only 'decode', not 'prefill'"),
+    (["profile", "--device", "cpu", "--out", ""], "--out must name a directory"),
+    (["sweep", "decode", "--device", "cpu", "--out", ""], "--out must name a directory"),
+    (["analyze", "x.json", "--out", ""], "--out must name a file"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     proc = subprocess.run([sys.executable, "-m", "profattn.cli", *args], capture_output=True, text=True, timeout=120)
@@ -137,3 +141,44 @@ def test_out_dir_guards(tmp_path: Path):
     assert (foreign / "notes.txt").read_text() == "mine"
     proc = subprocess.run([sys.executable, "-m", "profattn.cli"], capture_output=True, text=True)
     assert proc.returncode == 0 and "profile" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--backend", "nosuch"], "unknown backend 'nosuch'"),
+    (["--counters"], "--counters needs a CUDA device"),
+])
+def test_profile_validates_before_creating_out_or_printing(tmp_path: Path, args, message):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("--counters is valid with CUDA")
+    out = tmp_path / "r"
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "profile", "--device", "cpu", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr  # no banner
+    assert not out.exists()
+
+
+def test_report_out_directory_or_trailing_slash_means_report_html(small_run: Path, tmp_path: Path):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    for given, written in ((str(existing), existing / "report.html"), (f"{tmp_path / 'new'}/", tmp_path / "new" / "report.html")):
+        res = invoke("report", str(small_run), "--out", given)
+        assert res.exit_code == 0, res.output
+        assert res.output.strip() == f"report: {written}" and written.is_file() and written.read_text().startswith("<!DOCTYPE html>")
+    assert "an existing directory or a path ending in / means DIR/report.html" in " ".join(invoke("report", "--help").output.split())
+
+
+def test_output_below_a_file_names_the_parent(small_run: Path, tmp_path: Path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for args in (["compare", str(small_run), str(small_run), "--out", f"{afile}/x.html"],
+                 ["compare", str(small_run), str(small_run), "--out", str(tmp_path / "c.html"), "--markdown", f"{afile}/x.md"],
+                 ["summary", str(small_run), "--out", f"{afile}/sub/x.md"],
+                 ["report", str(small_run), "--out", f"{afile}/x.html"],
+                 ["analyze", str(small_run), "--out", f"{afile}/x.html"]):
+        proc = subprocess.run([sys.executable, "-m", "profattn.cli", *args], capture_output=True, text=True, timeout=120, check=False)
+        option = "--markdown" if "--markdown" in args else "--out"
+        assert proc.returncode == 2 and proc.stderr == f"profattn: error: {option} {args[-1]}: parent {afile} is not a directory\n", proc.stderr
+    assert afile.read_text() == "mine" and not (tmp_path / "c.html").exists()

@@ -164,6 +164,7 @@ def test_malformed_backend_spec_is_a_usage_error(tmp_path: Path, monkeypatch, cl
         out = tmp_path / "never"
         res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", spec, "--out", str(out)])
         assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output, (spec, res.output)
+        assert not out.exists()
 
 
 def test_same_plugin_named_twice_runs_once(installed_plugin, clean_registry):

@@ -85,3 +85,46 @@ def test_scrub_text_keeps_relative_paths_and_units(identity):
     assert privacy.scrub_text("traces/decode/x.pt.trace.json.gz; 12 µs/call; https://example.org/a/b") == \
         "traces/decode/x.pt.trace.json.gz; 12 µs/call; https://example.org/a/b"
     assert privacy.scrub_text(f"{USER}@{HOST}") == "<user>@<host>"
+
+
+@pytest.fixture
+def short_host(monkeypatch):
+    """Run on a machine called ``vm`` as user ``al`` (both shorter than the three characters once required)."""
+    monkeypatch.setattr("platform.node", lambda: "vm")
+    monkeypatch.setattr("getpass.getuser", lambda: "al")
+    privacy.host_identifiers.cache_clear()
+    yield
+    privacy.host_identifiers.cache_clear()
+
+
+def test_short_host_and_user_names_are_scrubbed_as_whole_words(short_host):
+    assert privacy.scrub_text("cannot open libfast.so on vm as al.") == "cannot open libfast.so on <host> as <user>."
+    # torch's worker name <host>_<pid>
+    assert privacy.scrub_text("vm_4242.1795945608959266585.pt.trace.json") == "<host>_4242.1795945608959266585.pt.trace.json"
+    # ordinary words and identifiers that contain the names stay whole
+    text = "kvm vmax vm-2 gvm_x vm_x always alpha balance al_pha val"
+    assert privacy.scrub_text(text) == text
+
+
+def test_one_letter_names_are_not_scrubbed(monkeypatch):
+    monkeypatch.setattr("platform.node", lambda: "a")
+    monkeypatch.setattr("getpass.getuser", lambda: "b")
+    privacy.host_identifiers.cache_clear()
+    try:
+        assert privacy.host_identifiers() == ()
+        assert privacy.scrub_text("a b c") == "a b c"
+    finally:
+        privacy.host_identifiers.cache_clear()
+
+
+def test_file_urls_lose_their_absolute_path(identity):
+    assert privacy.scrub_text("see file:///tmp/w/x.py, line 3") == "see file://…/x.py, line 3"
+    assert privacy.scrub_text(f"file://{HOST}/home/{USER}/r/report.html") == "file://…/report.html"
+    assert privacy.scrub_text("https://example.org/a/b and file://x.py") == "https://example.org/a/b and file://x.py"
+
+
+def test_scrub_keeps_enum_members(identity):
+    from profattn.workload import Phase
+
+    assert privacy.scrub([Phase.DECODE, "on " + HOST]) == [Phase.DECODE, "on <host>"]
+    assert privacy.scrub(Phase.DECODE) is Phase.DECODE

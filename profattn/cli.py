@@ -330,8 +330,8 @@ def _read_run(path: Path, keep_host_info: bool):
 @click.argument("head_run", type=click.Path(path_type=Path))
 @click.option("--threshold", default="5%", show_default=True, metavar="PCT",
               help="Smallest latency change that counts, as a percent (5%) or a fraction below 1 (0.05): slower = the whole interval above +threshold.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=str), default="compare.html", show_default=True, help="HTML comparison to write.")
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write a GitHub-flavoured Markdown comment.")
+@click.option("--out", "out_path", type=click.Path(path_type=str), default="compare.html", show_default=True, help="HTML comparison to write (a directory: DIR/compare.html).")
+@click.option("--markdown", "markdown_path", type=click.Path(path_type=str), default=None, help="Also write a GitHub-flavoured Markdown comment (a directory: DIR/compare.md).")
 @click.option("--force", is_flag=True, help="Compare runs from different GPU models or presets, or an interrupted run (a warning goes into every output).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the outputs.")
 def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markdown_path: str | None, force: bool, keep_host_info: bool) -> None:
@@ -340,8 +340,8 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
     from profattn import compare as comparison
 
-    out_path = output_file(out_path)
-    markdown_path = output_file(markdown_path, "--markdown") if markdown_path is not None else None
+    out_path = output_file(out_path, default_name="compare.html")
+    markdown_path = output_file(markdown_path, "--markdown", default_name="compare.md") if markdown_path is not None else None
 
     t = comparison.parse_threshold(threshold)
     base, head = _read_run(base_run, keep_host_info), _read_run(head_run, keep_host_info)
@@ -367,13 +367,13 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Markdown file (default: print to stdout).")
+@click.option("--out", "out_path", type=click.Path(path_type=str), default=None, help="Markdown file (default: print to stdout; a directory: DIR/summary.md).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
 def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
     from profattn.summary import run_markdown
 
-    out_path = output_file(out_path) if out_path is not None else None
+    out_path = output_file(out_path, default_name="summary.md") if out_path is not None else None
 
     text = run_markdown(_read_run(run_dir, keep_host_info))
     if out_path is None:

@@ -227,6 +227,11 @@ def test_cli_exit_codes_and_outputs(tmp_path: Path):
     assert _cli("compare", str(b), str(same_head), "--out", str(tmp_path / "d.html")).exit_code == 0
     # a higher threshold lets the 10 % change through
     assert _cli("compare", str(b), str(h), "--threshold", "15%", "--out", str(tmp_path / "e.html")).exit_code == 0
+    # a directory (existing, or named with a trailing slash) gets the default file names
+    out = tmp_path / "outdir"
+    assert _cli("compare", str(b), str(h), "--out", f"{out}/", "--markdown", f"{out}/").exit_code == 1
+    assert _cli("summary", str(b), "--out", str(out)).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["compare.html", "compare.md", "summary.md"]
 
 
 def test_cli_usage_errors_exit_2(tmp_path: Path):

@@ -14,6 +14,7 @@ and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSI
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 from collections import Counter
@@ -30,6 +31,7 @@ from profattn.attention_calls import (
     analyze_trace,
 )
 from profattn.errors import ProfattnError
+from profattn.files import write_text_atomic
 from profattn.report import (
     _plotly_js,
     _shape,
@@ -126,7 +128,8 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            inside = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+            inside = sorted((p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))),
+                            key=_natural_key)  # rank_2 before rank_10
             if not inside:
                 raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             for p in inside:
@@ -399,12 +402,18 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _natural_key(path: Path) -> list[object]:
+    """Sort key that orders the numbers inside a path by value (``rank_2`` before ``rank_10``)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
 def write_json(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
-    """Write :func:`analysis_to_dict` as JSON (no NaN: every missing value is null); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(analysis_to_dict(analysis), indent=1, allow_nan=False), encoding="utf-8")
-    return path
+    """Write :func:`analysis_to_dict` as JSON (no NaN: every missing value is null), atomically; returns
+    the path.
+
+    Raises:
+        ProfattnError: the file cannot be written (names the path)."""
+    return write_text_atomic(path, json.dumps(analysis_to_dict(analysis), indent=1, allow_nan=False))
 
 
 # ---- HTML ----------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ SDPA's ``is_causal`` is top-left aligned; profattn's causal mask is bottom-right
 **Phase.** ``train`` for a backward call, and for a forward call when the trace holds a backward attention
 op of the same backend and shapes (or, when no backward op of that backend has recorded shapes, an
 autograd ``ScaledDotProduct…Backward`` node or a shapeless backward op of that backend); else ``decode`` when ``Lq == 1`` or (``Lq <= 16`` and ``Lk >= 8 · Lq``); else ``prefill``. A math-backend
-call is never seen as ``train``: its backward is generic matmul autograd with no attention op to match.
+call is never seen as ``train``: its backward is generic matmul autograd with no attention op to match;
+when such autograd nodes (``BmmBackward0``, ``SafeSoftmaxBackward0``) are in the trace, the call carries a
+note that it may be training.
 
 **Kernels of a call.** Kernels whose launching runtime/driver call (``launch_ts_us``) falls inside the
 call op's ``[ts, ts + dur]`` on the same ``pid`` *and* ``tid`` (an aten op launches its kernels from its
@@ -864,6 +866,10 @@ def _kernel_only_calls(
 # ----------------------------------------------------------------------------------------------------
 
 
+#: Autograd nodes of the ops SDPA's math path is made of (``autograd::engine::evaluate_function: BmmBackward0``).
+_MATH_BACKWARD = re.compile(r"(?:^|: )(?:Bmm|(?:Safe)?Softmax|UnsafeView|Baddbmm)Backward\d*$")
+
+
 def _with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[AttentionCall]:
     """Calls with ``phase`` and ``workload`` filled in (see the module docstring)."""
     backward: set[tuple[str, Any]] = set()
@@ -871,10 +877,13 @@ def _with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attentio
         if c.direction == "backward":
             backward.add((c.backend, c.shape.key() if c.shape else None))
     shaped = {backend for backend, key in backward if key is not None}
-    for name in set(ops["name"].tolist()):
+    op_names = set(ops["name"].tolist())
+    for name in op_names:
         m = _AUTOGRAD_SDPA_BACKWARD.search(name)
         if m and m.group(1).lower() not in shaped:  # the node stands for a backward op we could not match
             backward.add((m.group(1).lower(), None))
+    # A math-path SDPA is bmm + softmax; its backward is their autograd nodes, not one attention op.
+    math_grads = sorted(n for n in op_names if _MATH_BACKWARD.search(n))
     out = []
     for c in calls:
         if c.shape is None:
@@ -888,6 +897,10 @@ def _with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attentio
         else:
             phase = Phase.PREFILL
         workload, notes = _workload(c, phase)
+        if c.backend == "math" and phase is not Phase.TRAIN and math_grads:
+            notes = (*notes, f"may be training: the trace holds the autograd backward nodes of a math-path SDPA's "
+                             f"ops ({', '.join(n.rsplit(': ', 1)[-1] for n in math_grads[:3])}), which profattn "
+                             "cannot pair with this call")
         out.append(replace(c, phase=phase, workload=workload, notes=notes))
     return out
 

@@ -107,16 +107,46 @@ def prepare_run_dir(out_dir: str | os.PathLike[str]) -> None:
     import shutil
 
     out_dir = check_run_dir(out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()):
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
+    _lock_run_dir(out_dir)
+    if any(out_dir.iterdir()):
         for sub in ("traces", "counters"):
             shutil.rmtree(out_dir / sub, ignore_errors=True)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".profattn-write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
+
+
+_RUN_DIR_LOCKS: list[int] = []
+
+
+def _lock_run_dir(out_dir: Path) -> None:
+    """Hold an exclusive ``flock`` on the run directory itself for the rest of this process, so a second
+    ``profattn profile`` into the same ``--out`` is refused instead of silently replacing the first's
+    results (released by the OS when the process ends, however it ends).
+
+    Raises:
+        ProfattnError: another process holds the lock."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ProfattnError(f"--out {out_dir} is in use by another profattn run; wait for it or choose another --out") from None
+    _RUN_DIR_LOCKS.append(fd)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # released when the command ends (in-process callers such as tests run many)
+        ctx.call_on_close(lambda: (_RUN_DIR_LOCKS.remove(fd), os.close(fd)))
 
 
 def _device(name: str | None):

@@ -13,9 +13,9 @@ Cells are matched by (workload tag, backend). For each matched cell:
   - ``too few repeats``: fewer than 3 samples on a side (no interval; shown, never a regression).
 
 * **correctness**: pass → fail is a regression even when the cell got faster; a cell that ran in the base
-  and errors or is unsupported in the head is one too. A cell only one run holds (another ``--regime`` or
-  ``--backend`` selection) is listed, never a regression; runs with different presets or with cells that
-  never ran (interrupted) are refused without ``--force``.
+  and errors or is unsupported in the head is one too. Runs with different presets, with cells that never
+  ran (interrupted), or a head lacking cells the base has are refused without ``--force``; with it, a
+  cell only one run holds is listed, never a regression (a head may add cells: new backends).
 * **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.kernel_stem`): grid,
   block, registers per thread, shared memory, launches per call — from the trace, or from Nsight Compute
   when a side has no trace kernels.
@@ -340,8 +340,8 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
 
     Raises:
         CompareError: ``force`` is False and the runs come from different GPU models (device names), use
-            different presets, or either holds cells that never ran (an interrupted run); or ``threshold``
-            is outside (0, 1).
+            different presets, either holds cells that never ran (an interrupted run), or the head lacks
+            cells the base has; or ``threshold`` is outside (0, 1).
     """
     if not 0 < threshold < 1:
         raise CompareError(f"threshold must be between 0 and 1 (a fraction), got {threshold}")
@@ -376,6 +376,11 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
     bmap = {(c.workload.tag, c.backend): c for c in base.cells}
     hmap = {(c.workload.tag, c.backend): c for c in head.cells}
     keys = list(dict.fromkeys([*bmap, *hmap]))
+    lost = sum(k not in hmap for k in bmap)
+    if lost and not force:  # a CI gate must not pass because the head measured less
+        raise CompareError(f"the {head_label} run lacks {lost} of the {base_label} run's {len(bmap)} cells (another "
+                           "--regime or --backend selection?); profile the same selection, or pass --force to compare "
+                           "the cells both hold")
     for side, mine, other in ((base_label, bmap, hmap), (head_label, hmap, bmap)):
         only = sum(k not in other for k in mine)
         if only:

@@ -211,7 +211,8 @@ def resolve_backend(name: str) -> Backend:
 
     Raises:
         UnknownNameError: neither a registered name nor a spec.
-        PluginSpecError: a malformed spec.
+        PluginSpecError: a malformed spec, one that does not resolve to a backend, or a backend whose name
+            another backend (a built-in or another plugin) already has.
     """
     from profattn.backends import _REGISTRY, get_backend, register
 
@@ -222,6 +223,8 @@ def resolve_backend(name: str) -> Backend:
     if existing is not None and getattr(existing, "origin", None) != getattr(backend, "origin", None):
         if isinstance(existing, PluginBackend) and isinstance(backend, PluginBackend) and type(existing.inner) is type(backend.inner):
             return existing  # the same plugin, named twice (by entry point and by module:object)
-        return BrokenPlugin(PluginOrigin(name, name), f"backend name {backend.name!r} is already registered")
+        taken_by = getattr(getattr(existing, "origin", None), "label", None) or "a built-in backend"
+        raise PluginSpecError(f"--backend {name!r}: its name {backend.name!r} is already taken by {taken_by}; "
+                              "rename the plugin's backend")
     register(backend, replace=True)
     return backend

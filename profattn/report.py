@@ -481,11 +481,14 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
 
 
 def write_html_file(html: str, path: str | os.PathLike[str]) -> Path:
-    """Write an HTML string to ``path`` (parents created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
-    return path
+    """Write an HTML (or Markdown) string to ``path`` atomically (:func:`profattn.files.write_text_atomic`:
+    parents created, never a truncated file); returns the path.
+
+    Raises:
+        ProfattnError: the file cannot be written (names the path)."""
+    from profattn.files import write_text_atomic
+
+    return write_text_atomic(path, html)
 
 
 def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:

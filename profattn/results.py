@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -452,16 +451,13 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
 
 
 def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:
-    """Write ``run`` to ``path`` atomically (temp file + rename), so an interrupted run leaves valid JSON."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(run_to_dict(run), fh, indent=1, allow_nan=False)
-        fh.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; a results file is meant to be shared
-    os.replace(tmp, path)
-    return path
+    """Write ``run`` to ``path`` atomically (temp file + rename), so an interrupted run leaves valid JSON.
+
+    Raises:
+        ProfattnError: the file cannot be written (names the path)."""
+    from profattn.files import write_text_atomic
+
+    return write_text_atomic(path, json.dumps(run_to_dict(run), indent=1, allow_nan=False) + "\n")
 
 
 def read_results(path: str | os.PathLike[str]) -> RunResult:

@@ -19,9 +19,16 @@ MAX_CHARS = 65_000
 _CAPS: tuple[int | None, ...] = (None, 200, 100, 50, 25, 10, 5)
 
 
-def _cell(v: Any) -> str:
+def md_text(v: Any) -> str:
+    """Text from a run (backend names, reasons, verdicts) made inert for GitHub Markdown: HTML tags shown,
+    not stripped (``<`` ``>`` ``&`` as entities), backticks and backslashes escaped, one line."""
     s = "" if v is None else str(v)
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    s = s.replace("\\", "\\\\").replace("`", "\\`").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s.replace("\n", " ").replace("\r", " ")
+
+
+def _cell(v: Any) -> str:
+    return md_text(v).replace("|", "\\|")
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_rows: int | None = None) -> str:
@@ -68,7 +75,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
             (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
              f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
             "### Verdict",
-            f"**{v.summary}**",
+            f"**{md_text(v.summary)}**",
         ]
         if headline_rows:
             parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
@@ -94,14 +101,16 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
 
     def render(cap: int | None) -> str:
         outcome = "❌ regression" if cmp.regression else "✅ no regression"
-        parts = [f"## profattn compare: `{cmp.base_label}` → `{cmp.head_label}`", f"**{outcome}**: {summary_line(cmp)}"]
-        parts += [f"> ⚠️ {w}" for w in cmp.warnings]
+        parts = [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
+                 f"**{outcome}**: {md_text(summary_line(cmp))}"]
+        parts += [f"> ⚠️ {md_text(w)}" for w in cmp.warnings]
         parts.append(
             f"Change = head/base − 1 (Hodges–Lehmann over the per-repeat medians, exact Mann–Whitney interval at a nominal "
             f"{cmp.level:.0%}); *slower* = interval entirely above +{cmp.threshold:.0%}, *faster* = entirely below "
             f"1/(1+{cmp.threshold:.0%}) − 1, else *within noise*.")
         parts += ["### Environment", md_table(["field", cmp.base_label, cmp.head_label], env, cap) if env else "No differences."]
-        parts += ["### Verdict", f"- **{cmp.base_label}**: {cmp.base_verdict}", f"- **{cmp.head_label}**: {cmp.head_verdict}"]
+        parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(cmp.base_verdict)}",
+                  f"- **{md_text(cmp.head_label)}**: {md_text(cmp.head_verdict)}"]
         parts.append("Verdict changes: " + "; ".join(cmp.verdict_changes) if cmp.verdict_changes else "The verdict did not change.")
         if flips:
             parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]

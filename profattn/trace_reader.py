@@ -117,8 +117,9 @@ class TraceReader:
                 if first[:2] == _GZIP_MAGIC:
                     yield from self._gunzip(f, first)
                     return
-                if name.endswith(".gz"):
-                    raise TraceError(f"{name}: named .gz but is not gzip-compressed")
+                if name.endswith(".gz") and not first.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+                    # (a .gz name on plain JSON is read as what it is: the content decides, not the name)
+                    raise TraceError(f"{name}: named .gz but is neither gzip-compressed nor JSON")
                 block = first
                 while block:
                     yield block

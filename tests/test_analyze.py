@@ -486,3 +486,17 @@ def test_host_and_user_names_are_scrubbed_from_the_analysis(tmp_path: Path, monk
         assert kept.path == str(path) and [o.name for o in kept.ops] == ["aten::copy_ vm"]
     finally:
         privacy.host_identifiers.cache_clear()
+
+
+def test_math_sdpa_training_calls_say_they_may_be_training():
+    """SDPA's math path has no attention backward op to pair with: in a training trace (the committed H200
+    run's, which holds BmmBackward0 and SafeSoftmaxBackward0 nodes) its forward calls carry that note."""
+    train = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "traces" / "train"
+    traces = sorted(train.glob("*.json.gz"))
+    if not traces:
+        pytest.skip("no committed H200 training trace")
+    fa = analyze_trace(load_trace(traces[0]))
+    math_calls = [c for c in fa.calls if c.backend == "math"]
+    assert math_calls and all(c.phase is Phase.PREFILL for c in math_calls)
+    assert all(any(n.startswith("may be training") and "BmmBackward0" in n for n in c.notes) for c in math_calls)
+    assert all(not any(n.startswith("may be training") for n in c.notes) for c in fa.calls if c.backend != "math")

@@ -143,6 +143,27 @@ def test_out_dir_guards(tmp_path: Path):
     assert proc.returncode == 0 and "profile" in proc.stdout
 
 
+def test_a_run_directory_in_use_is_refused(small_run: Path):
+    """Two profile runs into one --out: the second is refused (exit 2) and the first's files stay; the
+    lock goes with the command, so a later run into the same directory works."""
+    import fcntl
+    import os
+
+    before = (small_run / "results.json").read_bytes()
+    fd = os.open(small_run, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running profattn profile holds
+    try:
+        res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--regime", "decode", "--backend", "eager",
+                                        "--out", str(small_run)])
+        assert res.exit_code == 2 and "is in use by another profattn run" in res.output
+        assert (small_run / "results.json").read_bytes() == before and (small_run / "traces").is_dir()
+    finally:
+        os.close(fd)
+    fd = os.open(small_run, os.O_RDONLY)  # nothing left locked by the refused command
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--counters"], "--counters needs a CUDA device"),

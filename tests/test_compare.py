@@ -127,8 +127,11 @@ def test_cells_the_head_never_ran_are_no_regression():
 
     base, head = pair()
     decode_only = replace(head, cells=tuple(c for c in head.cells if c.workload.phase.value == "decode"))
-    cmp = compare_runs(base, decode_only)
+    with pytest.raises(CompareError, match="lacks 6 of the base run's 15 cells"):
+        compare_runs(base, decode_only)  # a CI gate must not pass because the head measured less
+    cmp = compare_runs(base, decode_only, force=True)
     assert not cmp.regression and cmp.count(ONLY_BASE) == 2 * len(BACKENDS)
+    assert not compare_runs(decode_only, head).regression  # a head may add cells (a new backend, a regime)
     assert any("only in the base run" in w for w in cmp.warnings)
 
     pending = tuple(replace(c, status=CellStatus.PENDING, timing=None, timing_repeats=(), correctness=None)

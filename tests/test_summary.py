@@ -59,3 +59,11 @@ def test_summary_of_a_small_run_lists_every_cell():
     cells = [cell(w, "eager", 10.0 + i) for i, w in enumerate(SEED.workloads)]
     md = run_markdown(run(cells))
     assert md.count("| **eager** 🏆 | ") == len(cells)  # every cell, each the only (so winning) cell of its workload
+
+
+def test_names_from_a_run_are_inert_in_markdown():
+    """A plugin may be named anything: its HTML is shown, not interpreted, and table pipes stay escaped."""
+    from profattn.summary import _cell, md_text
+
+    assert _cell("<script>alert(1)</script>|x") == "&lt;script&gt;alert(1)&lt;/script&gt;\\|x"
+    assert md_text("we`rd & <b>") == "we\\`rd &amp; &lt;b&gt;"

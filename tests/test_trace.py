@@ -338,7 +338,7 @@ def _truncated_gz(path: Path) -> None:
 
 MALFORMED = {
     "truncated.json.gz": _truncated_gz,
-    "plain.json.gz": lambda p: p.write_bytes(b'{"traceEvents": []}'),
+    "notgzip.json.gz": lambda p: p.write_bytes(b"neither gzip nor JSON"),
     "badgzip.json.gz": lambda p: p.write_bytes(b"\x1f\x8b" + b"\x00" * 30),
     "notjson.json": lambda p: p.write_bytes(b"this is not json"),
     "cut.json": lambda p: p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1'),

@@ -195,3 +195,13 @@ def test_gzip_zero_padding_after_a_member_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "padded.json.gz"
     path.write_bytes(trace_fixture(FLASH).read_bytes() + b"\x00" * 1000)
     assert len(load_trace(path).kernels) == 6
+
+
+def test_a_gz_name_on_plain_json_is_read_by_its_content(tmp_path: Path) -> None:
+    plain = tmp_path / "renamed.pt.trace.json.gz"
+    plain.write_text(json.dumps(document(FLASH)))
+    assert_same(load_trace(plain), _default(FLASH))
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(b"\x00\x01not a trace")
+    with pytest.raises(TraceError, match="named .gz but is neither gzip-compressed nor JSON"):
+        load_trace(junk)

@@ -1,0 +1,42 @@
+"""Writing output files so a failure never leaves a half-written one at the final path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from profattn.errors import ProfattnError
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path``: into a temp file beside it, then ``os.replace`` — a full disk or
+    an interrupt leaves the previous file (or none), never a truncated one. Parents are created. A target
+    that exists and is not a regular file (``/dev/stdout``, a FIFO) is written in place.
+
+    Raises:
+        ProfattnError: the file cannot be written (message names the path and the OS error).
+    """
+    path = Path(path)
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return path
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
+        os.replace(tmp, path)
+        tmp = None
+        return path
+    except OSError as exc:
+        raise ProfattnError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

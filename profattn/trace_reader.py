@@ -264,14 +264,19 @@ class TraceReader:
                 blocks: Iterator[bytes]) -> Iterator[Batch]:
         """Batches of the array whose elements start at ``buf`` (``offset``: its position in the text)."""
         pieces, size, eof = [buf], len(buf), False
+
+        def read_block() -> None:
+            nonlocal size, eof
+            block = next(blocks, None)
+            if block is None:
+                eof = True
+            else:
+                pieces.append(block)
+                size += len(block)
+
         while True:
             while size < BATCH_BYTES and not eof:
-                block = next(blocks, None)
-                if block is None:
-                    eof = True
-                else:
-                    pieces.append(block)
-                    size += len(block)
+                read_block()
             buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if eof:
                 consumed = yield from self._final(buf, offset)
@@ -288,14 +293,10 @@ class TraceReader:
                 yield batch
             offset += consumed
             buf = buf[consumed:]
-            pieces, size = [buf], len(buf)
+            pieces[:] = [buf]
+            size = len(buf)
             if not consumed:  # an element longer than the buffer: read more before trying again
-                block = next(blocks, None)
-                if block is None:
-                    eof = True
-                else:
-                    pieces.append(block)
-                    size += len(block)
+                read_block()
 
     @staticmethod
     def _boundary(buf: bytes) -> int:

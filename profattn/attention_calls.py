@@ -321,26 +321,14 @@ class AttentionCall:
 
     @property
     def profile_hint(self) -> str:
-        """How to benchmark this workload with profattn, stated honestly: ``profattn profile`` runs fixed
-        presets, so this is a Python snippet that runs a one-workload preset through the same session."""
-        ctor = self.workload_constructor
-        if ctor is None:
+        """The ``profattn profile`` command that benchmarks this call's workload on every backend."""
+        w = self.workload
+        if w is None:
             return "no profattn Workload for this call: " + ("; ".join(self.notes) or "its shapes are not in the trace")
-        device = "cpu" if self.backend == "flash-cpu" else "cuda"
-        return "\n".join((
-            "# profattn profile runs presets (seed, small, ...), not arbitrary shapes; this workload as a Workload(...):",
-            "from pathlib import Path",
-            "import torch",
-            "from profattn.backends import all_backends",
-            "from profattn.report import write_report",
-            "from profattn.session import SessionConfig, run_session",
-            "from profattn.workload import Preset, Workload",
-            "",
-            f"w = {ctor}",
-            'cfg = SessionConfig(preset=Preset("traced", "from a trace", (w,)), regimes=(w.phase,), backends=all_backends(),',
-            f'                    device=torch.device("{device}"), out_dir=Path("profattn-traced"))',
-            'write_report(run_session(cfg), cfg.out_dir / "report.html")',
-        ))
+        from profattn.workload import workload_spec
+
+        device = " --device cpu" if self.backend == "flash-cpu" else ""
+        return f"profattn profile --workload {workload_spec(w)}{device} --out profattn-traced"
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,10 @@ def main() -> None:
 @click.option("--regime", type=click.Choice(REGIMES), default="all", show_default=True, help="Which phase's workloads to run.")
 @click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
 @click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed or small (default: seed on CUDA, small on CPU).")
+@click.option("--workload", "workload_specs", multiple=True, metavar="SPEC",
+              help="Instead of a preset, this workload (repeatable): field=value pairs, e.g. "
+                   "phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,"
+                   "dtype=bfloat16,kv_layout=paged,page_size=16 (what `profattn analyze` suggests for a traced call).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-run", show_default=True,
               help="Run directory (results.json, traces/, report.html); created when the run starts.")
@@ -188,7 +192,7 @@ def main() -> None:
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path, profile_calls: int, seed: int,
-            counters: bool | None, repeat: int = 1, keep_host_info: bool = False) -> None:
+            counters: bool | None, repeat: int = 1, keep_host_info: bool = False, workload_specs: tuple[str, ...] = ()) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
@@ -204,7 +208,14 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     # Validate everything before the run directory is touched or anything is printed.
     out_dir = check_run_dir(out_dir)
     device = _device(device_name)
-    preset_obj = get_preset(preset or default_preset_name(device.type))
+    if workload_specs:
+        from profattn.workload import Preset, parse_workload_spec
+
+        if preset:
+            raise ProfattnError("give --preset or --workload, not both")
+        preset_obj = Preset("custom", "from --workload", tuple(dict.fromkeys(parse_workload_spec(t) for t in workload_specs)))
+    else:
+        preset_obj = get_preset(preset or default_preset_name(device.type))
     backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
                 if backend_names else all_backends())
     regimes = tuple(Phase) if regime == "all" else (Phase(regime),)

@@ -32,7 +32,7 @@ from profattn.analyze import (
 from profattn.attention_calls import FileAnalysis, analyze_trace, attention_family
 from profattn.errors import ProfattnError
 from profattn.trace import load_trace
-from profattn.workload import Phase, Workload
+from profattn.workload import Phase, Workload, parse_workload_spec
 
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
 
@@ -124,7 +124,9 @@ def test_flash_decode_fixture_three_gqa_calls_with_splitkv_kernels():
         assert call.gpu_time_us == pytest.approx(split.dur_us + combine.dur_us)
         assert call.workload == Workload(phase="decode", mask="none", **SEED_DECODE)
         assert eval(call.workload_constructor, {"Workload": Workload}) == call.workload
-        assert "profattn profile runs presets" in call.profile_hint and call.workload_constructor in call.profile_hint
+        cmd = call.profile_hint.split()
+        assert cmd[:3] == ["profattn", "profile", "--workload"]
+        assert parse_workload_spec(cmd[3]) == call.workload  # the command benchmarks exactly this workload
     assert [c.index for c in fa.calls] == [0, 1, 2]
     (row,) = workload_rows(fa)
     assert (row["calls"], row["backend"], row["phase"], row["heads"], row["kernels_per_call"]) == (3, "flash", "decode", "16/4", 2)

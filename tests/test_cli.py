@@ -117,6 +117,22 @@ def test_sweep_decode_on_cpu(tmp_path: Path):
     assert {c.backend: c.status for c in ragged}["sdpa-flash"] == CellStatus.UNSUPPORTED
 
 
+def test_profile_a_workload_given_on_the_command_line(tmp_path: Path):
+    """`profattn profile --workload SPEC` (what analyze suggests for a traced call) runs that one workload."""
+    spec = "phase=decode,batch=2,q_len=1,kv_len=64,num_q_heads=4,num_kv_heads=2,head_dim=32,dtype=float32"
+    out = tmp_path / "custom"
+    res = invoke("profile", "--device", "cpu", "--workload", spec, "--backend", "eager", "--backend", "sdpa-math",
+                 "--out", str(out), "--profile-calls", "1")
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert run.preset == "custom" and {c.workload.tag for c in run.cells} == {"decode_b2_q1_kv64_hq4_hkv2_d32_fp32_causal"}
+    assert all(c.status == CellStatus.OK for c in run.cells)
+    for args, msg in ((["--workload", "phase=decode"], "missing batch"),
+                      (["--workload", spec, "--preset", "small"], "give --preset or --workload, not both")):
+        res = invoke("profile", "--device", "cpu", *args, "--out", str(tmp_path / "never"))
+        assert res.exit_code == 2 and msg in res.output and not (tmp_path / "never").exists()
+
+
 def test_counters_refused_for_cpu_runs(small_run: Path):
     proc = subprocess.run([sys.executable, "-m", "profattn.cli", "counters", str(small_run)], capture_output=True, text=True)
     assert proc.returncode == 2 and "CPU run" in proc.stderr and "Traceback" not in proc.stderr

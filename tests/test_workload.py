@@ -91,3 +91,18 @@ def test_presets_and_roundtrip():
     for w in get_preset("small").workloads:
         assert Workload.from_dict(w.to_dict()) == w
     assert seed_decode(8192).tag == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal"
+
+
+def test_workload_spec_round_trips_and_rejects_bad_text():
+    from profattn.workload import get_preset, parse_workload_spec, workload_spec
+
+    for w in (*get_preset("seed").workloads, *get_preset("decode-sweep").workloads[-2:]):
+        assert parse_workload_spec(workload_spec(w)) == w
+    assert workload_spec(get_preset("seed").workloads[2]) == (
+        "phase=decode,batch=8,q_len=1,kv_len=512,num_q_heads=16,num_kv_heads=4,head_dim=128,dtype=bfloat16,"
+        "kv_layout=paged,page_size=16")
+    for bad, msg in (("phase=decode,batch=8", "missing q_len"), ("phase=decode,bogus=1", "unknown field 'bogus'"),
+                     ("phase=train,batch=x", "batch must be an integer"), ("phase=train,phase=decode", "phase given twice"),
+                     ("phase", "is not field=value")):
+        with pytest.raises(WorkloadError, match=msg):
+            parse_workload_spec(bad)

@@ -362,7 +362,7 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
         "shape": asdict(c.shape) if c.shape else None, "causal": c.causal, "mask": c.mask,
         "phase": c.phase.value if c.phase else None,
         "workload": c.workload.to_dict() if c.workload else None, "workload_constructor": c.workload_constructor,
-        "gpu_time_us": c.gpu_time_us, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,
+        "gpu_time_us": c.gpu_time_us if c.kernels else None, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,
         "kernels": [{**asdict(k), "launch_shape": k.launch_shape} for k in c.kernels], "notes": list(c.notes),
     }
 

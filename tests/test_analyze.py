@@ -502,3 +502,13 @@ def test_math_sdpa_training_calls_say_they_may_be_training():
     assert math_calls and all(c.phase is Phase.PREFILL for c in math_calls)
     assert all(any(n.startswith("may be training") and "BmmBackward0" in n for n in c.notes) for c in math_calls)
     assert all(not any(n.startswith("may be training") for n in c.notes) for c in fa.calls if c.backend != "math")
+
+
+def test_an_attention_op_without_kernels_has_no_gpu_time_in_the_json(tmp_path: Path):
+    """An SDPA op whose kernels ran elsewhere (e.g. replayed from a CUDA graph) is 'no kernels', not 0 µs."""
+    events = [cpu_op("aten::scaled_dot_product_attention", 1000, 50,
+                     dims=[[2, 8, 1, 64], [2, 8, 128, 64], [2, 8, 128, 64]], types=["c10::Half"] * 3)]
+    path = write_trace(tmp_path / "nokernels.json", events)
+    doc = analysis_to_dict(analyze_paths([path]))
+    (call,) = doc["files"][0]["attention_calls"]
+    assert call["kernels"] == [] and call["gpu_time_us"] is None

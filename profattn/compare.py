@@ -346,24 +346,27 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
     if not 0 < threshold < 1:
         raise CompareError(f"threshold must be between 0 and 1 (a fraction), got {threshold}")
     warnings: list[str] = []
+
+    def refuse_unless_forced(problem: str, refusal: str, forced_note: str) -> None:
+        """Raise ``problem`` + ``refusal`` without --force; with it, record ``problem`` + ``forced_note``."""
+        if not force:
+            raise CompareError(problem + refusal)
+        warnings.append(f"Forced comparison: {problem}{forced_note}")
+
     gb, gh = base.environment.device_name, head.environment.device_name
     if gb != gh:
-        msg = f"the runs come from different devices ({gb} vs {gh})"
-        if not force:
-            raise CompareError(f"{msg}: latency changes would mix the kernel change with the hardware; pass --force to compare anyway")
-        warnings.append(f"Forced comparison: {msg}. Latency, launch-shape and byte changes mix the kernel change with the hardware.")
+        refuse_unless_forced(f"the runs come from different devices ({gb} vs {gh})",
+                             ": latency changes would mix the kernel change with the hardware; pass --force to compare anyway",
+                             ". Latency, launch-shape and byte changes mix the kernel change with the hardware.")
     if base.preset != head.preset:
-        msg = f"the runs use different presets ({base.preset} vs {head.preset}), so their cells do not match"
-        if not force:
-            raise CompareError(f"{msg}; pass --force to compare the cells they share")
-        warnings.append(f"Forced comparison: {msg}.")
+        refuse_unless_forced(f"the runs use different presets ({base.preset} vs {head.preset}), so their cells do not match",
+                             "; pass --force to compare the cells they share", ".")
     for label, run in ((base_label, base), (head_label, head)):
         pending = sum(c.status == CellStatus.PENDING for c in run.cells)
         if pending:
-            msg = f"the {label} run is incomplete: {pending} of {len(run.cells)} cells never ran (interrupted?)"
-            if not force:
-                raise CompareError(f"{msg}; finish it (profattn profile again) or pass --force to compare the cells both ran")
-            warnings.append(f"Forced comparison: {msg}; those cells are not compared.")
+            refuse_unless_forced(f"the {label} run is incomplete: {pending} of {len(run.cells)} cells never ran (interrupted?)",
+                                 "; finish it (profattn profile again) or pass --force to compare the cells both ran",
+                                 "; those cells are not compared.")
     env = environment_diff(base, head)
     for d in env:
         if d.differs and d.field not in ("measured (UTC)", "device_name", "device", "preset"):
@@ -377,10 +380,10 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
     hmap = {(c.workload.tag, c.backend): c for c in head.cells}
     keys = list(dict.fromkeys([*bmap, *hmap]))
     lost = sum(k not in hmap for k in bmap)
-    if lost and not force:  # a CI gate must not pass because the head measured less
-        raise CompareError(f"the {head_label} run lacks {lost} of the {base_label} run's {len(bmap)} cells (another "
-                           "--regime or --backend selection?); profile the same selection, or pass --force to compare "
-                           "the cells both hold")
+    if lost and not force:  # a CI gate must not pass because the head measured less (forced: noted below)
+        refuse_unless_forced(f"the {head_label} run lacks {lost} of the {base_label} run's {len(bmap)} cells (another "
+                             "--regime or --backend selection?)",
+                             "; profile the same selection, or pass --force to compare the cells both hold", "")
     for side, mine, other in ((base_label, bmap, hmap), (head_label, hmap, bmap)):
         only = sum(k not in other for k in mine)
         if only:

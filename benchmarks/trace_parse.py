@@ -56,8 +56,8 @@ def _rss_mib() -> float:
 def _child(tool: str, path: str) -> dict:
     """Import the tool, then time its work on ``path``; returns what it found (for a sanity check)."""
     if tool.startswith("profattn"):
-        from profattn.attention_calls import analyze_trace
-        from profattn.trace import load_trace
+        from profattn.analysis.calls import analyze_trace
+        from profattn.trace.kineto import load_trace
 
         imported = _rss_mib()
         start = time.perf_counter()

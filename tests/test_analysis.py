@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from profattn.analysis import evidence, family_check, verdict, winners
-from profattn.backends.families import DENSE, FLASH
+from profattn.analysis.cells import evidence, family_check, verdict, winners
+from profattn.families import DENSE, FLASH
 from profattn.results import CellStatus, Ceilings
 from dataclasses import replace
 
@@ -91,7 +91,7 @@ def test_committed_h200_run_evidence_from_real_traces():
     import pytest
 
     from profattn.results import read_results
-    from profattn.session import reattach_traces
+    from profattn.harness.session import reattach_traces
 
     example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
     if not (example / "results.json").exists():
@@ -122,10 +122,10 @@ def test_committed_h200_run_counters_and_paged_kernel():
 
     import pytest
 
-    from profattn.analysis import byte_ledger
-    from profattn.report import counter_kernel_rows
+    from profattn.analysis.cells import byte_ledger
+    from profattn.report.run import counter_kernel_rows
     from profattn.results import read_results
-    from profattn.session import reattach_traces
+    from profattn.harness.session import reattach_traces
 
     example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
     if not (example / "results.json").exists():

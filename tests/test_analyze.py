@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
-from profattn.analyze import (
+from profattn.report.analyze import (
     Analysis,
     analysis_to_dict,
     analyze_paths,
@@ -29,9 +29,9 @@ from profattn.analyze import (
     step_rows,
     workload_rows,
 )
-from profattn.attention_calls import FileAnalysis, analyze_trace, attention_family
+from profattn.analysis.calls import FileAnalysis, analyze_trace, attention_family
 from profattn.errors import ProfattnError
-from profattn.trace import load_trace
+from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Workload, parse_workload_spec
 
 SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv_len": 8192, "head_dim": 128, "dtype": "bfloat16"}
@@ -328,7 +328,7 @@ def test_trace_strings_are_escaped_in_html(tmp_path: Path):
 def test_json_document_is_versioned_and_finite():
     analysis = Analysis((analyzed(FLASH), analyzed(AMD)))
     doc = json.loads(json.dumps(analysis_to_dict(analysis), allow_nan=False))
-    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis", 1)
+    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis.cells", 1)
     call = doc["files"][0]["attention_calls"][0]
     assert call["workload"]["tag"] == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none"
     assert call["kernels"][0]["grid"] == [1, 7, 32] and call["phase"] == "decode"

@@ -18,7 +18,7 @@ from conftest import AMD, FLASH, trace_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profattn.analyze import (
+from profattn.report.analyze import (
     Analysis,
     analysis_to_dict,
     analyze_paths,

@@ -102,7 +102,7 @@ def test_cuda_requested_without_cuda():
 
 
 def test_sweep_decode_on_cpu(tmp_path: Path):
-    from profattn.report import chart_figures, crossover_rows
+    from profattn.report.run import chart_figures, crossover_rows
 
     out = tmp_path / "sweep"
     res = invoke("sweep", "decode", "--device", "cpu", "--out", str(out))

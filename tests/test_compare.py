@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from factories import SEED, cell, environment, kernel, repeated, run, with_repeat
 
-from profattn.cli import main
-from profattn.compare import (
+from profattn.cli.commands import main
+from profattn.analysis.compare import (
     FASTER,
     FEW,
     NOISE,
@@ -28,7 +28,7 @@ from profattn.results import (
     read_results,
     write_results,
 )
-from profattn.stats import hodges_lehmann_ratio, u_cdf
+from profattn.analysis.stats import hodges_lehmann_ratio, u_cdf
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {"sdpa-flash": 100.0, "sdpa-cudnn": 90.0, "triton-paged-decode": 80.0}
@@ -123,7 +123,7 @@ def test_error_in_head_and_unmatched_cells():
 def test_cells_the_head_never_ran_are_no_regression():
     """A head made with another --regime (cells missing) lists them; an interrupted head (pending cells) or
     another preset is refused without --force; with --force the pending cells are not regressions."""
-    from profattn.compare import ONLY_BASE
+    from profattn.analysis.compare import ONLY_BASE
 
     base, head = pair()
     decode_only = replace(head, cells=tuple(c for c in head.cells if c.workload.phase.value == "decode"))

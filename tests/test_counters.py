@@ -1,4 +1,4 @@
-"""Tests for profattn.counters: the real H200 ncu fixture, unit scaling, malformed input, fuzzing."""
+"""Tests for profattn.trace.counters: the real H200 ncu fixture, unit scaling, malformed input, fuzzing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profattn.counters import (
+from profattn.trace.counters import (
     KERNEL_COLUMNS,
     L2_SECTOR_BYTES,
     METRICS,

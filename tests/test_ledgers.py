@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from profattn.analysis import attach_counters, byte_ledger, flop_ledger, verdict
-from profattn.counters import parse_ncu_csv
-from profattn.report import ledger_rows, render_html
+from profattn.analysis.cells import attach_counters, byte_ledger, flop_ledger, verdict
+from profattn.trace.counters import parse_ncu_csv
+from profattn.report.run import ledger_rows, render_html
 from profattn.results import Ceilings, CountersInfo
 from profattn.workload import Workload
 
@@ -63,7 +63,7 @@ def test_ledgers_from_real_ncu_fixture(fixtures_dir: Path):
 
 
 def test_no_counters_path_shows_reason_and_no_transferred_numbers(tmp_path: Path, monkeypatch):
-    from profattn.session import add_counters
+    from profattn.harness.session import add_counters
 
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("PROFATTN_NCU", raising=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from profattn.paged import PagedKVCache, ragged_lengths
+from profattn.workload.paged import PagedKVCache, ragged_lengths
 
 
 def dense(b=3, hkv=2, n=40, d=8, dtype=torch.float32):

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from profattn import plugins
-from profattn.backends import _REGISTRY
-from profattn.cli import main
+from profattn.backends import plugins
+from profattn.backends.registry import _REGISTRY
+from profattn.cli.commands import main
 from profattn.results import CellStatus, read_results
-from profattn.session import SessionConfig, run_session
+from profattn.harness.session import SessionConfig, run_session
 from profattn.workload import Phase, Preset, Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monk
     _module(tmp_path, monkeypatch, "byok_import", "raise ImportError('libfancy.so: cannot open shared object file')\n")
     _module(tmp_path, monkeypatch, "byok_cell", """
         from profattn.backends import Prepared
-        from profattn.backends.families import DENSE
+        from profattn.families import DENSE
 
         class Prep:
             name, family, description = "byok-prepare", DENSE, "raises in prepare"

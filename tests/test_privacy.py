@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from profattn import privacy
-from profattn.backends import _REGISTRY
-from profattn.cli import main
+from profattn.backends.registry import _REGISTRY
+from profattn.cli.commands import main
 from profattn.results import read_results
 
 HOST, USER = "build-host-7f3a", "alice-dev"

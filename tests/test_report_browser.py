@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profattn.report import write_report
+from profattn.report.run import write_report
 from profattn.results import read_results
 
 from factories import SEED, cell, kernel, run

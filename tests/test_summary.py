@@ -7,10 +7,10 @@ from pathlib import Path
 from click.testing import CliRunner
 from factories import SEED, cell, run
 
-from profattn.cli import main
-from profattn.compare import compare_runs
+from profattn.cli.commands import main
+from profattn.analysis.compare import compare_runs
 from profattn.results import read_results
-from profattn.summary import MAX_CHARS, comparison_markdown, md_table, run_markdown
+from profattn.report.markdown import MAX_CHARS, comparison_markdown, md_table, run_markdown
 from profattn.workload import Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_summary_of_a_small_run_lists_every_cell():
 
 def test_names_from_a_run_are_inert_in_markdown():
     """A plugin may be named anything: its HTML is shown, not interpreted, and table pipes stay escaped."""
-    from profattn.summary import _cell, md_text
+    from profattn.report.markdown import _cell, md_text
 
     assert _cell("<script>alert(1)</script>|x") == "&lt;script&gt;alert(1)&lt;/script&gt;\\|x"
     assert md_text("we`rd & <b>") == "we\\`rd &amp; &lt;b&gt;"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from profattn.trace import load_trace
+from profattn.trace.kineto import load_trace
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "traces"
 

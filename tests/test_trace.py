@@ -1,4 +1,4 @@
-"""Tests for profattn.trace: real Kineto fixtures, malformed input, and fuzzing."""
+"""Tests for profattn.trace.kineto: real Kineto fixtures, malformed input, and fuzzing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
 from profattn.errors import ProfattnError, TraceError
-from profattn.trace import (
+from profattn.trace.kineto import (
     KERNEL_COLUMNS,
     OP_COLUMNS,
     RANGE_COLUMNS,

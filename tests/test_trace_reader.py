@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from conftest import FLASH, MATH, NCCL, trace_fixture
 
-import profattn.trace_reader as reader
+import profattn.trace.reader as reader
 from profattn.errors import TraceError
-from profattn.trace import Trace, load_trace
+from profattn.trace.kineto import Trace, load_trace
 
 
 @functools.cache

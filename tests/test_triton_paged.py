@@ -17,7 +17,7 @@ triton = pytest.importorskip("triton")
 
 from profattn.backends.eager import eager_attention  # noqa: E402
 from profattn.backends.triton_paged import choose_num_splits, paged_decode  # noqa: E402
-from profattn.paged import PagedKVCache  # noqa: E402
+from profattn.workload.paged import PagedKVCache  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -11,7 +11,7 @@ import math
 import torch
 
 from profattn.backends.base import Prepared
-from profattn.backends.families import DENSE
+from profattn.families import DENSE
 from profattn.backends.masks import dense_mask
 from profattn.workload import Workload
 

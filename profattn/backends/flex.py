@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from profattn.backends.base import Prepared, Unsupported, paged_decode_reason, paged_only_forward
-from profattn.backends.families import FLEX
+from profattn.families import FLEX
 from profattn.backends.masks import causal_mask_mod
 from profattn.workload import Mask, Workload
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from profattn.backends.base import KernelFamily, Prepared, Unsupported
-from profattn.backends.families import CUDNN, DENSE, EFFICIENT, FLASH
+from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH
 from profattn.backends.masks import sdpa_mask_args
 from profattn.workload import Workload
 

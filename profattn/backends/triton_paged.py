@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
-from profattn.backends.families import TRITON
+from profattn.families import TRITON
 from profattn.workload import Workload
 
 # Defaults chosen on the H200 by ``benchmarks/decode_paged.py --tune`` (NOTES.md has the table):
@@ -403,7 +403,7 @@ class TorchPagedReference:
 
     @property
     def family(self):
-        from profattn.backends.families import PAGED_GATHER
+        from profattn.families import PAGED_GATHER
 
         return PAGED_GATHER
 

@@ -25,7 +25,7 @@ def cell_id(workload: Workload, backend_name: str) -> str:
 
 
 def _plugin_prefix(backend: Backend) -> str:
-    """``"plugin NAME (module:object): "`` for a plugin backend (:mod:`profattn.plugins`), else ``""``."""
+    """``"plugin NAME (module:object): "`` for a plugin backend (:mod:`profattn.backends.plugins`), else ``""``."""
     origin = getattr(backend, "origin", None)
     label = getattr(origin, "label", None)
     return f"{label}: " if isinstance(label, str) else ""

@@ -14,7 +14,7 @@ from profattn.backends.base import AttentionInputs
 from profattn.backends.eager import eager_attention
 from profattn.backends.masks import dense_mask
 from profattn.results import Correctness
-from profattn.paged import PagedKVCache
+from profattn.workload.paged import PagedKVCache
 from profattn.workload import KVLayout, Phase, Workload
 
 #: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention

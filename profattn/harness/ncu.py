@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from profattn.counters import METRICS
+from profattn.trace.counters import METRICS
 
 CACHE_CONTROL = "all"
 REPLAY_MODE = "kernel"

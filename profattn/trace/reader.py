@@ -1,6 +1,6 @@
 """Stream the ``traceEvents`` array of a (gzipped) Chrome/Kineto trace in decoded batches.
 
-The trace parser (:mod:`profattn.trace`) needs a few fields of every event, never the whole JSON tree.
+The trace parser (:mod:`profattn.trace.kineto`) needs a few fields of every event, never the whole JSON tree.
 This module reads the file in blocks (gzip detected by its magic bytes and inflated incrementally),
 finds the ``"traceEvents": [`` array, and hands the events over in batches of about
 :data:`BATCH_BYTES` of JSON, each decoded on its own; the metadata around the array (``schemaVersion``,

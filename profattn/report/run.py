@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from profattn.analysis import Verdict, kernel_stem, verdict, winners
+from profattn.analysis.cells import Verdict, kernel_stem, verdict, winners
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase
 
@@ -166,7 +166,7 @@ def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
 def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     """Per regime: the byte ledger (requested vs DRAM vs L2→SM) and the FLOP ledger of every timed cell.
     Transferred columns stay "not measured" unless counters were read for that cell."""
-    from profattn.analysis import byte_ledger, flop_ledger
+    from profattn.analysis.cells import byte_ledger, flop_ledger
 
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASE_ORDER}
     for c in run.cells:
@@ -219,7 +219,7 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
 def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
     """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len (with the
     runner-up when the two are within noise) and the kv_len where the winner changes."""
-    from profattn.analysis import runner_up, winners, within_noise
+    from profattn.analysis.cells import runner_up, winners, within_noise
 
     win = winners(run)
     series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, str | None]]] = {}
@@ -425,15 +425,9 @@ def _roofline(run: RunResult):
 
 
 def templates_dir() -> Path:
-    """Where ``report.html.j2`` lives: inside the installed package (``profattn/templates``, mapped from the
-    repository's top-level ``templates/`` by pyproject), else the repository's ``templates/``."""
-    try:
-        pkg = resources.files("profattn.templates")
-        if pkg.joinpath("report.html.j2").is_file():
-            return Path(str(pkg))
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[1] / "templates"
+    """Where the report templates live: ``profattn/report/templates`` (package data, so a non-editable
+    install renders too)."""
+    return Path(str(resources.files("profattn.report").joinpath("templates")))
 
 
 @functools.lru_cache(maxsize=1)

@@ -20,7 +20,7 @@ carry ``ts`` and ``dur`` in microseconds; the event category ``cat`` says what t
 Units: every time is in microseconds (``*_us``, as Kineto writes them), every size in bytes
 (``*_bytes``). Which kernel ``args`` are read is declared once, in :data:`KERNEL_ARG_SPEC`; together with
 the ops' ``External id``/``Input Dims``/``Input type``/``Concrete Inputs`` they define the only fields
-that are decoded (``_Event``): the file is streamed in batches (:mod:`profattn.trace_reader`) straight
+that are decoded (``_Event``): the file is streamed in batches (:mod:`profattn.trace.reader`) straight
 into columns, and the JSON tree is never held whole.
 
 Attribution: a kernel's ``args.correlation`` equals the ``args.correlation`` of the CPU runtime/driver
@@ -63,7 +63,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from profattn.trace_reader import Batch, TraceReader, parse_int
+from profattn.trace.reader import Batch, TraceReader, parse_int
 
 __all__ = [
     "GRAPH_LAUNCHERS",

@@ -60,7 +60,7 @@ class KVLayout(_NamedEnum):
     """Physical KV-cache layout.
 
     ``dense``: contiguous ``[B, Hkv, Lk, d]`` tensors. ``paged``: pages ``[num_pages, page_size, Hkv, d]``
-    addressed through a block table (see :mod:`profattn.paged`); dense backends then run on the contiguous
+    addressed through a block table (see :mod:`profattn.workload.paged`); dense backends then run on the contiguous
     copy of the same logical cache, for contrast.
     """
 
@@ -265,7 +265,7 @@ class Workload:
         """KV length of every sequence (``kv_len`` is the longest)."""
         if self.kv_len_dist == "uniform":  # without importing torch (profattn analyze does not need it)
             return (self.kv_len,) * self.batch
-        from profattn.paged import ragged_lengths
+        from profattn.workload.paged import ragged_lengths
 
         return tuple(ragged_lengths(self.kv_len, self.batch, self.kv_len_dist, self.kv_len_seed))
 
@@ -421,145 +421,3 @@ class Workload:
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
                    "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len")
         return cls(**{k: data[k] for k in fields_ if k in data})  # type: ignore[arg-type]
-
-
-_INT_FIELDS = ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "kv_len_seed",
-               "shared_prefix_len")
-_STR_FIELDS = ("phase", "dtype", "mask", "kv_layout", "kv_len_dist")
-
-
-def workload_spec(w: "Workload") -> str:
-    """The ``profattn profile --workload`` text of ``w``: comma-separated ``field=value`` of every field
-    that differs from its default (phase and the shape always), e.g.
-    ``phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,dtype=bfloat16``.
-    :func:`parse_workload_spec` reads it back."""
-    defaults = {f.name: f.default for f in fields(Workload)}
-    parts = []
-    for name in (*_STR_FIELDS[:1], *_INT_FIELDS[:6], *_STR_FIELDS[1:], *_INT_FIELDS[6:]):
-        value = getattr(w, name)
-        value = getattr(value, "value", value)
-        if name in ("phase", "dtype") or name in _INT_FIELDS[:6] or value != getattr(defaults[name], "value", defaults[name]):
-            parts.append(f"{name}={value}")
-    return ",".join(parts)
-
-
-def parse_workload_spec(text: str) -> "Workload":
-    """A :class:`Workload` from ``field=value`` pairs separated by commas (see :func:`workload_spec`);
-    the fields are the dataclass's, ``mask``/``kv_layout``/``dtype`` take the same names as in Python.
-
-    Raises:
-        WorkloadError: an unknown field, a repeated field, a value that is not an integer where one is
-            needed, a missing shape field, or any invalid combination (message says which).
-    """
-    values: dict[str, object] = {}
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            continue
-        name, eq, raw = part.partition("=")
-        name, raw = name.strip(), raw.strip()
-        if not eq or not raw:
-            raise WorkloadError(f"--workload {text!r}: {part!r} is not field=value")
-        if name not in (*_INT_FIELDS, *_STR_FIELDS):
-            raise WorkloadError(f"--workload: unknown field {name!r}; valid: {', '.join((*_STR_FIELDS, *_INT_FIELDS))}")
-        if name in values:
-            raise WorkloadError(f"--workload: {name} given twice")
-        if name in _INT_FIELDS:
-            try:
-                values[name] = int(raw)
-            except ValueError:
-                raise WorkloadError(f"--workload: {name} must be an integer, got {raw!r}") from None
-        else:
-            values[name] = raw
-    missing = [n for n in ("phase", *_INT_FIELDS[:6]) if n not in values]
-    if missing:
-        raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")
-    return Workload(**values)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named set of workloads: the seed's exercise, or a CPU-sized copy of it."""
-
-    name: str
-    description: str
-    workloads: tuple[Workload, ...] = field(default_factory=tuple)
-
-    def regime(self, phase: Phase | str | None) -> tuple[Workload, ...]:
-        """Workloads of one phase (all when ``phase`` is None or ``"all"``)."""
-        if phase is None or str(phase) == "all":
-            return self.workloads
-        p = Phase.parse(phase)
-        return tuple(w for w in self.workloads if w.phase is p)
-
-
-def _seed_like(batch: int, hq: int, hkv: int, d: int, dtype: str, train_len: int, decode_lens: Iterable[int]) -> tuple[Workload, ...]:
-    common = dict(batch=batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype=dtype)
-    out = [
-        Workload(phase=Phase.TRAIN, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
-        Workload(phase=Phase.PREFILL, q_len=train_len, kv_len=train_len, mask=Mask.CAUSAL, **common),
-    ]
-    out += [Workload(phase=Phase.DECODE, q_len=1, kv_len=n, mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=16, **common)
-            for n in decode_lens]
-    return tuple(out)
-
-
-PRESETS: dict[str, Preset] = {
-    "seed": Preset(
-        "seed",
-        "the seed lesson's exercise: B=8, Hq=16, Hkv=4, d=128, bf16; train and prefill 2048/2048 causal; "
-        "decode q_len 1 at kv_len 512, 2048, 8192 from a paged KV cache (page size 16, shuffled pages; dense "
-        "backends read the contiguous copy)",
-        _seed_like(8, 16, 4, 128, "bfloat16", 2048, (512, 2048, 8192)),
-    ),
-    "small": Preset(
-        "small",
-        "the seed's structure at CPU size: B=2, Hq=8, Hkv=2, d=64, bf16; train and prefill 256/256 causal; "
-        "decode q_len 1 at kv_len 128, 512, 2048 from a paged KV cache (page size 16)",
-        _seed_like(2, 8, 2, 64, "bfloat16", 256, (128, 512, 2048)),
-    ),
-}
-
-
-def _decode_sweep(kv_lens: Iterable[int], batches: Iterable[int], page_sizes: Iterable[int], *, hq: int, hkv: int, d: int,
-                  special_batch: int, special_kv: int, prefix: int) -> tuple[Workload, ...]:
-    common = dict(phase=Phase.DECODE, q_len=1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="bfloat16",
-                  mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED)
-    out = [Workload(batch=b, kv_len=n, page_size=p, **common) for p in page_sizes for b in batches for n in kv_lens]
-    out.append(Workload(batch=special_batch, kv_len=special_kv, page_size=16, kv_len_dist="lognormal", kv_len_seed=7, **common))
-    out.append(Workload(batch=special_batch, kv_len=special_kv, page_size=16, shared_prefix_len=prefix, **common))
-    return tuple(out)
-
-
-PRESETS["decode-sweep"] = Preset(
-    "decode-sweep",
-    "decode sweep at the seed's heads (Hq=16, Hkv=4, d=128, bf16, paged): kv_len {512, 2048, 8192, 32768} x batch "
-    "{1, 8, 64} x page_size {16, 64, 256}, plus a lognormal-ragged batch and a shared-prefix batch (B=64, kv 8192, "
-    "prefix 4096)",
-    _decode_sweep((512, 2048, 8192, 32768), (1, 8, 64), (16, 64, 256), hq=16, hkv=4, d=128,
-                  special_batch=64, special_kv=8192, prefix=4096),
-)
-PRESETS["decode-sweep-small"] = Preset(
-    "decode-sweep-small",
-    "the decode sweep at CPU size (Hq=8, Hkv=2, d=64, bf16, paged): kv_len {128, 512} x batch {1, 4} x page_size "
-    "{16, 64}, plus a ragged and a shared-prefix batch (B=4, kv 512, prefix 256)",
-    _decode_sweep((128, 512), (1, 4), (16, 64), hq=8, hkv=2, d=64, special_batch=4, special_kv=512, prefix=256),
-)
-#: Presets ``profattn sweep decode`` uses by device.
-SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
-
-
-def get_preset(name: str) -> Preset:
-    """The preset called ``name``.
-
-    Raises:
-        UnknownNameError: no such preset (message lists the valid names).
-    """
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise UnknownNameError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
-
-
-def default_preset_name(device: str) -> str:
-    """``seed`` on CUDA, ``small`` on CPU."""
-    return "seed" if device.startswith("cuda") else "small"

@@ -1,6 +1,6 @@
 """Attention calls in any PyTorch profiler (Kineto) trace, and where the trace's GPU time went.
 
-Pure analysis over a parsed :class:`~profattn.trace.Trace` (no HTML: :mod:`profattn.analyze` renders).
+Pure analysis over a parsed :class:`~profattn.trace.Trace` (no HTML: :mod:`profattn.report.analyze` renders).
 Units: times in µs (as Kineto writes them), sizes in bytes.
 
 **Attention calls.** An attention call is the *outermost* attention operator on its thread: the SDPA front
@@ -53,7 +53,7 @@ import pandas as pd
 
 from profattn.errors import TraceError, WorkloadError
 from profattn.families import ATTENTION_FAMILIES, KernelFamily
-from profattn.trace import Trace, TraceWarning
+from profattn.trace.kineto import Trace, TraceWarning
 from profattn.workload import Phase, Workload
 
 __all__ = [

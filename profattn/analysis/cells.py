@@ -1,6 +1,6 @@
 """Analysis: trace evidence per cell, the family check, winners per workload, and the verdict.
 
-Inputs are typed records (:mod:`profattn.results`) and parsed traces (:mod:`profattn.trace`); outputs are
+Inputs are typed records (:mod:`profattn.results`) and parsed traces (:mod:`profattn.trace.kineto`); outputs are
 typed records the report renders. Nothing here measures or renders.
 
 The verdict answers the seed lesson's question: does the training winner remain the decode winner, and
@@ -25,7 +25,7 @@ from profattn.results import (
     RunResult,
     TraceSummary,
 )
-from profattn.trace import Trace, kernels_in_range, ops_in_range
+from profattn.trace.kineto import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
 
 # ---- trace evidence ------------------------------------------------------------------------------
@@ -403,7 +403,7 @@ L2_REREAD_RATIO = 1.5
 
 
 def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
-    """Sum one cell's ncu kernel rows (``profattn.counters`` columns) into a :class:`CounterSummary`."""
+    """Sum one cell's ncu kernel rows (``profattn.trace.counters`` columns) into a :class:`CounterSummary`."""
     if not len(kernels):
         return None
     def total(col: str) -> float:

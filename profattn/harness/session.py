@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from profattn.analysis import attach_counters, attach_trace
-from profattn.counters import parse_ncu_csv
+from profattn.analysis.cells import attach_counters, attach_trace
+from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, run_cell, time_again
@@ -29,7 +29,7 @@ from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find
 from profattn.harness.profiler import ProfiledCall, profile_cells
 from profattn.privacy import scrub
 from profattn.results import CellResult, CellStatus, CountersInfo, RunResult, write_results
-from profattn.trace import load_trace
+from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Preset, Workload
 
 

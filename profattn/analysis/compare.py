@@ -4,7 +4,7 @@ Cells are matched by (workload tag, backend). For each matched cell:
 
 * **latency**: head / base from the cells' independent timing samples (``profile --repeat N``; one median
   per repeat, of the CUDA-graph replay for decode on CUDA, else of eager launches), estimated with the
-  Hodges–Lehmann ratio and its exact Mann–Whitney interval (:mod:`profattn.stats`, references there).
+  Hodges–Lehmann ratio and its exact Mann–Whitney interval (:mod:`profattn.analysis.stats`, references there).
   Classification, with threshold ``t`` (default 5 %) and interval ``[lo, hi]`` at a nominal 95 %:
 
   - ``slower``: ``lo > 1 + t`` — the whole interval lies above a ``t`` slowdown (a regression);
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis import kernel_stem, verdict, winners, within_noise
+from profattn.analysis.cells import kernel_stem, verdict, winners, within_noise
 from profattn.errors import ProfattnError
 from profattn.results import CellResult, CellStatus, RunResult
-from profattn.stats import RatioEstimate, hodges_lehmann_ratio
+from profattn.analysis.stats import RatioEstimate, hodges_lehmann_ratio
 from profattn.workload import Phase
 
 DEFAULT_THRESHOLD = 0.05
@@ -212,7 +212,7 @@ def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
 
 
 def _label(w) -> str:
-    from profattn.analysis import _label as analysis_label
+    from profattn.analysis.cells import _label as analysis_label
 
     return analysis_label(w) if w.phase is not Phase.TRAIN else f"train {w.q_len}/{w.kv_len}"
 
@@ -318,7 +318,7 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
 
 
 def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...]:
-    from profattn.analysis import runner_up
+    from profattn.analysis.cells import runner_up
 
     wb, wh = winners(base), winners(head)
     workloads = {c.workload.tag: c.workload for c in (*base.cells, *head.cells)}
@@ -433,7 +433,7 @@ def fmt_change(est: RatioEstimate | None) -> str:
 
 def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
     """Display-ready rows of the cell table (regressions first, then by |change|)."""
-    from profattn.report import fmt_bytes, fmt_us
+    from profattn.report.run import fmt_bytes, fmt_us
 
     def order(c: CellChange) -> tuple:
         return (not c.regression, CLASSES.index(c.classification), -abs(c.estimate.change) if c.estimate else 0)
@@ -497,7 +497,7 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
 
 def render_html(cmp: Comparison) -> str:
     """The comparison as one self-contained HTML page (plotly.js inline)."""
-    from profattn.report import _plotly_js, template_env
+    from profattn.report.run import _plotly_js, template_env
 
     return template_env().get_template("compare.html.j2").render(
         cmp=cmp, summary=summary_line(cmp), rows=cell_rows(cmp), winners=winner_rows(cmp),
@@ -506,6 +506,6 @@ def render_html(cmp: Comparison) -> str:
 
 
 def write_html(cmp: Comparison, path: str | os.PathLike[str]) -> Path:
-    from profattn.report import write_html_file
+    from profattn.report.run import write_html_file
 
     return write_html_file(render_html(cmp), path)

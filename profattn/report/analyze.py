@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis import kernel_stem
-from profattn.attention_calls import (
+from profattn.analysis.cells import kernel_stem
+from profattn.analysis.calls import (
     AttentionCall,
     CallKernel,
     FileAnalysis,
@@ -32,7 +32,7 @@ from profattn.attention_calls import (
 )
 from profattn.errors import ProfattnError
 from profattn.files import write_text_atomic
-from profattn.report import (
+from profattn.report.run import (
     _plotly_js,
     _shape,
     fmt_bytes,
@@ -40,7 +40,7 @@ from profattn.report import (
     template_env,
     write_html_file,
 )
-from profattn.trace import load_trace
+from profattn.trace.kineto import load_trace
 
 __all__ = [
     "CHART_TOP",
@@ -68,7 +68,7 @@ __all__ = [
     "write_json",
 ]
 
-SCHEMA = "profattn.analysis"
+SCHEMA = "profattn.analysis.cells"
 SCHEMA_VERSION = 1
 #: Most rows a table shows in the HTML (the JSON keeps everything); the table says how many it left out.
 TABLE_LIMIT = 100
@@ -368,7 +368,7 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
 
 
 def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
-    """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 1, "warnings": [...],
+    """The versioned JSON document: ``{"schema": "profattn.analysis.cells", "schema_version": 1, "warnings": [...],
     "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
     ``warnings`` are about the set of files (files skipped, duplicated ranks); ``skipped`` lists the files of
     a directory that could not be analyzed as ``{"path", "reason"}``; each file's ``warnings`` are ``{"code", "count", "message"}`` objects

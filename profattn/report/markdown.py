@@ -3,7 +3,7 @@
 GitHub-flavoured Markdown (pipe tables), under GitHub's 65,536-character comment limit: every table is
 rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10, 5) until the whole text
 fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". Rows come from the same records
-the HTML uses (:mod:`profattn.report`, :mod:`profattn.compare`).
+the HTML uses (:mod:`profattn.report.run`, :mod:`profattn.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from profattn.compare import CLASSES, Comparison, cell_rows, summary_line, winner_rows
+from profattn.analysis.compare import CLASSES, Comparison, cell_rows, summary_line, winner_rows
 from profattn.results import RunResult
 
 #: GitHub rejects comments of 65,536 characters or more; stay a little below.
@@ -55,8 +55,8 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
 
 def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown: environment line, verdict, the result matrix (winners in bold)."""
-    from profattn.analysis import verdict
-    from profattn.report import matrix_rows
+    from profattn.analysis.cells import verdict
+    from profattn.report.run import matrix_rows
 
     v = verdict(run)
     e = run.environment

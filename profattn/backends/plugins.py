@@ -181,7 +181,7 @@ def load_installed(*, refresh: bool = False) -> list[Backend]:
     global _LOADED
     from importlib.metadata import entry_points
 
-    from profattn.backends import _REGISTRY, register
+    from profattn.backends.registry import _REGISTRY, register
 
     if _LOADED and not refresh:
         return [b for b in _REGISTRY.values() if isinstance(b, (PluginBackend, BrokenPlugin)) and b.origin.distribution is not None]
@@ -214,7 +214,7 @@ def resolve_backend(name: str) -> Backend:
         PluginSpecError: a malformed spec, one that does not resolve to a backend, or a backend whose name
             another backend (a built-in or another plugin) already has.
     """
-    from profattn.backends import _REGISTRY, get_backend, register
+    from profattn.backends.registry import _REGISTRY, get_backend, register
 
     if ":" not in name:
         return get_backend(name)

@@ -200,9 +200,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from rich.console import Console
 
     from profattn.backends import all_backends
-    from profattn.plugins import resolve_backend
-    from profattn.report import write_report
-    from profattn.session import SessionConfig, run_session
+    from profattn.backends.plugins import resolve_backend
+    from profattn.report.run import write_report
+    from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
 
     # Validate everything before the run directory is touched or anything is printed.
@@ -247,7 +247,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
         sys.exit(130)
     path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
-    from profattn.analysis import verdict
+    from profattn.analysis.cells import verdict
 
     console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
     console.print(f"report: {path}")
@@ -287,9 +287,9 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the report.")
 def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) -> None:
     """Re-render RUN_DIR/report.html from results.json and the traces it names."""
-    from profattn.report import write_report
+    from profattn.report.run import write_report
     from profattn.results import read_results
-    from profattn.session import reattach_traces
+    from profattn.harness.session import reattach_traces
 
     target = output_file(out_path, default_name="report.html") if out_path is not None else None
     run = read_results(run_dir)
@@ -303,9 +303,9 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
 def counters(run_dir: Path) -> None:
     """Add Nsight Compute counters (DRAM and L2 bytes per cell) to an existing GPU run, re-render its report."""
     from profattn.harness.ncu import find_ncu
-    from profattn.report import write_report
+    from profattn.report.run import write_report
     from profattn.results import read_results, write_results
-    from profattn.session import add_counters, reattach_traces
+    from profattn.harness.session import add_counters, reattach_traces
 
     run = read_results(run_dir)
     if run.environment.device != "cuda":
@@ -337,8 +337,8 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
-    from profattn.analyze import analyze_paths, write_html, write_json
-    from profattn.report import fmt_us
+    from profattn.report.analyze import analyze_paths, write_html, write_json
+    from profattn.report.run import fmt_us
 
     html_path = output_file(out_path, default_name="report.html")
     json_file = output_file(json_path, "--json") if json_path is not None else None
@@ -379,7 +379,7 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     """Compare two runs cell by cell: latency beyond noise, correctness, launch shape, bytes, winners.
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
-    from profattn import compare as comparison
+    from profattn.analysis import compare as comparison
 
     out_path = output_file(out_path, default_name="compare.html")
     markdown_path = output_file(markdown_path, "--markdown", default_name="compare.md") if markdown_path is not None else None
@@ -399,8 +399,8 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     click.echo(comparison.summary_line(cmp))
     click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
     if markdown_path is not None:
-        from profattn.report import write_html_file
-        from profattn.summary import comparison_markdown
+        from profattn.report.run import write_html_file
+        from profattn.report.markdown import comparison_markdown
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), markdown_path)}")
     sys.exit(1 if cmp.regression else 0)
@@ -412,7 +412,7 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
 def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
-    from profattn.summary import run_markdown
+    from profattn.report.markdown import run_markdown
 
     out_path = output_file(out_path, default_name="summary.md") if out_path is not None else None
 
@@ -420,7 +420,7 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     if out_path is None:
         click.echo(text, nl=False)
     else:
-        from profattn.report import write_html_file
+        from profattn.report.run import write_html_file
 
         click.echo(f"summary: {write_html_file(text, out_path)}")
 

@@ -104,7 +104,7 @@ _IEC = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 
 #: Unit string of the ncu units row -> (base unit, factor): ``value_in_base = value * factor``.
 #:
-#: Base units: ``bytes``, ``us`` (microseconds: profattn's time unit, as in :mod:`profattn.trace`),
+#: Base units: ``bytes``, ``us`` (microseconds: profattn's time unit, as in :mod:`profattn.trace.kineto`),
 #: ``sectors``, ``registers``, ``blocks``, ``threads``, and ``""`` (a plain number: counts, ratios).
 #: Byte prefixes are read as decimal (SI, ``Kbyte`` = 1000 bytes), the meaning of the SI prefix
 #: letters ncu uses (``Kbyte``, ``Mbyte``, ``Gbyte/second``). This is an assumption: no NVIDIA document

@@ -1,0 +1,3 @@
+from profattn.cli import main
+
+main()

@@ -64,6 +64,7 @@ import numpy as np
 import pandas as pd
 
 from profattn.trace.reader import Batch, TraceReader, parse_int
+from profattn.trace.windows import IntervalIndex, group_keys
 
 __all__ = [
     "GRAPH_LAUNCHERS",
@@ -799,76 +800,25 @@ def _take(column: pd.Series, idx: np.ndarray) -> pd.Series:
 
 
 def _attribute(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
-    """Innermost enclosing range on the same thread; failing that, on any thread of the same process.
+    """Row in ``ranges`` of the innermost range enclosing each point on the same thread; failing that, on
+    any thread of the same process (-1: none). Innermost: :meth:`IntervalIndex.innermost`.
 
     The fallback covers work that a range causes on another thread: autograd runs the backward of CUDA
     tensors on its own device thread, so the kernels of ``loss.backward()`` called inside
     ``record_function("cell")`` are launched from a thread that holds no user annotation. They are
     attributed to the range whose wall-clock window (same pid) contains their launch.
     """
-    idx = _innermost_range(ranges, pid, tid, ts)
-    miss = (idx < 0) & ~np.isnan(ts) & pid.notna().to_numpy()
-    if miss.any() and len(ranges):
-        any_thread = ranges.assign(tid="*")
-        sub = _innermost_range(
-            any_thread,
-            pid[miss].reset_index(drop=True),
-            pd.Series(["*"] * int(miss.sum()), dtype=object),
-            ts[miss],
-        )
-        idx[miss] = sub
-    return idx
-
-
-def _innermost_range(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
-    """Row index in ``ranges`` of the innermost range enclosing each query point, -1 where none.
-
-    Innermost is the latest-starting range (ties: the shorter) on the same ``pid``/``tid`` with
-    ``ts_us <= t <= ts_us + dur_us``. Per thread: ``searchsorted`` finds the latest range starting at or
-    before ``t``; where that one already ended, the answer is on its chain of parents (each range's
-    parent is the latest-starting range containing its start), climbed for all points at once. The
-    climb takes at most the nesting depth of iterations, so the cost is O((ranges + points) log ranges).
-    """
-    result = np.full(len(ts), -1, dtype=np.int64)
     if len(ranges) == 0 or len(ts) == 0:
-        return result
-    queries = pd.DataFrame({"pid": pid.to_numpy(dtype=object), "tid": tid.to_numpy(dtype=object), "ts": ts})
-    queries = queries[queries["ts"].notna() & queries["pid"].notna() & queries["tid"].notna()]
-    range_groups = ranges.groupby(["pid", "tid"], sort=False).indices
-    for key, positions in queries.groupby(["pid", "tid"], sort=False).indices.items():
-        rows = range_groups.get(key)
-        if rows is None:
-            continue
-        rows = np.sort(rows)  # ranges are sorted by (ts, -dur), so row order is start order
-        start = ranges["ts_us"].to_numpy()[rows]
-        end = start + ranges["dur_us"].to_numpy()[rows]
-        parent = _parents(start, end)
-        t = queries["ts"].to_numpy()[positions]
-        local = np.searchsorted(start, t, side="right") - 1
-        pending = local >= 0
-        pending[pending] = end[local[pending]] < t[pending]
-        while pending.any():
-            local[pending] = parent[local[pending]]
-            pending &= local >= 0
-            pending[pending] = end[local[pending]] < t[pending]
-        found = local >= 0
-        target = queries.index.to_numpy()[positions]
-        result[target[found]] = rows[local[found]]
-    return result
-
-
-def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For ranges sorted by start, the index of each one's parent: the latest-starting earlier range
-    that contains its start (-1 if none). A stack sweep, linear in the number of ranges."""
-    parent = np.full(len(start), -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in range(len(start)):
-        while stack and end[stack[-1]] < start[i]:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
+        return np.full(len(ts), -1, dtype=np.int64)
+    start = ranges["ts_us"].to_numpy(dtype="float64")
+    end = start + ranges["dur_us"].to_numpy(dtype="float64")
+    same_thread = IntervalIndex(start, end, group_keys(ranges["pid"], ranges["tid"]))
+    idx = same_thread.innermost(group_keys(pid, tid), ts)
+    miss = idx < 0
+    if miss.any():
+        same_process = IntervalIndex(start, end, group_keys(ranges["pid"]))
+        idx[miss] = same_process.innermost(group_keys(pid[miss]), ts[miss])
+    return idx
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -877,26 +827,15 @@ def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _within(ranges: pd.DataFrame, name: str, pid: pd.Series, ts: np.ndarray) -> np.ndarray:
-    """For each point, the ``instance`` of the range called ``name`` (same pid, any thread, any nesting
-    depth) whose window ``[ts_us, ts_us + dur_us]`` holds it; -1 where none does."""
-    out = np.full(len(ts), -1, dtype=np.int64)
+    """For each point, the ``instance`` of the innermost range called ``name`` (same pid, any thread, any
+    nesting depth) whose window ``[ts_us, ts_us + dur_us]`` holds it; -1 where none does."""
     mine = ranges[ranges["name"] == name]
     if not len(mine) or not len(ts):
-        return out
-    pids = pid.to_numpy(dtype=object)
-    for rpid, group in mine.groupby("pid", sort=False):
-        group = group.sort_values("ts_us")
-        start = group["ts_us"].to_numpy()
-        end = start + group["dur_us"].to_numpy()
-        inst = group["instance"].to_numpy()
-        sel = np.array([p == rpid for p in pids], dtype=bool) & ~np.isnan(ts)
-        if not sel.any():
-            continue
-        j = np.searchsorted(start, ts[sel], side="right") - 1
-        hit = (j >= 0) & (ts[sel] <= end[np.maximum(j, 0)])
-        idx = np.flatnonzero(sel)
-        out[idx[hit]] = inst[j[hit]]
-    return out
+        return np.full(len(ts), -1, dtype=np.int64)
+    start = mine["ts_us"].to_numpy(dtype="float64")
+    index = IntervalIndex(start, start + mine["dur_us"].to_numpy(dtype="float64"), group_keys(mine["pid"]))
+    row = index.innermost(group_keys(pid), ts)
+    return np.where(row >= 0, mine["instance"].to_numpy(dtype=np.int64)[np.maximum(row, 0)], -1)
 
 
 def kernels_in_range(trace: Trace, name: str) -> pd.DataFrame:

@@ -54,6 +54,7 @@ import pandas as pd
 from profattn.errors import TraceError, WorkloadError
 from profattn.families import ATTENTION_FAMILIES, KernelFamily
 from profattn.trace.kineto import Trace, TraceWarning
+from profattn.trace.windows import IntervalIndex, group_keys
 from profattn.workload import Phase, Workload
 
 __all__ = [
@@ -631,56 +632,30 @@ def _launch_shapes(kernels: pd.DataFrame, num_sms: int | None) -> tuple[LaunchSh
     return tuple(out)
 
 
-def _thread_index(frame: pd.DataFrame, pid: str, tid: str, ts: str) -> dict[tuple[Any, Any], np.ndarray]:
-    """Row positions of ``frame`` per ``(pid, tid)``, sorted by ``ts`` (rows with a missing key or time
-    left out)."""
-    ok = frame[pid].notna().to_numpy() & frame[tid].notna().to_numpy() & frame[ts].notna().to_numpy()
-    sub = frame[ok]
-    times = sub[ts].to_numpy(dtype="float64")
-    positions = np.flatnonzero(ok)
-    out = {}
-    for key, idx in sub.groupby([pid, tid], sort=False).indices.items():
-        order = np.argsort(times[idx], kind="stable")
-        out[key] = positions[idx[order]]
-    return out
-
-
-def _in_window(
-    index: Mapping[tuple[Any, Any], np.ndarray], times: np.ndarray, key: tuple[Any, Any], start: float, stop: float
-) -> np.ndarray:
-    """Positions in ``index[key]`` whose time lies in ``[start, stop]``."""
-    rows = index.get(key)
-    if rows is None:
-        return np.empty(0, dtype=np.int64)
-    t = times[rows]
-    return rows[np.searchsorted(t, start, side="left"):np.searchsorted(t, stop, side="right")]
-
-
 # ----------------------------------------------------------------------------------------------------
 # Attention calls from operators
 # ----------------------------------------------------------------------------------------------------
 
 
 def _attention_op_groups(ops: pd.DataFrame) -> list[list[dict[str, Any]]]:
-    """Attention ops grouped into calls: per thread, each outermost attention op followed by the attention
-    ops nested inside its window."""
+    """Attention ops grouped into calls: per thread, each top-level attention op (see
+    :meth:`IntervalIndex.top_level`) followed by the attention ops that belong to it, in start order
+    (ties: the longer first); a missing ``dur`` counts as 0. Groups are ordered by thread (first seen)
+    and then by start."""
     mask = ops["name"].map(is_attention_op).to_numpy(dtype=bool)
     if not mask.any():
         return []
     att = ops[mask].assign(_dur=ops.loc[mask, "dur_us"].fillna(0.0))
-    att = att.sort_values(["ts_us", "_dur"], ascending=[True, False], kind="stable")
-    groups: list[list[dict[str, Any]]] = []
-    for _, thread in att.groupby(["pid", "tid"], sort=False, dropna=False):
-        current: list[dict[str, Any]] | None = None
-        end = -math.inf
-        for row in thread.to_dict("records"):
-            if current is not None and row["ts_us"] <= end:
-                current.append(row)
-                continue
-            current = [row]
-            groups.append(current)
-            end = row["ts_us"] + row["_dur"]
-    return groups
+    att = att.sort_values(["ts_us", "_dur"], ascending=[True, False], kind="stable", ignore_index=True)
+    start = att["ts_us"].to_numpy(dtype="float64")
+    keys = group_keys(att["pid"], att["tid"])
+    owner = IntervalIndex(start, start + att["_dur"].to_numpy(dtype="float64"), keys).top_level()
+    thread, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
+    rows = att.to_dict("records")
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for pos in np.lexsort((np.arange(len(att)), thread)):
+        groups.setdefault(int(owner[pos]), []).append(rows[pos])
+    return list(groups.values())
 
 
 def _dims(op: Mapping[str, Any], index: int) -> list[Any] | None:
@@ -724,30 +699,42 @@ def _causal(concrete: list[Any] | None, sig: OpSignature) -> tuple[bool | None, 
 def _op_calls(
     trace: Trace, groups: list[list[dict[str, Any]]], records: _KernelRecords
 ) -> tuple[list[AttentionCall], set[int]]:
-    """One :class:`AttentionCall` per group; also the kernel rows they took."""
-    kernels, ops = trace.kernels, trace.ops
-    k_index = _thread_index(kernels, "launch_pid", "launch_tid", "launch_ts_us")
-    k_times = kernels["launch_ts_us"].to_numpy(dtype="float64")
-    o_index = _thread_index(ops, "pid", "tid", "ts_us")
-    o_times = ops["ts_us"].to_numpy(dtype="float64")
-    o_ext = ops["external_id"].to_numpy(dtype=object)
-    no_launcher: dict[int, list[int]] = {}
-    for pos, (ts, ext) in enumerate(zip(k_times, kernels["external_id"].to_numpy(dtype=object))):
-        if math.isnan(ts) and ext is not pd.NA:
-            no_launcher.setdefault(int(ext), []).append(pos)
+    """One :class:`AttentionCall` per group; also the kernel rows they took.
 
+    A group's window is its outermost op's ``[ts, ts + dur]`` on its ``(pid, tid)``; the windows of one
+    thread do not overlap (see :func:`_attention_op_groups`), so each launch lies in at most one of them
+    (:meth:`IntervalIndex.innermost` over the windows)."""
+    kernels, ops = trace.kernels, trace.ops
+    outers = [g[0] for g in groups]
+    start = np.array([o["ts_us"] for o in outers], dtype="float64")
+    windows = IntervalIndex(start, start + np.array([o["_dur"] for o in outers], dtype="float64"),
+                            [(o["pid"], o["tid"]) for o in outers])
+    k_group = windows.innermost(group_keys(kernels["launch_pid"], kernels["launch_tid"]),
+                                kernels["launch_ts_us"].to_numpy(dtype="float64"))
+    taken: list[list[int]] = [[] for _ in groups]
+    for pos in np.flatnonzero(k_group >= 0):
+        taken[k_group[pos]].append(int(pos))
+    # Kernels without a recorded launcher join the call whose window holds an op with their External id.
+    k_ext = kernels["external_id"]
+    no_launcher = kernels["launch_ts_us"].isna().to_numpy() & k_ext.notna().to_numpy()
+    if no_launcher.any():
+        by_ext: dict[int, list[int]] = {}
+        for pos, ext in zip(np.flatnonzero(no_launcher), k_ext[no_launcher].tolist()):
+            by_ext.setdefault(int(ext), []).append(int(pos))
+        o_group = windows.innermost(group_keys(ops["pid"], ops["tid"]), ops["ts_us"].to_numpy(dtype="float64"))
+        o_ext = ops["external_id"].to_numpy(dtype=object)
+        seen: set[int] = set()
+        for pos in np.flatnonzero(o_group >= 0)[np.argsort(o_group[o_group >= 0], kind="stable")]:
+            ext = o_ext[pos]
+            if ext is pd.NA or int(ext) not in by_ext:
+                continue
+            fresh = [k for k in by_ext[int(ext)] if k not in seen]
+            seen.update(fresh)
+            taken[o_group[pos]].extend(fresh)
     calls, used = [], set()
-    for group in groups:
-        outer = group[0]
-        key, start, stop = (outer["pid"], outer["tid"]), outer["ts_us"], outer["ts_us"] + outer["_dur"]
-        taken = set(_in_window(k_index, k_times, key, start, stop).tolist())
-        if no_launcher:
-            for pos in _in_window(o_index, o_times, key, start, stop):
-                if o_ext[pos] is not pd.NA:
-                    taken.update(no_launcher.get(int(o_ext[pos]), ()))
-        taken -= used
-        used |= taken
-        call_kernels = tuple(sorted((records[i] for i in taken), key=lambda r: r.ts_us))
+    for group, rows in zip(groups, taken):
+        used.update(rows)
+        call_kernels = tuple(sorted((records[i] for i in set(rows)), key=lambda r: r.ts_us))
         calls.append(_call_from_ops(group, call_kernels))
     return calls, used
 
@@ -927,49 +914,28 @@ def _workload(call: AttentionCall, phase: Phase) -> tuple[Workload | None, tuple
 # ----------------------------------------------------------------------------------------------------
 
 
-def _top_level(ops: pd.DataFrame) -> tuple[dict[tuple[Any, Any], tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-    """Per thread, the top-level ops as (row positions, starts, ends), sorted by start; and for every op
-    row the position of its top-level op (-1 when its thread key is missing)."""
-    out: dict[tuple[Any, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    owner = np.full(len(ops), -1, dtype=np.int64)
-    index = _thread_index(ops, "pid", "tid", "ts_us")
-    ts = ops["ts_us"].to_numpy(dtype="float64")
-    dur = np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0)
-    for key, rows in index.items():
-        order = rows[np.lexsort((-dur[rows], ts[rows]))]
-        tops: list[int] = []
-        end = -math.inf
-        for pos in order:
-            if not tops or ts[pos] > end:
-                tops.append(int(pos))
-                end = ts[pos] + dur[pos]
-            owner[pos] = tops[-1]
-        top = np.array(tops, dtype=np.int64)
-        out[key] = (top, ts[top], ts[top] + dur[top])
-    return out, owner
-
-
 def _op_times(trace: Trace) -> tuple[OpTime, ...]:
     kernels, ops = trace.kernels, trace.ops
     if kernels.empty:
         return ()
-    tops, owner = _top_level(ops)
-    ext_to_op = {int(e): i for i, e in enumerate(ops["external_id"].tolist()) if e is not pd.NA}
-    charged = np.full(len(kernels), -1, dtype=np.int64)
-    lts = kernels["launch_ts_us"].to_numpy(dtype="float64")
-    for i, (pid, tid, t, ext) in enumerate(zip(kernels["launch_pid"], kernels["launch_tid"], lts, kernels["external_id"])):
-        found = tops.get((pid, tid)) if not math.isnan(t) else None
-        if found is not None:
-            rows, starts, ends = found
-            j = int(np.searchsorted(starts, t, side="right")) - 1
-            if j >= 0 and t <= ends[j]:
-                charged[i] = rows[j]
-                continue
-        if ext is not pd.NA and int(ext) in ext_to_op:
-            charged[i] = owner[ext_to_op[int(ext)]]
+    start = ops["ts_us"].to_numpy(dtype="float64")
+    end = start + np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0)
+    index = IntervalIndex(start, end, group_keys(ops["pid"], ops["tid"]))
+    charged = index.outermost(group_keys(kernels["launch_pid"], kernels["launch_tid"]),
+                              kernels["launch_ts_us"].to_numpy(dtype="float64"))
+    # Kernels no op window holds: through their External id to the op that launched them, then to its
+    # top-level op.
+    miss = np.flatnonzero((charged < 0) & kernels["external_id"].notna().to_numpy())
+    if len(miss):
+        owner = np.where(ops["pid"].notna().to_numpy() & ops["tid"].notna().to_numpy(), index.top_level(), -1)
+        ext_to_op = {int(e): i for i, e in enumerate(ops["external_id"].tolist()) if e is not pd.NA}
+        for i, ext in zip(miss, kernels["external_id"].to_numpy(dtype=object)[miss]):
+            op = ext_to_op.get(int(ext))
+            if op is not None:
+                charged[i] = owner[op]
     names = ops["name"].to_numpy(dtype=object)
     frame = pd.DataFrame({
-        "op": [names[c] if c >= 0 else _NO_OP for c in charged],
+        "op": np.where(charged >= 0, names[np.maximum(charged, 0)] if len(names) else _NO_OP, _NO_OP),
         "instance": charged,
         "dur_us": kernels["dur_us"].to_numpy(),
         "graph": kernels["graph_launched"].to_numpy(dtype=bool),
@@ -986,20 +952,19 @@ def _op_times(trace: Trace) -> tuple[OpTime, ...]:
 
 
 def _steps(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[StepWindow, ...]:
+    """The ``ProfilerStep#N`` windows: kernels launched inside each from its process (any thread, any
+    nesting; :meth:`IntervalIndex.points_inside`) and the attention calls that start inside it."""
     ranges = trace.ranges
     steps = ranges[ranges["name"].map(lambda n: bool(_STEP.match(str(n))))]
     if steps.empty:
         return ()
     k = trace.kernels
-    lts = k["launch_ts_us"].to_numpy(dtype="float64")
-    lpid = k["launch_pid"].to_numpy(dtype=object)
-    dur = k["dur_us"].to_numpy(dtype="float64")
-    same_pid = {pid: np.array([p == pid for p in lpid], dtype=bool) for pid in set(steps["pid"].tolist())}
-    out = []
-    for row in steps.to_dict("records"):
-        start, stop = row["ts_us"], row["ts_us"] + row["dur_us"]
-        inside = (lts >= start) & (lts <= stop) & same_pid[row["pid"]]
-        n_calls = sum(1 for c in calls if c.pid == row["pid"] and start <= c.ts_us <= stop)
-        out.append(StepWindow(str(row["name"]), float(start), float(row["dur_us"]), int(inside.sum()),
-                              float(dur[inside].sum()), n_calls))
-    return tuple(out)
+    start = steps["ts_us"].to_numpy(dtype="float64")
+    index = IntervalIndex(start, start + steps["dur_us"].to_numpy(dtype="float64"), group_keys(steps["pid"]))
+    n_kernels, gpu_us = index.points_inside(group_keys(k["launch_pid"]), k["launch_ts_us"].to_numpy(dtype="float64"),
+                                            k["dur_us"].to_numpy(dtype="float64"))
+    n_calls, _ = index.points_inside([c.pid for c in calls], np.array([c.ts_us for c in calls], dtype="float64"))
+    return tuple(
+        StepWindow(str(name), float(ts), float(dur), int(n), float(us), int(nc))
+        for name, ts, dur, n, us, nc in zip(steps["name"], start, steps["dur_us"], n_kernels, gpu_us, n_calls)
+    )

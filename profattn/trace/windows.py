@@ -155,9 +155,11 @@ class IntervalIndex:
         self, keys: Sequence[Any], t: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per interval (rows as given): how many points of its group lie in ``[start, end]``, and the sum
-        of their ``weights`` (0.0 without). A point counts in every interval that holds it."""
+        of their ``weights`` (0.0 without), added in the points' given order (so the sum equals
+        ``weights[inside].sum()`` to the last bit). A point counts in every interval that holds it.
+        Cost: O(points log points) to sort, plus one ``numpy`` sum per interval."""
         t = np.asarray(t, dtype=np.float64)
-        w = np.zeros(len(t)) if weights is None else np.asarray(weights, dtype=np.float64)
+        w = None if weights is None else np.asarray(weights, dtype=np.float64)
         counts = np.zeros(len(self._start), dtype=np.int64)
         sums = np.zeros(len(self._start), dtype=np.float64)
         codes = self._query_codes(keys, t)
@@ -165,13 +167,15 @@ class IntervalIndex:
             if g < 0 or g not in self._slices:
                 continue
             lo, hi = self._slices[g]
-            order = np.argsort(t[positions], kind="stable")
-            ts, cum = t[positions][order], np.concatenate([[0.0], np.cumsum(w[positions][order])])
+            positions = positions[np.argsort(t[positions], kind="stable")]
+            ts = t[positions]
             rows = self._rows[lo:hi]
             a = np.searchsorted(ts, self._start[rows], side="left")
             b = np.searchsorted(ts, self._end[rows], side="right")
             counts[rows] = b - a
-            sums[rows] = cum[b] - cum[a]
+            if w is not None:
+                for row, i, j in zip(rows, a, b):
+                    sums[row] = w[np.sort(positions[i:j])].sum()
         return counts, sums
 
     # ---- internals -------------------------------------------------------------------------------

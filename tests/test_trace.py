@@ -15,13 +15,17 @@ from hypothesis import strategies as st
 
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
 from profattn.errors import ProfattnError, TraceError
+from dataclasses import replace
+
+import factories
+from profattn.analysis.cells import summarize_cell
+from profattn.families import FLASH as FLASH_FAMILY
+from profattn.results import TraceSummary
 from profattn.trace.kineto import (
     KERNEL_COLUMNS,
     OP_COLUMNS,
     RANGE_COLUMNS,
-    SUMMARY_COLUMNS,
     Trace,
-    kernel_summary,
     load_trace,
 )
 
@@ -58,6 +62,13 @@ def _load_cached(path: Path) -> Trace:
 def fixture_trace(name: str) -> Trace:
     """The parsed fixture (parsed once per session; tests must not mutate it)."""
     return _load_cached(fixture_path(name))
+
+
+def cell_summary(trace: Trace, range_name: str) -> TraceSummary:
+    """What one call of the range ``range_name`` launched, as the product summarises a cell (the cell id
+    is the range name)."""
+    c = replace(factories.cell(factories.SEED.workloads[0], "sdpa-flash", 10.0), cell_id=range_name)
+    return summarize_cell(trace, "t.json", c, FLASH_FAMILY)
 
 
 def event(cat: str, name: str, ts: Any, dur: Any = 1.0, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
@@ -122,24 +133,24 @@ def test_flash_decode_kernels_and_attribution() -> None:
 
 
 def test_flash_decode_summary() -> None:
-    summary = kernel_summary(fixture_trace(FLASH))
-    assert list(summary.columns) == list(SUMMARY_COLUMNS)
-    assert summary["range"].tolist() == ["decode_FLASH_ATTENTION"]
-    row = summary.iloc[0]
-    assert row["calls"] == 3
-    assert row["kernels_per_call"] == 2.0
-    assert row["ctas_per_call"] == 224 + 32
-    assert row["ctas_per_sm"] == pytest.approx(256 / 132)
-    assert SPLITKV in row["dominant_kernel"] and COMBINE not in row["dominant_kernel"]
+    trace = fixture_trace(FLASH)
+    assert set(trace.kernels["range"]) == {"decode_FLASH_ATTENTION"}
+    row = cell_summary(trace, "decode_FLASH_ATTENTION")
+    assert row.calls == 3
+    assert row.kernels_per_call == 2.0
+    assert row.ctas_per_call == 224 + 32
+    assert row.ctas_per_sm == pytest.approx(256 / 132)
+    assert SPLITKV in row.dominant_kernel and COMBINE not in row.dominant_kernel
     splitkv_us = 44.32 + 40.031 + 40.64
     combine_us = 4.448 + 4.768 + 4.608
-    assert row["gpu_time_per_call_us"] == pytest.approx((splitkv_us + combine_us) / 3)
-    assert row["dominant_share"] == pytest.approx(splitkv_us / (splitkv_us + combine_us))
-    assert row["dominant_grid"] == (1, 7, 32)
-    assert row["dominant_block"] == (128, 1, 1)
-    assert row["dominant_registers"] == 246
-    assert row["dominant_shared_mem_bytes"] == 81920
-    assert row["dominant_blocks_per_sm"] == pytest.approx(1.69697)
+    assert row.gpu_time_per_call_us == pytest.approx((splitkv_us + combine_us) / 3)
+    assert row.dominant_share == pytest.approx(splitkv_us / (splitkv_us + combine_us))
+    dominant = row.kernels[0]
+    assert dominant.grid == (1, 7, 32)
+    assert dominant.block == (128, 1, 1)
+    assert dominant.registers_per_thread == 246
+    assert dominant.shared_mem_bytes == 81920
+    assert dominant.blocks_per_sm == pytest.approx(1.69697)
 
 
 def test_flash_decode_ops_carry_shapes_and_range() -> None:
@@ -161,10 +172,10 @@ def test_math_decode_attributes_all_kernels_to_three_calls() -> None:
     assert len(kernels) == 48
     assert kernels["range"].tolist() == ["decode_MATH"] * 48
     assert kernels.groupby("range_instance").size().tolist() == [16, 16, 16]
-    row = kernel_summary(trace).set_index("range").loc["decode_MATH"]
-    assert row["calls"] == 3
-    assert row["kernels_per_call"] == 48 / 3
-    assert row["gpu_time_per_call_us"] == pytest.approx(kernels["dur_us"].sum() / 3)
+    row = cell_summary(trace, "decode_MATH")
+    assert row.calls == 3
+    assert row.kernels_per_call == 48 / 3
+    assert row.gpu_time_per_call_us == pytest.approx(kernels["dur_us"].sum() / 3)
 
 
 def test_alexnet_a100_kernels_have_launch_shapes() -> None:
@@ -187,8 +198,8 @@ def test_cpu_only_trace_is_no_data_not_an_error() -> None:
     assert trace.kernels.empty and list(trace.kernels.columns) == list(KERNEL_COLUMNS)
     assert trace.num_sms is None
     assert len(trace.ranges) == 11 and len(trace.ops) == 4
-    summary = kernel_summary(trace)
-    assert summary.empty and list(summary.columns) == list(SUMMARY_COLUMNS)
+    summary = cell_summary(trace, "no such range")
+    assert (summary.calls, summary.kernels, summary.gpu_time_per_call_us) == (0, (), None)
 
 
 def test_amd_trace_kernels_without_launch_shapes() -> None:
@@ -201,9 +212,12 @@ def test_amd_trace_kernels_without_launch_shapes() -> None:
     assert kernels["blocks_per_sm"].isna().all()
     assert set(kernels["launcher"]) == {"hipLaunchKernel", "hipExtModuleLaunchKernel"}
     assert (kernels["device"] == 2).all()
-    summary = kernel_summary(trace)
-    assert not summary.empty
-    assert summary["ctas_per_call"].isna().all() and summary["dominant_grid"].isna().all()
+    ranged = kernels["range"].dropna().unique().tolist()
+    assert ranged
+    for name in ranged:
+        summary = cell_summary(trace, name)
+        assert summary.kernels and summary.ctas_per_call is None
+        assert all(k.grid is None and k.block is None and k.shapes == () for k in summary.kernels)
 
 
 def test_old_schema_kernel_and_runtime_categories() -> None:
@@ -217,7 +231,7 @@ def test_old_schema_kernel_and_runtime_categories() -> None:
     assert (cutlass["grid_x"], cutlass["grid_y"], cutlass["grid_z"], cutlass["ctas"]) == (8, 4, 1, 32)
     assert trace.num_sms is None  # no deviceProperties in this schema
     assert kernels["range"].isna().all()
-    assert kernel_summary(trace).empty
+    assert trace.ranges.empty
 
 
 def test_triton_kernel_launched_by_driver_api() -> None:
@@ -252,10 +266,11 @@ def test_innermost_range_and_instances(tmp_path: Path) -> None:
     assert kernels["graph_launched"].tolist() == [False, False, False, True, False]
     assert trace.num_sms is None
 
-    summary = kernel_summary(trace).set_index("range")
-    assert summary.loc["inner", "calls"] == 2 and summary.loc["inner", "kernels_per_call"] == 1.0
-    assert summary.loc["inner", "ctas_per_call"] == 8.0 and pd.isna(summary.loc["inner", "ctas_per_sm"])
-    assert summary.loc["outer", "calls"] == 1
+    inner, outer = cell_summary(trace, "inner"), cell_summary(trace, "outer")
+    assert inner.calls == 2 and inner.kernels_per_call == 1.0
+    assert inner.ctas_per_call == 8.0 and inner.ctas_per_sm is None
+    # A cell's summary counts the kernels of nested ranges too: outer holds all three launches.
+    assert outer.calls == 1 and outer.kernels_per_call == 3.0
 
 
 def _brute_force_range(ranges: list[tuple[str, float, float, int]], t: float, tid: int) -> str | None:
@@ -308,7 +323,7 @@ def test_attribution_matches_brute_force(tmp_path: Path, data: st.DataObject, n_
     assert kernels["range"].tolist() == [_brute_force_range(ranges, ts, tid) for ts, tid in launches]
 
 
-def test_dominant_kernel_by_gpu_time_and_most_frequent_shape(tmp_path: Path) -> None:
+def test_dominant_kernel_by_gpu_time_and_its_launch_shapes(tmp_path: Path) -> None:
     launches = [  # (name, grid, dur_us): "a" has 4 x 4 = 16 us, "b" 10 us; "a" mostly runs grid (2,1,1)
         ("a", [1, 1, 1], 4.0),
         ("b", [9, 1, 1], 10.0),
@@ -320,11 +335,13 @@ def test_dominant_kernel_by_gpu_time_and_most_frequent_shape(tmp_path: Path) -> 
     for c, (name, grid, dur) in enumerate(launches):
         events.append(event("cuda_runtime", "cudaLaunchKernel", 10 + c, 1, correlation=c))
         events.append(kernel_event(200 + 20 * c, c, dur, grid=grid, block=[32, 1, 1]) | {"name": name})
-    row = kernel_summary(load_trace(write_trace(tmp_path, {"traceEvents": events}))).iloc[0]
-    assert (row["range"], row["calls"], row["kernels_per_call"]) == ("step", 1, 5.0)
-    assert row["gpu_time_per_call_us"] == 26.0 and row["ctas_per_call"] == 1 + 9 + 2 * 3
-    assert row["dominant_kernel"] == "a" and row["dominant_share"] == pytest.approx(16 / 26)
-    assert row["dominant_grid"] == (2, 1, 1) and row["dominant_block"] == (32, 1, 1)
+    row = cell_summary(load_trace(write_trace(tmp_path, {"traceEvents": events})), "step")
+    assert (row.calls, row.kernels_per_call) == (1, 5.0)
+    assert row.gpu_time_per_call_us == 26.0 and row.ctas_per_call == 1 + 9 + 2 * 3
+    assert row.dominant_kernel == "a" and row.dominant_share == pytest.approx(16 / 26)
+    # The first launch's shape, and every distinct shape in launch order.
+    assert row.kernels[0].grid == (1, 1, 1) and row.kernels[0].block == (32, 1, 1)
+    assert row.kernels[0].shapes == (((1, 1, 1), (32, 1, 1)), ((2, 1, 1), (32, 1, 1)))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -377,7 +394,7 @@ def test_empty_trace_events_is_empty_frames(tmp_path: Path) -> None:
     assert trace.kernels.empty and list(trace.kernels.columns) == list(KERNEL_COLUMNS)
     assert trace.ranges.empty and list(trace.ranges.columns) == list(RANGE_COLUMNS)
     assert trace.ops.empty and list(trace.ops.columns) == list(OP_COLUMNS)
-    assert list(kernel_summary(trace).columns) == list(SUMMARY_COLUMNS)
+    assert cell_summary(trace, "x").kernels == ()
     assert load_trace(write_trace(tmp_path, [], "bare.json")).kernels.empty
 
 
@@ -480,7 +497,8 @@ def test_fuzz_mutated_flash_trace(tmp_path_factory: pytest.TempPathFactory) -> N
             assert path.name in str(e)
             return
         assert isinstance(trace, Trace)
-        kernel_summary(trace)
+        for name in trace.ranges["name"].unique().tolist()[:3]:
+            cell_summary(trace, name)
         assert trace.num_sms is None or trace.num_sms > 0
 
     check()
@@ -526,7 +544,8 @@ def test_fuzz_junk_values_in_valid_json(tmp_path_factory: pytest.TempPathFactory
         except TraceError:
             return
         assert len(trace.kernels) <= 6
-        kernel_summary(trace)
+        for name in trace.ranges["name"].unique().tolist()[:3]:
+            cell_summary(trace, name)
         assert trace.num_sms is None or trace.num_sms > 0
 
     check()

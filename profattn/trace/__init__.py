@@ -2,11 +2,11 @@
 of cells or backends."""
 
 from profattn.trace.kineto import (
-    GRAPH_LAUNCHERS, KERNEL_ARG_SPEC, KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, SUMMARY_COLUMNS, ArgSpec, Trace,
-    TraceWarning, kernel_summary, kernels_in_range, load_trace, ops_in_range,
+    GRAPH_LAUNCHERS, KERNEL_ARG_SPEC, KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, ArgSpec, Trace,
+    TraceWarning, kernels_in_range, load_trace, ops_in_range,
 )
 
 __all__ = [
-    "GRAPH_LAUNCHERS", "KERNEL_ARG_SPEC", "KERNEL_COLUMNS", "OP_COLUMNS", "RANGE_COLUMNS", "SUMMARY_COLUMNS", "ArgSpec",
-    "Trace", "TraceWarning", "kernel_summary", "kernels_in_range", "load_trace", "ops_in_range",
+    "GRAPH_LAUNCHERS", "KERNEL_ARG_SPEC", "KERNEL_COLUMNS", "OP_COLUMNS", "RANGE_COLUMNS", "ArgSpec",
+    "Trace", "TraceWarning", "kernels_in_range", "load_trace", "ops_in_range",
 ]

@@ -42,9 +42,10 @@ Example, the H200 flash-decode fixture (``shared/fixtures/traces``)::
     # 1  decode_FLASH_ATTENTION               0      32       1       1    32  cudaLaunchKernel
     # 2  decode_FLASH_ATTENTION               1       1       7      32   224  cudaLaunchKernel
     # ...
-    kernel_summary(t)[["range", "calls", "kernels_per_call", "ctas_per_call", "ctas_per_sm"]]
-    #                     range  calls  kernels_per_call  ctas_per_call  ctas_per_sm
-    # 0  decode_FLASH_ATTENTION      3               2.0          256.0     1.939394
+    kernels_in_range(t, "decode_FLASH_ATTENTION")["call"].tolist()   # [0, 0, 1, 1, 2, 2]
+
+What one call of a profattn cell launched (per-call kernels, GPU time, launch shapes) is
+:func:`profattn.analysis.cells.summarize_cell`, built on :func:`kernels_in_range`.
 """
 
 from __future__ import annotations
@@ -72,11 +73,9 @@ __all__ = [
     "KERNEL_COLUMNS",
     "OP_COLUMNS",
     "RANGE_COLUMNS",
-    "SUMMARY_COLUMNS",
     "ArgSpec",
     "Trace",
     "TraceWarning",
-    "kernel_summary",
     "kernels_in_range",
     "load_trace",
     "ops_in_range",
@@ -185,25 +184,6 @@ OP_COLUMNS: tuple[str, ...] = (
     "concrete_inputs",
     "range",
 )
-#: dtypes of :func:`kernel_summary`'s columns, in column order.
-_SUMMARY_DTYPES: dict[str, Any] = {
-    "range": object,
-    "calls": "int64",
-    "kernels_per_call": "float64",
-    "gpu_time_per_call_us": "float64",
-    "ctas_per_call": "float64",
-    "ctas_per_sm": "float64",
-    "dominant_kernel": object,
-    "dominant_share": "float64",
-    "dominant_grid": object,
-    "dominant_block": object,
-    "dominant_registers": "Int64",
-    "dominant_shared_mem_bytes": "Int64",
-    "dominant_blocks_per_sm": "float64",
-}
-#: Columns of :func:`kernel_summary`'s result, in order.
-SUMMARY_COLUMNS: tuple[str, ...] = tuple(_SUMMARY_DTYPES)
-
 
 # ----------------------------------------------------------------------------------------------------
 # The Trace
@@ -861,81 +841,3 @@ def ops_in_range(trace: Trace, name: str) -> pd.DataFrame:
     out = o[inst >= 0].copy()
     out["call"] = inst[inst >= 0]
     return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# Summary
-# ----------------------------------------------------------------------------------------------------
-
-
-def kernel_summary(trace: Trace) -> pd.DataFrame:
-    """Per ``record_function`` range name, what one call of it launched on the GPU.
-
-    One row per range name that has kernels attributed to it (columns :data:`SUMMARY_COLUMNS`), sorted
-    by total GPU time, largest first:
-
-    - ``calls``: instances of the range that launched at least one kernel;
-    - ``kernels_per_call``, ``gpu_time_per_call_us`` (sum of kernel ``dur_us`` / calls, µs),
-      ``ctas_per_call`` (sum of grid products / calls; NaN if any kernel's grid is unknown),
-      ``ctas_per_sm`` (``ctas_per_call / num_sms``; NaN when the SM count is unknown);
-    - ``dominant_kernel``: the kernel name with the most GPU time in the range, ``dominant_share`` its
-      fraction (0..1) of the range's GPU time, and its most frequent launch shape: ``dominant_grid`` and
-      ``dominant_block`` (``(x, y, z)`` tuples or None), ``dominant_registers`` (per thread),
-      ``dominant_shared_mem_bytes``, ``dominant_blocks_per_sm`` (Kineto's figure).
-
-    A trace without attributed kernels gives an empty frame with these columns.
-    """
-    kernels = trace.kernels[trace.kernels["range"].notna()]
-    num_sms = trace.num_sms
-    records = []
-    for range_name, group in kernels.groupby("range", sort=False):
-        calls = int(group["range_instance"].nunique())
-        total_us = float(group["dur_us"].sum())
-        ctas = group["ctas"]
-        ctas_per_call = math.nan if ctas.isna().any() else float(ctas.sum()) / calls
-        by_name = group.groupby("name", sort=False)["dur_us"].sum()
-        dominant = str(by_name.idxmax())
-        shape = _dominant_shape(group[group["name"] == dominant])
-        records.append(
-            {
-                "range": range_name,
-                "calls": calls,
-                "kernels_per_call": len(group) / calls,
-                "gpu_time_per_call_us": total_us / calls,
-                "ctas_per_call": ctas_per_call,
-                "ctas_per_sm": ctas_per_call / num_sms if num_sms else math.nan,
-                "dominant_kernel": dominant,
-                "dominant_share": float(by_name[dominant]) / total_us if total_us > 0 else math.nan,
-                **shape,
-                "_total_us": total_us,
-            }
-        )
-    if not records:
-        return _empty_summary()
-    summary = pd.DataFrame.from_records(records)
-    summary = summary.sort_values("_total_us", ascending=False, kind="stable", ignore_index=True)
-    return summary[list(SUMMARY_COLUMNS)].astype(_SUMMARY_DTYPES)
-
-
-def _dominant_shape(launches: pd.DataFrame) -> dict[str, Any]:
-    """The most frequent launch shape among ``launches`` (ties: the earliest), as summary fields."""
-    columns = (*_GRID, *_BLOCK, "registers_per_thread", "shared_mem_bytes")
-    shapes = list(zip(*(_ints_or_none(launches[c]) for c in columns)))
-    best, _ = Counter(shapes).most_common(1)[0]  # Counter keeps first-seen order among equal counts
-    grid, block = best[0:3], best[3:6]
-    return {
-        "dominant_grid": grid if None not in grid else None,
-        "dominant_block": block if None not in block else None,
-        "dominant_registers": best[6],
-        "dominant_shared_mem_bytes": best[7],
-        "dominant_blocks_per_sm": float(launches["blocks_per_sm"].iloc[shapes.index(best)]),
-    }
-
-
-def _ints_or_none(column: pd.Series) -> list[int | None]:
-    """An Int64 column as plain Python ints, None for <NA>."""
-    return [None if v is pd.NA else int(v) for v in column.tolist()]
-
-
-def _empty_summary() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=_SUMMARY_DTYPES[c]) for c in SUMMARY_COLUMNS})

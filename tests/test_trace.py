@@ -549,3 +549,17 @@ def test_fuzz_junk_values_in_valid_json(tmp_path_factory: pytest.TempPathFactory
         assert trace.num_sms is None or trace.num_sms > 0
 
     check()
+
+
+def test_one_device_choice_for_sm_count_and_name(tmp_path: Path) -> None:
+    """The kernels' most common device picks the deviceProperties entry, its id compared as an integer
+    (1.0 is device 1); no kernel device, or no matching entry: the first entry."""
+    props = [{"id": 0, "name": "GPU zero", "numSms": 100}, {"id": 1.0, "name": "GPU one", "numSms": 132}]
+    events = [kernel_event(10, 1, device=1), kernel_event(20, 2, device=1), kernel_event(30, 3, device=0)]
+    trace = load_trace(write_trace(tmp_path, {"traceEvents": events, "deviceProperties": props}))
+    assert trace.device is not None and trace.device["name"] == "GPU one"
+    assert (trace.num_sms, trace.device_name) == (132, "GPU one")
+    others = load_trace(write_trace(tmp_path, {"traceEvents": [kernel_event(10, 1, device=5)], "deviceProperties": props}, "b.json"))
+    assert (others.num_sms, others.device_name) == (100, "GPU zero")
+    bare = load_trace(write_trace(tmp_path, {"traceEvents": events}, "c.json"))
+    assert (bare.device, bare.num_sms, bare.device_name) == (None, None, None)

@@ -462,7 +462,7 @@ def analyze_trace(trace: Trace) -> FileAnalysis:
     return FileAnalysis(
         path=trace.path,
         rank=_rank(trace.metadata),
-        device_name=_device_name(trace),
+        device_name=trace.device_name,
         num_sms=num_sms,
         kernel_count=len(kernels),
         gpu_time_us=total_us,
@@ -486,20 +486,6 @@ def _rank(metadata: Mapping[str, Any]) -> int | None:
     info = metadata.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-
-
-def _device_name(trace: Trace) -> str | None:
-    """Name of the device the kernels ran on (the most common ``device``), else the first listed."""
-    props = trace.device_properties
-    if not props:
-        return None
-    devices = trace.kernels["device"].dropna()
-    chosen = props[0]
-    if not devices.empty:
-        device = int(devices.mode().iloc[0])
-        chosen = next((p for p in props if p.get("id") == device), chosen)
-    name = chosen.get("name")
-    return name if isinstance(name, str) else None
 
 
 def _warnings(trace: Trace) -> tuple[TraceWarning, ...]:

@@ -243,21 +243,34 @@ class Trace:
     event_count: int = 0
 
     @property
-    def num_sms(self) -> int | None:
-        """SM count (``numSms``) of the device the kernels ran on (the most common ``device`` among the
-        kernels); the first listed device when that is unknown; None without ``deviceProperties``."""
+    def device(self) -> dict[str, Any] | None:
+        """The ``deviceProperties`` entry of the device the kernels ran on: the most common ``device``
+        among the kernels (ties: the lowest id), matched to an entry's ``id`` as an integer; the first
+        listed entry when no kernel names a device or none matches; None without ``deviceProperties``.
+        The one device choice of profattn (:attr:`num_sms`, :attr:`device_name` and the analysis read it)."""
         if not self.device_properties:
             return None
-        chosen = self.device_properties[0]
         devices = self.kernels["device"].dropna()
         if not devices.empty:
             device = int(devices.mode().iloc[0])
             for props in self.device_properties:
                 if _as_int(props.get("id")) == device:
-                    chosen = props
-                    break
-        sms = _as_int(chosen.get("numSms"))
+                    return props
+        return self.device_properties[0]
+
+    @property
+    def num_sms(self) -> int | None:
+        """SM count (``numSms``) of :attr:`device`; None when unknown or not positive."""
+        chosen = self.device
+        sms = _as_int(chosen.get("numSms")) if chosen is not None else None
         return sms if sms is not None and sms > 0 else None
+
+    @property
+    def device_name(self) -> str | None:
+        """``name`` of :attr:`device` (e.g. ``NVIDIA H200``); None when unknown."""
+        chosen = self.device
+        name = chosen.get("name") if chosen is not None else None
+        return name if isinstance(name, str) else None
 
     @property
     def has_gpu_kernels(self) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -154,17 +154,26 @@ class CounterKernel:
 
 @dataclass(frozen=True)
 class CounterSummary:
-    """A cell's measured traffic: sums over its kernels of one call (bytes; µs)."""
+    """A cell's measured traffic: sums over its kernels of one call (bytes; µs).
 
-    dram_read_bytes: float
-    dram_write_bytes: float
-    l2_to_sm_read_bytes: float
-    l1_global_load_bytes: float
-    gpu_time_us: float
+    A sum is None when any of the cell's kernels lacks that counter (a partial sum would understate it:
+    :func:`profattn.trace.counters.sum_counters`); ``kernels_lacking`` says how many kernels lack which
+    counter (only counters some kernel lacks; empty when every sum is complete — and in results.json
+    written before this field existed, whose sums were partial: missing values counted as 0)."""
+
+    dram_read_bytes: float | None
+    dram_write_bytes: float | None
+    l2_to_sm_read_bytes: float | None
+    l1_global_load_bytes: float | None
+    gpu_time_us: float | None
     kernels: tuple[CounterKernel, ...]
+    kernels_lacking: dict[str, int] = field(default_factory=dict)
 
     @property
-    def dram_bytes(self) -> float:
+    def dram_bytes(self) -> float | None:
+        """DRAM read + write bytes; None when either is unknown."""
+        if self.dram_read_bytes is None or self.dram_write_bytes is None:
+            return None
         return self.dram_read_bytes + self.dram_write_bytes
 
 

@@ -22,6 +22,7 @@ from profattn.trace.counters import (
     CounterError,
     NcuReport,
     counters_by_range,
+    sum_counters,
     parse_ncu_csv,
 )
 from conftest import shared_dir
@@ -607,3 +608,64 @@ def test_arbitrary_text_never_crashes(junk: str) -> None:
         parse_ncu_csv(text=junk)
     except CounterError as e:
         assert "\n" not in str(e)
+
+
+# ----------------------------------------------------------------------------------------------------
+# One sum rule: counters_by_range and the per-cell CounterSummary agree, missing stays missing
+# ----------------------------------------------------------------------------------------------------
+
+
+def _partial_report():
+    text = ncu_text(
+        {
+            "dram__bytes_read.sum": ("Kbyte", ["1", "2", "4"]),
+            "dram__bytes_write.sum": ("byte", ["10", "n/a", "30"]),
+            "gpu__time_duration.sum": ("usecond", ["1", "2", "3"]),
+        },
+        ranges=[push_pop("cell"), push_pop("cell"), push_pop("other")],
+    )
+    return parse_ncu_csv(text=text)
+
+
+def test_sum_counters_labels_missing_values() -> None:
+    report = _partial_report()
+    per_range = sum_counters(report.kernels, by="range").set_index("range")
+    assert per_range.loc["cell", "kernels"] == 2 and per_range.loc["cell", "dram_read_bytes"] == 3_000
+    assert math.isnan(per_range.loc["cell", "dram_write_bytes"]) and math.isnan(per_range.loc["cell", "dram_bytes"])
+    assert per_range.loc["cell", "missing_dram_write_bytes"] == 1 and per_range.loc["cell", "missing_dram_read_bytes"] == 0
+    assert per_range.loc["cell", "missing_l2_to_sm_read_bytes"] == 2  # not in the CSV at all
+    assert per_range.loc["other", "dram_bytes"] == 4_030 and per_range.loc["other", "missing_dram_bytes"] == 0
+    whole = sum_counters(report.kernels).iloc[0]
+    assert whole["kernels"] == 3 and whole["dram_read_bytes"] == 7_000 and math.isnan(whole["dram_write_bytes"])
+    assert whole["gpu_time_us"] == 6 and whole["missing_dram_write_bytes"] == 1
+    assert sum_counters(report.kernels.iloc[:0]).empty
+
+
+def test_cell_counter_summary_keeps_missing_missing() -> None:
+    """Before: analysis.counter_summary filled a missing value with 0 (dram_write_bytes 10, a partial
+    sum); now it is None like counters_by_range's NaN, and the kernels lacking it are counted."""
+    from profattn.analysis.cells import counter_summary
+
+    kernels = _partial_report().kernels
+    summary = counter_summary(kernels[kernels["range"] == "cell"])
+    by_range = counters_by_range(_partial_report()).set_index("range")
+    assert summary.dram_read_bytes == by_range.loc["cell", "dram_read_bytes"] == 3_000
+    assert summary.dram_write_bytes is None and summary.dram_bytes is None
+    assert summary.l2_to_sm_read_bytes is None and summary.gpu_time_us == 3
+    assert summary.kernels_lacking == {"dram_write_bytes": 1, "l2_to_sm_read_bytes": 2, "l1_global_load_bytes": 2}
+    other = counter_summary(kernels[kernels["range"] == "other"])
+    assert other.dram_bytes == 4_030 and other.dram_write_bytes == 30
+
+
+def test_results_json_without_kernels_lacking_still_reads(tmp_path: Path) -> None:
+    """The committed H200 run predates ``kernels_lacking``: it reads with complete sums, and writes back
+    with the field."""
+    from profattn.results import read_results, write_results
+
+    run = read_results(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+    measured = [c for c in run.cells if c.counters is not None]
+    assert len(measured) == 34 and all(c.counters.kernels_lacking == {} for c in measured)
+    flash = next(c for c in measured if c.cell_id.startswith("decode_b8_q1_kv8192") and c.backend == "sdpa-flash")
+    assert flash.counters.dram_bytes == flash.counters.dram_read_bytes + flash.counters.dram_write_bytes > 0
+    again = read_results(write_results(run, tmp_path / "results.json"))
+    assert again.cells == run.cells

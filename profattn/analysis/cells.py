@@ -10,6 +10,7 @@ copy ceiling, kernels per call), never from canned text.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -25,6 +26,7 @@ from profattn.results import (
     RunResult,
     TraceSummary,
 )
+from profattn.trace.counters import SUMMED_COUNTERS, sum_counters
 from profattn.trace.kineto import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
 
@@ -403,11 +405,18 @@ L2_REREAD_RATIO = 1.5
 
 
 def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
-    """Sum one cell's ncu kernel rows (``profattn.trace.counters`` columns) into a :class:`CounterSummary`."""
+    """Sum one cell's ncu kernel rows (:attr:`profattn.trace.counters.NcuReport.kernels` columns) into a
+    :class:`CounterSummary` by :func:`profattn.trace.counters.sum_counters`: a sum that some kernel
+    lacks is None, and ``kernels_lacking`` counts those kernels per counter. None without rows."""
     if not len(kernels):
         return None
-    def total(col: str) -> float:
-        return float(kernels[col].fillna(0).sum()) if col in kernels else 0.0
+    sums = sum_counters(kernels).iloc[0]
+
+    def total(col: str) -> float | None:
+        value = float(sums[col])
+        return None if math.isnan(value) else value
+
+    lacking = {c: int(sums[f"missing_{c}"]) for c in SUMMED_COUNTERS if c != "dram_bytes" and sums[f"missing_{c}"] > 0}
     ks = tuple(
         CounterKernel(
             name=str(r["name"]), grid=r["grid"], block=r["block"],
@@ -426,8 +435,9 @@ def counter_summary(kernels: pd.DataFrame) -> CounterSummary | None:
     return CounterSummary(
         dram_read_bytes=total("dram_read_bytes"), dram_write_bytes=total("dram_write_bytes"),
         l2_to_sm_read_bytes=total("l2_to_sm_read_bytes"), l1_global_load_bytes=total("l1_global_load_bytes"),
-        gpu_time_us=total("gpu_time_us"), kernels=ks,
+        gpu_time_us=total("gpu_time_us"), kernels=ks, kernels_lacking=lacking,
     )
+
 
 
 def attach_counters(run: RunResult, kernels: pd.DataFrame, info: CountersInfo) -> RunResult:

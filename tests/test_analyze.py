@@ -24,12 +24,15 @@ from profattn.report.analyze import (
     find_trace_files,
     kernel_rows,
     launch_rows,
+    mask_text,
     op_rows,
     render_html,
     step_rows,
     workload_rows,
 )
-from profattn.analysis.calls import FileAnalysis, analyze_trace, attention_family
+from profattn.analysis.call_records import CausalAlignment, TraceCalls
+from profattn.analysis.call_shapes import attention_family
+from profattn.analysis.calls import find_attention_calls
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Workload, parse_workload_spec
@@ -38,11 +41,11 @@ SEED_DECODE = {"batch": 8, "num_q_heads": 16, "num_kv_heads": 4, "q_len": 1, "kv
 
 
 @functools.cache
-def _analyzed(path: Path) -> FileAnalysis:
-    return analyze_trace(load_trace(path))
+def _analyzed(path: Path) -> TraceCalls:
+    return find_attention_calls(load_trace(path))
 
 
-def analyzed(name: str) -> FileAnalysis:
+def analyzed(name: str) -> TraceCalls:
     """The fixture's analysis (computed once per session; records are frozen)."""
     return _analyzed(trace_fixture(name))
 
@@ -113,7 +116,7 @@ def test_flash_decode_fixture_three_gqa_calls_with_splitkv_kernels():
         assert call.source == "op" and call.op_name == "aten::scaled_dot_product_attention"
         assert call.backend == "flash" and call.backend_op == "aten::_scaled_dot_product_flash_attention"
         assert call.phase is Phase.DECODE and call.direction == "forward"
-        assert call.causal is False and call.mask == "none"  # Concrete Inputs re-read: is_causal=False
+        assert call.causal is False and call.causal_alignment is CausalAlignment.NONE and mask_text(call) == "none"  # Concrete Inputs re-read: is_causal=False
         assert call.range == "decode_FLASH_ATTENTION"
         split, combine = call.kernels
         assert "flash_fwd_splitkv_kernel" in split.name and split.grid == (1, 7, 32) and split.block == (128, 1, 1)
@@ -234,10 +237,10 @@ def test_train_forward_and_backward_calls(tmp_path: Path):
         launch(2150, 3, tid=2),
         kernel("void at::native::vectorized_elementwise_kernel<>", 2500, 5, 3),
     ]
-    fa = analyze_trace(load_trace(write_trace(tmp_path / "train.json", events)))
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "train.json", events)))
     fwd, bwd = fa.calls
     assert (fwd.direction, fwd.phase, fwd.backend) == ("forward", Phase.TRAIN, "flash")
-    assert (fwd.causal, fwd.mask) == (True, "causal (top-left)")  # Lq == Lk: top-left and bottom-right agree
+    assert (fwd.causal, fwd.causal_alignment, mask_text(fwd)) == (True, CausalAlignment.TOP_LEFT, "causal (top-left)")  # Lq == Lk: top-left and bottom-right agree
     assert fwd.workload == Workload(phase="train", batch=2, q_len=256, kv_len=256, num_q_heads=8, num_kv_heads=2,
                                     head_dim=64, dtype="bfloat16", mask="causal")
     assert (bwd.direction, bwd.phase, bwd.backend) == ("backward", Phase.TRAIN, "flash")
@@ -251,7 +254,7 @@ def test_train_forward_and_backward_calls(tmp_path: Path):
 
 def test_top_left_causal_with_unequal_lengths_gets_no_workload(tmp_path: Path):
     events = sdpa_call(1000, 1, q=[1, 8, 16, 64], k=[1, 8, 1024, 64], causal=True, kernel_name="flash_fwd_kernel")
-    (call,) = analyze_trace(load_trace(write_trace(tmp_path / "tl.json", events))).calls
+    (call,) = find_attention_calls(load_trace(write_trace(tmp_path / "tl.json", events))).calls
     assert call.phase is Phase.DECODE and call.causal is True and call.workload is None
     assert any("top-left" in n for n in call.notes) and "no profattn Workload" in call.profile_hint
 
@@ -260,10 +263,10 @@ def test_causal_unknown_without_concrete_inputs(tmp_path: Path):
     path = write_trace(tmp_path / "plain.json", sdpa_call(1000, 1, q=[4, 8, 512, 64], k=[4, 8, 512, 64], causal=None,
                                                           kernel_name="fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
                                                           backend_op="aten::_scaled_dot_product_efficient_attention"))
-    fa = analyze_trace(load_trace(path))
+    fa = find_attention_calls(load_trace(path))
     (call,) = fa.calls
     assert call.backend == "efficient" and call.kernel_families == ("efficient",) and call.phase is Phase.PREFILL
-    assert call.causal is None and call.mask == "unknown" and call.workload is None
+    assert call.causal is None and call.causal_alignment is CausalAlignment.UNKNOWN and mask_text(call) == "unknown" and call.workload is None
     assert any("Concrete Inputs" in n for n in call.notes) and "no profattn Workload: mask unknown" in call.profile_hint
     assert call_rows(fa)[0]["causal"] == "unknown"
 
@@ -273,7 +276,7 @@ def test_concrete_inputs_read_back_from_a_gzipped_trace(tmp_path: Path):
     plain = write_trace(tmp_path / "t.json", events)
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(plain.read_bytes()))
-    (call,) = analyze_trace(load_trace(gz)).calls
+    (call,) = find_attention_calls(load_trace(gz)).calls
     assert call.causal is True and call.workload is not None and call.workload.mask.value == "causal"
 
 
@@ -285,7 +288,7 @@ def test_cuda_graph_attention_kernels_become_a_kernel_only_call(tmp_path: Path):
         kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7", 1130, 20, 9),
         kernel("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", 1160, 20, 9),  # a convolution: not attention
     ]
-    fa = analyze_trace(load_trace(write_trace(tmp_path / "graph.json", events)))
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "graph.json", events)))
     (call,) = fa.calls
     assert call.source == "kernels" and call.graph_launched and call.backend == "cudnn" and len(call.kernels) == 2
     assert call.shape is None and call.workload is None and call.phase is None
@@ -301,7 +304,7 @@ def test_flex_attention_op_backend_flex_and_mask_unknown(tmp_path: Path):
         launch(1010, 1),
         kernel("triton_tem_fused_flex_attention_0", 1200, 40, 1),
     ]
-    (call,) = analyze_trace(load_trace(write_trace(tmp_path / "flex.json", events))).calls
+    (call,) = find_attention_calls(load_trace(write_trace(tmp_path / "flex.json", events))).calls
     assert (call.backend, call.backend_op, call.kernel_families, call.phase) == ("flex", "flex_attention", ("flex",), Phase.PREFILL)
     assert call.shape.dtype == "float16" and call.causal is None and call.workload is None
     assert any("block mask" in n for n in call.notes)
@@ -394,7 +397,7 @@ def test_decode_call_beside_a_training_step_of_the_same_backend_stays_decode(tmp
         launch(2050, 2, tid=2),
         kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", 2400, 80, 2),
     ]
-    fa = analyze_trace(load_trace(write_trace(tmp_path / "mixed.json", events)))
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "mixed.json", events)))
     train_fwd, bwd, decode = fa.calls
     assert (train_fwd.direction, train_fwd.phase, train_fwd.shape.q_len) == ("forward", Phase.TRAIN, 512)
     assert (bwd.direction, bwd.phase) == ("backward", Phase.TRAIN)
@@ -497,7 +500,7 @@ def test_math_sdpa_training_calls_say_they_may_be_training():
     traces = sorted(train.glob("*.json.gz"))
     if not traces:
         pytest.skip("no committed H200 training trace")
-    fa = analyze_trace(load_trace(traces[0]))
+    fa = find_attention_calls(load_trace(traces[0]))
     math_calls = [c for c in fa.calls if c.backend == "math"]
     assert math_calls and all(c.phase is Phase.PREFILL for c in math_calls)
     assert all(any(n.startswith("may be training") and "BmmBackward0" in n for n in c.notes) for c in math_calls)

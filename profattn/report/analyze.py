@@ -3,7 +3,7 @@
 Trace files are found (a file, or every ``*.json``/``*.json.gz`` under a directory, one per rank or
 worker), parsed by :func:`profattn.trace.load_trace` (a :class:`~profattn.errors.TraceError` names the
 file that cannot be used: an error for a file given itself, a warning and a skip for a file found in a
-directory, e.g. a run's ``results.json``) and analyzed by :func:`profattn.attention_calls.analyze_trace`.
+directory, e.g. a run's ``results.json``) and analyzed by :func:`profattn.analysis.calls.find_attention_calls`.
 Unless ``keep_host_info``, paths are shown relative to the directory given (or as the file's name) and the
 analysis is scrubbed of absolute paths, host and user names (:mod:`profattn.privacy`). Here the results
 become rows of display-ready values (tests assert on rows), the HTML is rendered by jinja2 with autoescape
@@ -24,12 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from profattn.analysis.cells import kernel_stem
-from profattn.analysis.calls import (
-    AttentionCall,
-    CallKernel,
-    FileAnalysis,
-    analyze_trace,
-)
+from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
+from profattn.analysis.calls import find_attention_calls
 from profattn.errors import ProfattnError
 from profattn.files import write_text_atomic
 from profattn.report.run import (
@@ -92,11 +88,11 @@ class SkippedFile:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The analysis of every trace file given: one :class:`FileAnalysis` per file (in the order found),
+    """The analysis of every trace file given: one :class:`TraceCalls` per file (in the order found),
     warnings about the set as a whole (files skipped, duplicated ranks) and the files of a directory that
     could not be analyzed (``skipped``)."""
 
-    files: tuple[FileAnalysis, ...]
+    files: tuple[TraceCalls, ...]
     warnings: tuple[str, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
 
@@ -176,11 +172,11 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
         TraceError: a file given itself that cannot be read as a trace (the message names it).
     """
     inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
-    files: list[FileAnalysis] = []
+    files: list[TraceCalls] = []
     skipped: list[SkippedFile] = []
     for item in inputs:
         try:
-            fa = analyze_trace(load_trace(item.path))
+            fa = find_attention_calls(load_trace(item.path))
         except ProfattnError as exc:
             if not item.in_directory:
                 raise
@@ -200,7 +196,7 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
                     skipped=tuple(skipped))
 
 
-def rank_warnings(files: Sequence[FileAnalysis]) -> tuple[str, ...]:
+def rank_warnings(files: Sequence[TraceCalls]) -> tuple[str, ...]:
     """One warning per rank that more than one file claims (``distributedInfo.rank``)."""
     by_rank: dict[int, list[str]] = {}
     for f in files:
@@ -218,6 +214,16 @@ def rank_warnings(files: Sequence[FileAnalysis]) -> tuple[str, ...]:
 
 def _opt(v: float | None, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
+
+
+def mask_text(c: AttentionCall) -> str:
+    """The call's mask as shown: ``none``, ``causal (top-left)``, ``causal (bottom-right)``,
+    ``attn_mask tensor [...]`` or ``unknown``."""
+    if c.mask_dims is not None:
+        return f"attn_mask tensor {list(c.mask_dims)}"
+    if c.causal_alignment in (CausalAlignment.TOP_LEFT, CausalAlignment.BOTTOM_RIGHT):
+        return f"causal ({c.causal_alignment.value})"
+    return c.causal_alignment.value
 
 
 def _causal_text(causal: bool | None) -> str:
@@ -247,7 +253,7 @@ def _kernel_row(k: CallKernel) -> dict[str, Any]:
     }
 
 
-def call_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def call_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """One row per attention call: what was called and dispatched, the inferred workload and regime, the
     kernels it launched (``kernels``: one row each), the ``Workload(...)`` text and profile snippet."""
     return [_call_row(c) for c in fa.calls]
@@ -261,7 +267,7 @@ def _call_row(c: AttentionCall) -> dict[str, Any]:
         "phase": c.phase.value if c.phase else "unknown", "range": c.range or "",
         "batch": s.batch if s else "?", "q_len": s.q_len if s else "?", "kv_len": s.kv_len if s else "?",
         "heads": f"{s.num_q_heads}/{s.num_kv_heads}" if s else "?", "head_dim": s.head_dim if s else "?",
-        "dtype": (s.dtype or "unknown") if s else "?", "causal": _causal_text(c.causal), "mask": c.mask,
+        "dtype": (s.dtype or "unknown") if s else "?", "causal": _causal_text(c.causal), "mask": mask_text(c),
         "gpu_time": fmt_us(c.gpu_time_us) if c.kernels else "–", "cpu_time": fmt_us(c.dur_us),
         "kernel_count": len(c.kernels), "families": ", ".join(c.kernel_families),
         "graph": c.graph_launched, "kernels": [_kernel_row(k) for k in c.kernels],
@@ -275,10 +281,10 @@ _WORKLOAD_KEYS = ("op", "backend", "backend_op", "direction", "phase", "batch", 
 
 
 def _signature(c: AttentionCall) -> tuple[Any, ...]:
-    return (c.op_name, c.backend, c.direction, c.phase, c.shape, c.mask, tuple(k.name for k in c.kernels))
+    return (c.op_name, c.backend, c.direction, c.phase, c.shape, mask_text(c), tuple(k.name for k in c.kernels))
 
 
-def workload_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def workload_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """Attention calls grouped by what they are (op, backend, direction, phase, shapes, mask, kernel
     names), largest total GPU time first: ``calls`` of each, ``first`` call index, mean GPU time per call."""
     groups: dict[tuple[Any, ...], list[AttentionCall]] = {}
@@ -296,7 +302,7 @@ def workload_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -r["total_us"])
 
 
-def kernel_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def kernel_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """GPU time by kernel name, largest first: count, total, mean, share of the file's kernel time."""
     return [{
         "kernel": k.name, "family": k.family or "", "count": k.count, "total": fmt_us(k.total_us),
@@ -304,7 +310,7 @@ def kernel_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
     } for k in fa.kernels]
 
 
-def launch_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def launch_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """Distinct launch shapes per kernel name (``n/a`` where the trace records none, e.g. ROCm)."""
     return [{
         "kernel": s.name, "grid": _shape(s.grid), "block": _shape(s.block), "registers": _opt(s.registers_per_thread, "d"),
@@ -313,7 +319,7 @@ def launch_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
     } for s in fa.launch_shapes]
 
 
-def op_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def op_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """GPU time by top-level CPU op name, largest first."""
     return [{
         "op": o.name, "op_calls": o.op_calls, "kernels": o.kernels, "total": fmt_us(o.total_us), "mean": fmt_us(o.mean_us),
@@ -321,7 +327,7 @@ def op_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
     } for o in fa.ops]
 
 
-def step_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
+def step_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """One row per ``ProfilerStep#N`` window."""
     return [{
         "step": s.name, "cpu_time": fmt_us(s.dur_us), "kernels": s.kernels,
@@ -329,7 +335,7 @@ def step_rows(fa: FileAnalysis) -> list[dict[str, Any]]:
     } for s in fa.steps]
 
 
-def kernel_chart(fa: FileAnalysis, top: int = CHART_TOP) -> dict[str, Any] | None:
+def kernel_chart(fa: TraceCalls, top: int = CHART_TOP) -> dict[str, Any] | None:
     """A plotly bar chart (JSON-ready dict) of the ``top`` kernel names by GPU time; None without kernels.
     Bars are labelled by the kernel's stem (numbered when stems repeat); hover shows the full name."""
     if not fa.kernels:
@@ -359,7 +365,7 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
     return {
         "index": c.index, "source": c.source, "op_name": c.op_name, "backend": c.backend, "backend_op": c.backend_op,
         "direction": c.direction, "ts_us": c.ts_us, "dur_us": c.dur_us, "pid": c.pid, "tid": c.tid, "range": c.range,
-        "shape": asdict(c.shape) if c.shape else None, "causal": c.causal, "mask": c.mask,
+        "shape": asdict(c.shape) if c.shape else None, "causal": c.causal, "mask": mask_text(c),
         "phase": c.phase.value if c.phase else None,
         "workload": c.workload.to_dict() if c.workload else None, "workload_constructor": c.workload_constructor,
         "gpu_time_us": c.gpu_time_us if c.kernels else None, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,

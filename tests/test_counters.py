@@ -17,15 +17,13 @@ from profattn.trace.counters import (
     KERNEL_COLUMNS,
     L2_SECTOR_BYTES,
     METRICS,
-    RANGE_COUNTER_COLUMNS,
     UNIT_SCALE,
     CounterError,
     NcuReport,
-    counters_by_range,
-    sum_counters,
     parse_ncu_csv,
 )
 from conftest import shared_dir
+from profattn.trace.counter_sums import RANGE_COUNTER_COLUMNS, counters_by_range, sum_counters
 from profattn.errors import ProfattnError
 
 # ----------------------------------------------------------------------------------------------------

@@ -21,13 +21,7 @@ import factories
 from profattn.analysis.cells import summarize_cell
 from profattn.families import FLASH as FLASH_FAMILY
 from profattn.results import TraceSummary
-from profattn.trace.kineto import (
-    KERNEL_COLUMNS,
-    OP_COLUMNS,
-    RANGE_COLUMNS,
-    Trace,
-    load_trace,
-)
+from profattn.trace import KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, load_trace
 
 # ----------------------------------------------------------------------------------------------------
 # Fixture location and helpers

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from profattn.trace.kineto import TraceWarning
+from profattn.trace.columns import TraceWarning
 from profattn.workload import Phase, Workload
 
 __all__ = [

@@ -57,7 +57,8 @@ from profattn.analysis.call_shapes import (
     attention_family, is_attention_op, kernel_direction, op_dims, op_shape, read_causal, signature, with_phases,
 )
 from profattn.errors import TraceError
-from profattn.trace.kineto import Trace, TraceWarning
+from profattn.trace.columns import TraceWarning
+from profattn.trace.kineto import Trace
 from profattn.trace.windows import IntervalIndex, group_keys
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")

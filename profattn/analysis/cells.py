@@ -26,7 +26,7 @@ from profattn.results import (
     RunResult,
     TraceSummary,
 )
-from profattn.trace.counters import SUMMED_COUNTERS, sum_counters
+from profattn.trace.counter_sums import SUMMED_COUNTERS, sum_counters
 from profattn.trace.kineto import Trace, kernels_in_range, ops_in_range
 from profattn.workload import Phase
 

@@ -1,0 +1,221 @@
+"""Tests for profattn.analysis.calls (find_attention_calls): op grouping, kernel attribution, phase and
+workload inference, refusals and ProfilerStep windows — on the committed H200 traces and small
+hand-written ones."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FLASH, trace_fixture
+from profattn.analysis.call_records import CausalAlignment, TraceCalls
+from profattn.analysis.calls import find_attention_calls
+from profattn.trace import load_trace
+from profattn.workload import Phase, Workload
+from test_analyze import BF16, cpu_op, kernel, launch, sdpa_call, write_trace
+
+SEED_TRACES = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "traces"
+
+
+@functools.cache
+def seed(phase: str) -> TraceCalls:
+    """The committed H200 seed trace of ``phase`` (decode, prefill, train), analyzed once."""
+    (path,) = sorted((SEED_TRACES / phase).glob("*.json.gz"))
+    return find_attention_calls(load_trace(path))
+
+
+def by_kind(tc: TraceCalls) -> dict[tuple[str, str, str, str | None], int]:
+    return dict(Counter((c.source, c.backend, c.direction, c.phase.value if c.phase else None) for c in tc.calls))
+
+
+# ---- the H200 flash decode fixture -----------------------------------------------------------------
+
+
+def test_flash_fixture_three_calls_each_with_its_two_kernels() -> None:
+    tc = find_attention_calls(load_trace(trace_fixture(FLASH)))
+    assert len(tc.calls) == 3 and tc.kernel_count == 6
+    assert (tc.device_name, tc.num_sms) == ("NVIDIA H200", 132)
+    assert tc.gpu_time_us == pytest.approx(138.815)
+    for i, call in enumerate(tc.calls):
+        assert call.index == i and call.source == "op"
+        assert (call.op_name, call.backend_op) == ("aten::scaled_dot_product_attention",
+                                                   "aten::_scaled_dot_product_flash_attention")
+        assert (call.backend, call.direction, call.phase) == ("flash", "forward", Phase.DECODE)
+        assert call.shape.key() == (8, 16, 4, 1, 8192, 128) and call.shape.dtype == "bfloat16"
+        assert (call.causal, call.causal_alignment, call.mask_dims, call.varlen) == (False, CausalAlignment.NONE, None, False)
+        split, combine = call.kernels
+        assert "flash_fwd_splitkv_kernel" in split.name and split.family == "flash"
+        assert (split.grid, split.block, split.ctas) == ((1, 7, 32), (128, 1, 1), 224)
+        assert split.ctas_per_sm == pytest.approx(224 / 132)
+        assert "flash_fwd_splitkv_combine_kernel" in combine.name and (combine.grid, combine.ctas) == ((32, 1, 1), 32)
+        assert call.workload == Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4,
+                                         head_dim=128, dtype="bfloat16", mask="none")
+    assert [c.kernels[0].dur_us for c in tc.calls] == pytest.approx([44.32, 40.031, 40.64])
+    (op,) = tc.ops
+    assert (op.name, op.op_calls, op.kernels) == ("aten::scaled_dot_product_attention", 3, 6)
+    assert op.total_us == pytest.approx(138.815) and tc.steps == ()
+
+
+# ---- the committed H200 seed run: decode, prefill, train -------------------------------------------
+
+
+def test_seed_decode_calls_by_backend_and_phase() -> None:
+    tc = seed("decode")
+    assert (len(tc.calls), tc.kernel_count) == (108, 453)
+    assert tc.gpu_time_us == pytest.approx(15880.842, abs=1e-3)
+    assert by_kind(tc) == {
+        ("kernels", "triton", "forward", None): 18,  # profattn's Triton paged decode: no attention op
+        ("op", "cudnn", "forward", "decode"): 18,  # sdpa-cudnn and torch-paged-reference
+        ("op", "flash", "forward", "decode"): 9,
+        ("op", "math", "forward", "decode"): 9,
+        ("op", "flex", "forward", "decode"): 18,
+        ("op", "flex", "forward", "prefill"): 18,
+        ("op", "flex", "forward", None): 18,
+    }
+    tags = Counter(c.workload.tag for c in tc.calls if c.workload)
+    assert tags == {f"decode_b8_q1_kv{kv}_hq16_hkv4_d128_bf16_none": 12 for kv in (512, 2048, 8192)}
+    triton = next(c for c in tc.calls if c.source == "kernels")
+    assert triton.op_name is None and triton.range.endswith("kv512_hq16_hkv4_d128_bf16_causal_paged16.triton-paged-decode")
+    (k,) = triton.kernels
+    assert (k.name, k.grid, k.block, k.family) == ("_paged_decode_split_kernel", (8, 4, 8), (128, 1, 1), "triton")
+    assert triton.workload is None and triton.causal_alignment is CausalAlignment.UNKNOWN
+    flex = [c for c in tc.calls if c.backend == "flex"]
+    assert all(c.causal_alignment is CausalAlignment.UNKNOWN and c.workload is None for c in flex)
+    flash = next(c for c in tc.calls if c.backend == "flash")
+    assert [(k.grid, k.registers_per_thread, k.shared_mem_bytes) for k in flash.kernels] == [
+        ((1, 4, 32), 246, 81920), ((32, 1, 1), 54, 80)]
+
+
+def test_seed_prefill_calls_and_launch_shapes() -> None:
+    tc = seed("prefill")
+    assert (len(tc.calls), tc.kernel_count) == (12, 123)
+    assert by_kind(tc) == {("op", b, "forward", "prefill"): 3 for b in ("math", "flash", "cudnn", "flex")}
+    causal = [c for c in tc.calls if c.backend != "flex"]
+    assert all(c.causal_alignment is CausalAlignment.TOP_LEFT and c.shape.q_len == c.shape.kv_len for c in causal)
+    assert Counter(c.workload.tag for c in tc.calls if c.workload) == {"prefill_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal": 9}
+    flash = next(c for c in tc.calls if c.backend == "flash")
+    (k,) = flash.kernels
+    assert "flash_fwd_kernel" in k.name
+    assert (k.grid, k.block, k.ctas, k.registers_per_thread, k.shared_mem_bytes) == ((16, 8, 16), (128, 1, 1), 2048, 255, 65536)
+    math_call = next(c for c in tc.calls if c.backend == "math")
+    assert math_call.backend_op == "aten::_scaled_dot_product_attention_math" and len(math_call.kernels) == 22
+
+
+def test_seed_train_forward_paired_with_backward() -> None:
+    tc = seed("train")
+    assert (len(tc.calls), tc.kernel_count) == (24, 258)
+    assert by_kind(tc) == {
+        ("op", "math", "forward", "prefill"): 3,  # math backward is generic autograd: not paired
+        ("op", "flash", "forward", "train"): 3, ("op", "flash", "backward", "train"): 3,
+        ("op", "cudnn", "forward", "train"): 3, ("op", "cudnn", "backward", "train"): 3,
+        ("op", "flex", "forward", "train"): 3, ("op", "flex", "backward", "train"): 6,
+    }
+    flash_fwd = next(c for c in tc.calls if c.backend == "flash" and c.direction == "forward")
+    assert flash_fwd.workload.tag == "train_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal"
+    assert "a train Workload times forward and backward together" in flash_fwd.notes
+    flash_bwd = next(c for c in tc.calls if c.backend == "flash" and c.direction == "backward")
+    assert len(flash_bwd.kernels) == 7 and flash_bwd.gpu_time_us == pytest.approx(1663.076, abs=1e-3)
+    assert any("flash_bwd_dot_do_o_kernel" in k.name for k in flash_bwd.kernels)
+    math_call = next(c for c in tc.calls if c.backend == "math")
+    assert math_call.workload.tag == "prefill_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal"
+    assert any(n.startswith("may be training") for n in math_call.notes)
+
+
+# ---- refusals: no Workload where profattn's semantics cannot express the call ----------------------
+
+
+def flash_forward(ts: float, correlation: int, *, q: list[int], k: list[int], causal: bool,
+                  cu_seqlens: list[int] | None = None) -> list[dict[str, Any]]:
+    """``aten::_flash_attention_forward`` (q ``[B, L, H, d]``; bottom-right causal; ``cu_seqlens_q`` at
+    argument 3) with one kernel."""
+    dims = [q, k, k, cu_seqlens or [], cu_seqlens or [], [], [], [], [], [], []]
+    concrete = [""] * 8 + [str(causal), "False", ""]
+    return [
+        cpu_op("aten::_flash_attention_forward", ts, 100, dims=dims, types=BF16 + [""] * 8, concrete=concrete),
+        launch(ts + 10, correlation),
+        kernel("void pytorch_flash::flash_fwd_kernel<>", ts + 200, 30, correlation),
+    ]
+
+
+def calls_of(tmp_path: Path, events: list[dict[str, Any]], name: str = "t.json") -> TraceCalls:
+    return find_attention_calls(load_trace(write_trace(tmp_path / name, events)))
+
+
+def test_top_left_causal_with_lq_ne_lk_is_refused(tmp_path: Path) -> None:
+    events = sdpa_call(1000, 1, q=[2, 8, 64, 64], k=[2, 2, 512, 64], causal=True, kernel_name="flash_fwd_kernel")
+    (call,) = calls_of(tmp_path, events).calls
+    assert (call.causal, call.causal_alignment, call.phase) == (True, CausalAlignment.TOP_LEFT, Phase.PREFILL)
+    assert call.workload is None
+    assert call.notes[-1] == ("no profattn Workload: SDPA's is_causal is top-left aligned and profattn's causal mask "
+                              "bottom-right: they differ for Lq 64 != Lk 512")
+
+
+def test_bottom_right_causal_with_lq_ne_lk_is_a_workload(tmp_path: Path) -> None:
+    (call,) = calls_of(tmp_path, flash_forward(1000, 1, q=[2, 64, 8, 64], k=[2, 512, 2, 64], causal=True)).calls
+    assert (call.backend, call.causal_alignment, call.varlen) == ("flash", CausalAlignment.BOTTOM_RIGHT, False)
+    assert call.workload == Workload(phase="prefill", batch=2, q_len=64, kv_len=512, num_q_heads=8, num_kv_heads=2,
+                                     head_dim=64, dtype="bfloat16", mask="causal")
+
+
+def test_packed_variable_length_batch_is_refused(tmp_path: Path) -> None:
+    events = flash_forward(1000, 1, q=[1, 300, 8, 64], k=[1, 300, 2, 64], causal=True, cu_seqlens=[4])
+    (call,) = calls_of(tmp_path, events).calls
+    assert call.varlen is True and call.shape.key() == (1, 8, 2, 300, 300, 64)
+    assert call.workload is None and call.notes[-1] == "no profattn Workload: packed variable-length batch"
+    assert "packed variable-length batch (cu_seqlens): B and L are not per-sequence values" in call.notes
+
+
+# ---- op grouping and kernel attribution ------------------------------------------------------------
+
+
+def test_nested_attention_ops_are_one_call_and_other_threads_keep_their_kernels(tmp_path: Path) -> None:
+    events = sdpa_call(1000, 1, q=[1, 8, 1, 64], k=[1, 8, 256, 64], causal=False, kernel_name="flash_fwd_splitkv_kernel")
+    events += [
+        launch(1050, 2, tid=9),  # another thread launches during the call's window: not the call's
+        kernel("void at::native::vectorized_elementwise_kernel<>", 1300, 4, 2),
+        launch(1100, 3),  # the call's own thread, at the window's end (closed window): the call's
+        kernel("void at::native::elementwise_kernel<>", 1310, 4, 3),
+        launch(1101, 4),  # just past the window
+        kernel("void at::native::reduce_kernel<>", 1320, 4, 4),
+    ]
+    tc = calls_of(tmp_path, events)
+    (call,) = tc.calls
+    assert call.backend_op == "aten::_scaled_dot_product_flash_attention"
+    assert [k.name for k in call.kernels] == ["flash_fwd_splitkv_kernel", "void at::native::elementwise_kernel<>"]
+
+
+def test_kernel_without_launcher_joins_through_external_id(tmp_path: Path) -> None:
+    events = [
+        cpu_op("aten::scaled_dot_product_attention", 1000, 100, dims=[[1, 8, 1, 64], [1, 8, 256, 64], [1, 8, 256, 64]],
+               types=BF16, concrete=["", "", "", "", "0.", "False", "", "False"]),
+        cpu_op("aten::_scaled_dot_product_flash_attention", 1010, 80, ext=77),
+        {"ph": "X", "cat": "kernel", "name": "flash_fwd_splitkv_kernel", "ts": 1200, "dur": 9, "pid": 0, "tid": 7,
+         "args": {"External id": 77, "correlation": 5, "device": 0, "stream": 7, "grid": [1, 8, 8], "block": [128, 1, 1]}},
+    ]
+    tc = calls_of(tmp_path, events)
+    (call,) = tc.calls
+    assert [k.name for k in call.kernels] == ["flash_fwd_splitkv_kernel"] and call.kernels[0].grid == (1, 8, 8)
+    (op,) = tc.ops  # charged through the External id to the top-level op
+    assert (op.name, op.op_calls, op.kernels) == ("aten::scaled_dot_product_attention", 1, 1)
+
+
+def test_profiler_step_windows_count_kernels_of_their_process(tmp_path: Path) -> None:
+    step = {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1}
+    events = [
+        {**step, "name": "ProfilerStep#1", "ts": 0, "dur": 900, "args": {}},
+        {**step, "name": "ProfilerStep#2", "ts": 900, "dur": 2000, "args": {}},  # shares ts 900 with step 1
+        launch(100, 10), kernel("k_a", 150, 5, 10),
+        launch(900, 11, tid=2), kernel("k_b", 950, 7, 11),  # autograd's thread, on the boundary: both steps
+        {**launch(1000, 12), "pid": 2}, kernel("k_c", 1050, 100, 12),  # another process: no step
+        *sdpa_call(1500, 13, q=[1, 8, 1, 64], k=[1, 8, 256, 64], causal=False, kernel_name="flash_fwd_splitkv_kernel"),
+    ]
+    tc = calls_of(tmp_path, events)
+    s1, s2 = tc.steps
+    assert (s1.name, s1.ts_us, s1.dur_us, s1.kernels, s1.attention_calls) == ("ProfilerStep#1", 0.0, 900.0, 2, 0)
+    assert s1.gpu_time_us == pytest.approx(12.0)
+    assert (s2.name, s2.kernels, s2.attention_calls) == ("ProfilerStep#2", 2, 1)
+    assert s2.gpu_time_us == pytest.approx(7.0 + 30.0)

@@ -21,7 +21,7 @@ import factories
 from profattn.analysis.cells import summarize_cell
 from profattn.families import FLASH as FLASH_FAMILY
 from profattn.results import TraceSummary
-from profattn.trace import KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, load_trace
+from profattn.trace import KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, kernels_in_range, load_trace, ops_in_range
 
 # ----------------------------------------------------------------------------------------------------
 # Fixture location and helpers
@@ -557,3 +557,24 @@ def test_one_device_choice_for_sm_count_and_name(tmp_path: Path) -> None:
     assert (others.num_sms, others.device_name) == (100, "GPU zero")
     bare = load_trace(write_trace(tmp_path, {"traceEvents": events}, "c.json"))
     assert (bare.device, bare.num_sms, bare.device_name) == (None, None, None)
+
+
+def test_kernels_in_range_any_depth_any_thread_of_the_process(tmp_path: Path) -> None:
+    """The range's window on its process: nested ranges and other threads count, other processes do not;
+    a launch on the window's end is inside."""
+    events = [
+        event("user_annotation", "cell", 0, 100, tid=1),
+        event("user_annotation", "## Call CompiledFxGraph x ##", 10, 20, tid=1),
+        event("user_annotation", "cell", 200, 100, tid=1),
+        event("cuda_runtime", "cudaLaunchKernel", 15, 1, tid=1, correlation=1),  # nested range: call 0
+        event("cuda_runtime", "cudaLaunchKernel", 100, 1, tid=2, correlation=2),  # other thread, on the end
+        event("cuda_runtime", "cudaLaunchKernel", 150, 1, tid=1, correlation=3),  # between the calls
+        event("cuda_runtime", "cudaLaunchKernel", 250, 1, pid=9, tid=1, correlation=4),  # other process
+        event("cuda_runtime", "cudaLaunchKernel", 250, 1, tid=1, correlation=5),  # call 1
+        *(kernel_event(400 + c, c) for c in (1, 2, 3, 4, 5)),
+    ]
+    trace = load_trace(write_trace(tmp_path, {"traceEvents": events}))
+    inside = kernels_in_range(trace, "cell")
+    assert inside["name"].tolist() == ["k1", "k2", "k5"] and inside["call"].tolist() == [0, 0, 1]
+    assert trace.kernels["range"].tolist() == ["## Call CompiledFxGraph x ##", "cell", None, None, "cell"]
+    assert ops_in_range(trace, "cell").empty

@@ -1,12 +1,15 @@
 """Attention calls in any PyTorch profiler (Kineto) trace, and where the trace's GPU time went.
 
 Pure analysis over a parsed :class:`~profattn.trace.Trace` (no HTML: :mod:`profattn.report.analyze` renders).
-Units: times in µs (as Kineto writes them), sizes in bytes.
+Entry point :func:`find_attention_calls`; its records are in :mod:`profattn.analysis.call_records`, the
+op signatures and the shape/phase/workload inference in :mod:`profattn.analysis.call_shapes`. Every
+"which window holds this time" question goes through :class:`~profattn.trace.windows.IntervalIndex`
+(windows closed at both ends). Units: times in µs (as Kineto writes them), sizes in bytes.
 
 **Attention calls.** An attention call is the *outermost* attention operator on its thread: the SDPA front
 door ``aten::scaled_dot_product_attention`` (or a backend op called directly, a ``_backward`` op, a
-FlexAttention op — see :data:`ATTENTION_OPS`); attention ops nested inside it in time on the same
-``pid``/``tid`` belong to the same call, and the first backend-specific one names the dispatched backend
+FlexAttention op — see :data:`~profattn.analysis.call_shapes.ATTENTION_OPS`); attention ops nested inside it in time on the same
+``pid``/``tid`` belong to the same call (the index's *top-level* rule), and the first backend-specific one names the dispatched backend
 (``aten::_scaled_dot_product_flash_attention`` → ``flash``). Attention kernels that no such call launched
 (flash-attn's own extension, FlashInfer, cuDNN or Inductor kernels, kernels replayed from a CUDA graph)
 become *kernel-only* calls, grouped by the CPU op that launched them (``External id``) or, for CUDA graph
@@ -30,12 +33,19 @@ note that it may be training.
 **Kernels of a call.** Kernels whose launching runtime/driver call (``launch_ts_us``) falls inside the
 call op's ``[ts, ts + dur]`` on the same ``pid`` *and* ``tid`` (an aten op launches its kernels from its
 own thread; matching the thread keeps kernels that other threads launch meanwhile out); kernels without
-a recorded launcher join the call when their ``External id`` is one of the ops inside its window.
+a recorded launcher join the call when their ``External id`` is one of the ops inside its window. The
+calls of one thread never overlap, so each kernel belongs to at most one call.
 
 **GPU time by op.** Each kernel is charged to the *top-level* CPU op (one not nested in another op on its
-thread) whose window holds its launch on the launching thread; kernels without a launcher go through their
+thread: :meth:`~profattn.trace.windows.IntervalIndex.outermost`) whose window holds its launch on the
+launching thread; kernels without a launcher go through their
 ``External id`` to the op that launched them, then to that op's top-level op. Kernels replayed from a CUDA
-graph are charged to the op around the graph launch. GPU time throughout is summed kernel time (kernels
+graph are charged to the op around the graph launch.
+
+**ProfilerStep windows.** Kernels launched inside a ``ProfilerStep#N`` range from any thread of its
+process, and the attention calls that start inside it (a time on the boundary of two steps counts in both).
+
+GPU time throughout is summed kernel time (kernels
 that overlap on different streams count twice); ``gpu_busy_us`` is the union of kernel intervals.
 """
 

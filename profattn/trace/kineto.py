@@ -232,7 +232,7 @@ def kernels_in_range(trace: Trace, name: str) -> pd.DataFrame:
     backward kernels launched by autograd's device thread, count). Adds column ``call``: the instance.
 
     Assumes instances of one name do not overlap in time (true for profattn's cells; for overlapping
-    instances the latest-starting one wins).
+    instances the innermost one holding the launch wins: :meth:`IntervalIndex.innermost`, keyed by pid).
     """
     k = trace.kernels
     inst = _within(trace.ranges, name, k["launch_pid"], k["launch_ts_us"].to_numpy(dtype="float64"))

@@ -200,7 +200,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from rich.console import Console
 
     from profattn.backends import all_backends
-    from profattn.backends.plugins import resolve_backend
+    from profattn.backends.registry import resolve_backend
     from profattn.report.run import write_report
     from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from profattn.backends import plugins, registry
-from profattn.cli.commands import main
+from profattn.cli import main
 from profattn.results import CellStatus, read_results
 from profattn.harness.session import SessionConfig, run_session
 from profattn.workload import Phase, Preset, Workload

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from profattn import privacy
 from profattn.backends.registry import preserved
-from profattn.cli.commands import main
+from profattn.cli import main
 from profattn.results import read_results
 
 HOST, USER = "build-host-7f3a", "alice-dev"

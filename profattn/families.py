@@ -78,3 +78,14 @@ PAGED_GATHER = KernelFamily(
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
 ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON)
+
+#: Every built-in family by name (the ``family`` a cell records in ``results.json``).
+BUILTIN_FAMILIES: dict[str, KernelFamily] = {
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, PAGED_GATHER)
+}
+
+
+def builtin_family(name: str) -> KernelFamily | None:
+    """The built-in :class:`KernelFamily` called ``name`` (``flash``, ``dense``, ``paged-gather``, ...), or
+    None for a name that is not built in (a plugin's family)."""
+    return BUILTIN_FAMILIES.get(name)

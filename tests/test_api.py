@@ -149,3 +149,13 @@ def test_readme_example_runs():
     code = "import profattn; print(profattn.load_run('examples/h200-seed').to_pandas().shape)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip().startswith("(45, ")
+
+
+def test_readme_python_api_block_runs(monkeypatch):
+    """The README's notebook-style example runs as written (from the repository root)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    code = text.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(REPO)
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own documentation
+    assert len(scope["df"]) == 45 and len(scope["t"].attention_calls) == 108

@@ -6,7 +6,7 @@ re-exports these names.
 "Read the kernel that actually ran from the trace; a backend flag is not evidence." A cell is checked
 against these patterns after its profiler pass (see :func:`profattn.analysis.family_check`).
 Patterns come from kernel names seen in real Kineto traces of torch 2.11 on an H200
-(``../shared/fixtures/traces/``) and from the libraries' sources: flash-attn 2 as vendored by PyTorch
+(``tests/data/traces/``) and from the libraries' sources: flash-attn 2 as vendored by PyTorch
 (``pytorch_flash::flash_fwd_*``, ``flash_bwd_*``), PyTorch's mem-efficient CUTLASS kernels
 (``fmha_cutlassF_*``/``fmha_cutlassB_*``), cuDNN's runtime-compiled SDPA engines (``cudnn_*``,
 ``sm90_flash_*``), Inductor's template kernels for FlexAttention (``triton_tem_*``).

@@ -6,7 +6,7 @@ re-exports these names.
 "Read the kernel that actually ran from the trace; a backend flag is not evidence." A cell is checked
 against these patterns after its profiler pass (see :func:`profattn.analysis.family_check`).
 Patterns come from kernel names seen in real Kineto traces of torch 2.11 on an H200
-(``../shared/fixtures/traces/``) and from the libraries' sources: flash-attn 2 as vendored by PyTorch
+(``tests/data/traces/``) and from the libraries' sources: flash-attn 2 as vendored by PyTorch
 (``pytorch_flash::flash_fwd_*``, ``flash_bwd_*``), PyTorch's mem-efficient CUTLASS kernels
 (``fmha_cutlassF_*``/``fmha_cutlassB_*``), cuDNN's runtime-compiled SDPA engines (``cudnn_*``,
 ``sm90_flash_*``), Inductor's template kernels for FlexAttention (``triton_tem_*``).
@@ -78,3 +78,14 @@ PAGED_GATHER = KernelFamily(
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
 ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON)
+
+#: Every built-in family by name (the ``family`` a cell records in ``results.json``).
+BUILTIN_FAMILIES: dict[str, KernelFamily] = {
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, PAGED_GATHER)
+}
+
+
+def builtin_family(name: str) -> KernelFamily | None:
+    """The built-in :class:`KernelFamily` called ``name`` (``flash``, ``dense``, ``paged-gather``, ...), or
+    None for a name that is not built in (a plugin's family)."""
+    return BUILTIN_FAMILIES.get(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
-# File names of the real traces in ``shared/fixtures/traces`` (see shared/README.md).
+# The real traces and Nsight Compute output the tests read live in ``tests/data`` (see its README.md).
+DATA = Path(__file__).resolve().parent / "data"
+
+# File names of the real traces in ``tests/data/traces``.
 FLASH = "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
 MATH = "h200_sdpa_decode_math_gqa.pt.trace.json.gz"
 ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
@@ -20,26 +22,34 @@ OLD_SCHEMA = "hta_trace_file_list_inference_rank_1.json.gz"
 NCCL = "hta_nccl_parser_config_nccl_data.json.gz"  # 40,573 events, 2,700 kernels, 14,346 CPU ops
 
 
-def shared_dir() -> Path:
-    """``../shared`` beside the repository, or ``$PROFATTN_SHARED``."""
-    env = os.environ.get("PROFATTN_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
-
-
 def trace_fixture(name: str) -> Path:
-    """A shared trace fixture (``fixtures/traces/<name>``); skips the test when it is absent."""
-    path = shared_dir() / "fixtures" / "traces" / name
+    """A real trace fixture, ``tests/data/traces/<name>``.
+
+    Raises:
+        FileNotFoundError: the file is not in ``tests/data/traces`` (a missing fixture is a failure, not a skip).
+    """
+    path = DATA / "traces" / name
     if not path.is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
+        raise FileNotFoundError(f"trace fixture {path} is missing from the repository")
+    return path
+
+
+def ncu_fixture(name: str) -> Path:
+    """A real Nsight Compute CSV fixture, ``tests/data/ncu/<name>``.
+
+    Raises:
+        FileNotFoundError: the file is not in ``tests/data/ncu``.
+    """
+    path = DATA / "ncu" / name
+    if not path.is_file():
+        raise FileNotFoundError(f"ncu fixture {path} is missing from the repository")
     return path
 
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    d = shared_dir() / "fixtures"
-    if not d.is_dir():
-        pytest.skip(f"shared fixtures not found at {d}")
-    return d
+    """``tests/data`` (``traces/`` and ``ncu/`` below it)."""
+    return DATA
 
 
 @pytest.fixture

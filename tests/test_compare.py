@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from factories import SEED, cell, environment, kernel, repeated, run, with_repeat
 
-from profattn.cli.commands import main
+from profattn.cli import main
 from profattn.analysis.compare import (
     FASTER,
     FEW,

@@ -22,7 +22,7 @@ from profattn.trace.counters import (
     NcuReport,
     parse_ncu_csv,
 )
-from conftest import shared_dir
+from conftest import ncu_fixture
 from profattn.trace.counter_sums import RANGE_COUNTER_COLUMNS, counters_by_range, sum_counters
 from profattn.errors import ProfattnError
 
@@ -31,13 +31,6 @@ from profattn.errors import ProfattnError
 # ----------------------------------------------------------------------------------------------------
 
 
-def _ncu_dir() -> Path | None:
-    """``fixtures/ncu`` under the shared folder (``$PROFATTN_SHARED`` or ``../shared``), or None."""
-    d = shared_dir() / "fixtures" / "ncu"
-    return d if d.is_dir() else None
-
-
-NCU = _ncu_dir()
 DECODE = "h200_sdpa_decode_kv8192_raw.csv"
 SPLITKV = "flash_fwd_splitkv_kernel<"
 COMBINE = "flash_fwd_splitkv_combine_kernel"
@@ -56,10 +49,8 @@ LIB_ERROR = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
 
 
 def fixture_path(name: str) -> Path:
-    """Path of a shared ncu fixture; skips the test when the shared fixtures are absent."""
-    if NCU is None or not (NCU / name).is_file():
-        pytest.skip(f"shared ncu fixture {name} not found (set PROFATTN_SHARED)")
-    return NCU / name
+    """Path of an ncu fixture in ``tests/data/ncu``."""
+    return ncu_fixture(name)
 
 
 @functools.cache

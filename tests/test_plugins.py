@@ -15,9 +15,8 @@ from click.testing import CliRunner
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from profattn.backends import plugins
-from profattn.backends.registry import _REGISTRY
-from profattn.cli.commands import main
+from profattn.backends import plugins, registry
+from profattn.cli import main
 from profattn.results import CellStatus, read_results
 from profattn.harness.session import SessionConfig, run_session
 from profattn.workload import Phase, Preset, Workload
@@ -33,11 +32,8 @@ TINY = Preset("tiny-decode", "test", (
 
 @pytest.fixture
 def clean_registry():
-    before = dict(_REGISTRY)
-    yield
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
-    plugins._LOADED = False
+    with registry.preserved():
+        yield
     for name in [m for m in sys.modules if m.startswith(("profattn_plugin_decode", "byok_"))]:
         del sys.modules[name]
 
@@ -54,7 +50,7 @@ def installed_plugin(tmp_path: Path, monkeypatch, clean_registry) -> Path:
     (info / "entry_points.txt").write_text("[profattn.backends]" + entry.replace("\"", "") + "\n")  # TOML quotes off
     monkeypatch.syspath_prepend(str(PLUGIN_SRC))
     monkeypatch.syspath_prepend(str(site))
-    plugins.load_installed(refresh=True)
+    registry.load_installed(refresh=True)
     return site
 
 
@@ -138,7 +134,7 @@ def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monk
                 return Prepared(forward=forward)
     """)
     specs = ["byok_import:backend", "byok_cell:Prep", "byok_cell:Call", "byok_cell:Garbage", "byok_cell:Exits"]
-    backends = tuple(plugins.resolve_backend(s) for s in specs)
+    backends = tuple(registry.resolve_backend(s) for s in specs)
     from profattn.backends import get_backend
 
     run = run_session(SessionConfig(preset=TINY, regimes=(Phase.DECODE,), backends=(*backends, get_backend("eager")),
@@ -172,7 +168,7 @@ def test_same_plugin_named_twice_runs_once(installed_plugin, clean_registry):
     from profattn.backends import get_backend
 
     by_name = get_backend("onehead-decode")
-    assert plugins.resolve_backend("profattn_plugin_decode:backend") is by_name
+    assert registry.resolve_backend("profattn_plugin_decode:backend") is by_name
 
 
 def test_backends_lists_a_broken_installed_plugin_as_unavailable(tmp_path: Path, monkeypatch, clean_registry):
@@ -183,7 +179,7 @@ def test_backends_lists_a_broken_installed_plugin_as_unavailable(tmp_path: Path,
     (info / "entry_points.txt").write_text("[profattn.backends]\nbyok-broken = byok_broken_mod:backend\n")
     (site / "byok_broken_mod.py").write_text("raise ImportError('needs libfoo')\n")
     monkeypatch.syspath_prepend(str(site))
-    plugins.load_installed(refresh=True)
+    registry.load_installed(refresh=True)
     res = CliRunner().invoke(main, ["backends", "--device", "cpu"])
     line = next(ln for ln in res.output.splitlines() if ln.startswith("byok-broken"))
     assert res.exit_code == 0 and "unavailable: failed to load: ImportError: needs libfoo" in line

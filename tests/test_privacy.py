@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from profattn import privacy
-from profattn.backends.registry import _REGISTRY
-from profattn.cli.commands import main
+from profattn.backends.registry import preserved
+from profattn.cli import main
 from profattn.results import read_results
 
 HOST, USER = "build-host-7f3a", "alice-dev"
@@ -36,10 +36,8 @@ def leaky_plugin(tmp_path: Path, monkeypatch):
         raise OSError("cannot open /home/{USER}/kernels/libfast.so on {HOST}")
     """))
     monkeypatch.syspath_prepend(str(mod.parent))
-    before = dict(_REGISTRY)
-    yield "byok_leak:backend"
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    with preserved():
+        yield "byok_leak:backend"
 
 
 def _texts(out: Path) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from factories import SEED, cell, run
 
-from profattn.cli.commands import main
+from profattn.cli import main
 from profattn.analysis.compare import compare_runs
 from profattn.results import read_results
 from profattn.report.markdown import MAX_CHARS, comparison_markdown, md_table, run_markdown

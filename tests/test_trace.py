@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, shared_dir
+from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 from profattn.errors import ProfattnError, TraceError
 from dataclasses import replace
 
@@ -28,13 +28,6 @@ from profattn.trace import KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, ker
 # ----------------------------------------------------------------------------------------------------
 
 
-def _traces_dir() -> Path | None:
-    """``fixtures/traces`` under the shared folder (``$PROFATTN_SHARED`` or ``../shared``), or None."""
-    d = shared_dir() / "fixtures" / "traces"
-    return d if d.is_dir() else None
-
-
-TRACES = _traces_dir()
 TRITON = "hta_triton_example_triton_example.json.gz"
 
 SPLITKV = "flash_fwd_splitkv_kernel"
@@ -42,10 +35,8 @@ COMBINE = "flash_fwd_splitkv_combine_kernel"
 
 
 def fixture_path(name: str) -> Path:
-    """Path of a shared trace fixture; skips the test when the shared fixtures are absent."""
-    if TRACES is None or not (TRACES / name).is_file():
-        pytest.skip(f"shared trace fixture {name} not found (set PROFATTN_SHARED)")
-    return TRACES / name
+    """Path of a trace fixture in ``tests/data/traces``."""
+    return trace_fixture(name)
 
 
 @functools.cache

@@ -9,9 +9,12 @@ registry is :mod:`profattn.backends.registry`; plugins are :mod:`profattn.backen
 from profattn.backends.base import (
     AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
 )
-from profattn.backends.registry import all_backends, backend_info, get_backend, register, unregister
+from profattn.backends.registry import (
+    all_backends, backend_info, get_backend, load_installed, preserved, register, resolve_backend, unregister,
+)
 
 __all__ = [
     "AttentionInputs", "Backend", "BackendInfo", "KernelFamily", "Prepared", "Unsupported", "all_backends",
-    "backend_info", "get_backend", "paged_decode_reason", "paged_only_forward", "register", "unregister",
+    "backend_info", "get_backend", "load_installed", "paged_decode_reason", "paged_only_forward", "preserved",
+    "register", "resolve_backend", "unregister",
 ]

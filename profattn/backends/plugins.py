@@ -4,7 +4,7 @@ Two ways in, both resolving to a :class:`~profattn.backends.base.Backend` (``nam
 ``description``, ``unsupported_reason(workload, device)``, ``prepare(workload, device) → Prepared``):
 
 * ``--backend package.module:object`` on the command line (:func:`load_spec`);
-* the ``profattn.backends`` entry-point group of installed packages (:func:`load_installed`), e.g. in the
+* the ``profattn.backends`` entry-point group of installed packages (:func:`installed_plugins`), e.g. in the
   plugin's ``pyproject.toml``::
 
       [project.entry-points."profattn.backends"]
@@ -15,6 +15,9 @@ factory returning a backend. A plugin must never kill a run: one that fails to i
 not a backend, becomes a :class:`BrokenPlugin` whose every cell is an error naming the plugin; one that
 raises in ``unsupported_reason``, ``prepare`` or a call gets that cell's error, with the plugin's name
 (:class:`PluginBackend` carries its :class:`PluginOrigin`; :mod:`profattn.harness.cell` prefixes it).
+
+This module only *produces* backends; :mod:`profattn.backends.registry` registers them
+(``load_installed``, ``resolve_backend``) and never the other way round.
 """
 
 from __future__ import annotations
@@ -117,8 +120,6 @@ def _instantiate(obj: Any) -> Any:
     return obj
 
 
-
-
 def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
     """Load and check one plugin; a :class:`PluginBackend`, or a :class:`BrokenPlugin` saying what failed.
     Never raises (``BaseException`` such as ``KeyboardInterrupt`` excepted)."""
@@ -171,60 +172,14 @@ def load_spec(spec: str) -> Backend:
     return PluginBackend(obj, origin)
 
 
-_LOADED = False
-
-
-def load_installed(*, refresh: bool = False) -> list[Backend]:
-    """Register the backends of every installed ``profattn.backends`` entry point (once per process unless
-    ``refresh``); returns them. A plugin whose name is taken is registered as a :class:`BrokenPlugin`
-    under ``<entry-point name>`` saying so (or skipped if that name is taken too)."""
-    global _LOADED
+def installed_plugins() -> list[Backend]:
+    """One backend per installed ``profattn.backends`` entry point, in entry-point order: a
+    :class:`PluginBackend`, or a :class:`BrokenPlugin` saying why it failed to load. Registers nothing
+    (:func:`profattn.backends.registry.load_installed` does). Never raises for a plugin's own failure."""
     from importlib.metadata import entry_points
 
-    from profattn.backends.registry import _REGISTRY, register
-
-    if _LOADED and not refresh:
-        return [b for b in _REGISTRY.values() if isinstance(b, (PluginBackend, BrokenPlugin)) and b.origin.distribution is not None]
-    _LOADED = True
     out: list[Backend] = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown distribution"
-        origin = PluginOrigin(ep.name, ep.value, dist)
-        backend = make_backend(ep.load, origin)
-        existing = _REGISTRY.get(backend.name)
-        if existing is not None:
-            if getattr(existing, "origin", None) == origin:
-                register(backend, replace=True)  # the same plugin, reloaded
-                out.append(backend)
-                continue
-            backend = BrokenPlugin(origin, f"backend name {backend.name!r} is already registered")
-            if backend.name in _REGISTRY:
-                continue
-        register(backend)
-        out.append(backend)
+        out.append(make_backend(ep.load, PluginOrigin(ep.name, ep.value, dist)))
     return out
-
-
-def resolve_backend(name: str) -> Backend:
-    """A registered backend by name (built-ins and installed plugins), or a ``module:object`` spec loaded
-    and registered (so the session and reports find it by name).
-
-    Raises:
-        UnknownNameError: neither a registered name nor a spec.
-        PluginSpecError: a malformed spec, one that does not resolve to a backend, or a backend whose name
-            another backend (a built-in or another plugin) already has.
-    """
-    from profattn.backends.registry import _REGISTRY, get_backend, register
-
-    if ":" not in name:
-        return get_backend(name)
-    backend = load_spec(name)
-    existing = _REGISTRY.get(backend.name)
-    if existing is not None and getattr(existing, "origin", None) != getattr(backend, "origin", None):
-        if isinstance(existing, PluginBackend) and isinstance(backend, PluginBackend) and type(existing.inner) is type(backend.inner):
-            return existing  # the same plugin, named twice (by entry point and by module:object)
-        taken_by = getattr(getattr(existing, "origin", None), "label", None) or "a built-in backend"
-        raise PluginSpecError(f"--backend {name!r}: its name {backend.name!r} is already taken by {taken_by}; "
-                              "rename the plugin's backend")
-    register(backend, replace=True)
-    return backend

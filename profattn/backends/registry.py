@@ -2,9 +2,11 @@
 
 Built-ins: the four SDPA kernels (``sdpa-math``, ``sdpa-flash``, ``sdpa-efficient``, ``sdpa-cudnn``),
 the eager reference (``eager``), FlexAttention (``flex``), our Triton paged decode kernel and the torch
-paged reference. Installed plugins (the ``profattn.backends`` entry-point group, :mod:`profattn.backends.plugins`)
-are registered on the first lookup; tests add more with :func:`register`. Optional kernel packages are
-imported lazily inside ``prepare``.
+paged reference. Installed plugins (the ``profattn.backends`` entry-point group) are produced by
+:mod:`profattn.backends.plugins` and registered here, after the built-ins, on the first lookup
+(:func:`load_installed`); ``module:object`` specs are loaded and registered by :func:`resolve_backend`.
+Tests add more with :func:`register` and put the registry back with :func:`preserved`. Optional kernel
+packages are imported lazily inside ``prepare``.
 
 The plugin interface is the one the built-ins implement, exported here: :class:`Backend`,
 :class:`KernelFamily`, :class:`Prepared`, :class:`AttentionInputs`, :class:`Unsupported`, and the helpers
@@ -13,6 +15,9 @@ The plugin interface is the one the built-ins implement, exported here: :class:`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from profattn.backends.base import (
@@ -20,6 +25,7 @@ from profattn.backends.base import (
 )
 from profattn.backends.eager import EagerBackend
 from profattn.backends.flex import FlexBackend, FlexPagedDecode
+from profattn.backends.plugins import BrokenPlugin, PluginBackend, PluginSpecError, installed_plugins, load_spec
 from profattn.backends.sdpa import SDPA_BACKENDS
 from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecode
 from profattn.errors import UnknownNameError
@@ -34,13 +40,17 @@ __all__ = [
     "all_backends",
     "backend_info",
     "get_backend",
+    "load_installed",
     "paged_decode_reason",
     "paged_only_forward",
+    "preserved",
     "register",
+    "resolve_backend",
     "unregister",
 ]
 
 _REGISTRY: dict[str, Backend] = {}
+_plugins_loaded = False
 
 
 def register(backend: Backend, *, replace: bool = False) -> Backend:
@@ -61,9 +71,71 @@ def unregister(name: str) -> None:
 
 
 def _plugins() -> None:
-    from profattn.backends.plugins import load_installed
+    if not _plugins_loaded:
+        load_installed()
 
-    load_installed()
+
+def load_installed(*, refresh: bool = False) -> list[Backend]:
+    """Register the backends of every installed ``profattn.backends`` entry point (once per process unless
+    ``refresh``); returns them. A plugin whose name is taken is registered as a
+    :class:`~profattn.backends.plugins.BrokenPlugin` under ``<entry-point name>`` saying so (or skipped if
+    that name is taken too)."""
+    global _plugins_loaded
+    if _plugins_loaded and not refresh:
+        return [b for b in _REGISTRY.values() if isinstance(b, (PluginBackend, BrokenPlugin)) and b.origin.distribution is not None]
+    _plugins_loaded = True
+    out: list[Backend] = []
+    for backend in installed_plugins():
+        origin = backend.origin
+        existing = _REGISTRY.get(backend.name)
+        if existing is not None:
+            if getattr(existing, "origin", None) == origin:
+                register(backend, replace=True)  # the same plugin, reloaded
+                out.append(backend)
+                continue
+            backend = BrokenPlugin(origin, f"backend name {backend.name!r} is already registered")
+            if backend.name in _REGISTRY:
+                continue
+        register(backend)
+        out.append(backend)
+    return out
+
+
+def resolve_backend(name: str) -> Backend:
+    """A registered backend by name (built-ins and installed plugins), or a ``module:object`` spec loaded
+    and registered (so the session and reports find it by name).
+
+    Raises:
+        UnknownNameError: neither a registered name nor a spec.
+        PluginSpecError: a malformed spec, one that does not resolve to a backend, or a backend whose name
+            another backend (a built-in or another plugin) already has.
+    """
+    if ":" not in name:
+        return get_backend(name)
+    backend = load_spec(name)
+    existing = _REGISTRY.get(backend.name)
+    if existing is not None and getattr(existing, "origin", None) != getattr(backend, "origin", None):
+        if isinstance(existing, PluginBackend) and isinstance(backend, PluginBackend) and type(existing.inner) is type(backend.inner):
+            return existing  # the same plugin, named twice (by entry point and by module:object)
+        taken_by = getattr(getattr(existing, "origin", None), "label", None) or "a built-in backend"
+        raise PluginSpecError(f"--backend {name!r}: its name {backend.name!r} is already taken by {taken_by}; "
+                              "rename the plugin's backend")
+    register(backend, replace=True)
+    return backend
+
+
+@contextmanager
+def preserved() -> Iterator[None]:
+    """Put the registry back as it was on exit: the registered backends and whether installed plugins
+    were loaded (tests that register plugins wrap themselves in it)."""
+    global _plugins_loaded
+    before, loaded = dict(_REGISTRY), _plugins_loaded
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(before)
+        _plugins_loaded = loaded
 
 
 def all_backends() -> tuple[Backend, ...]:
@@ -90,7 +162,6 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     ``small`` preset's GQA workload of each phase (train, prefill, paged decode). Available when any phase
     passes (``phases`` lists them); else the reason of the first. A plugin that failed to load, or whose
     check raises, is unavailable with that error."""
-    from profattn.backends.plugins import BrokenPlugin
     from profattn.workload import get_preset
 
     probes: dict[str, object] = {}

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from profattn.analysis.cells import attach_counters, attach_trace
+from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
@@ -177,23 +178,17 @@ def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Seq
 
 
 def reattach_traces(run: RunResult, run_dir: Path) -> RunResult:
-    """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``).
+    """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``),
+    with each cell's family from the backend registry (installed plugins included).
 
-    Cells whose trace file is missing keep their stored summary. Raises :class:`~profattn.errors.TraceError`
-    for a trace that exists but cannot be parsed.
+    Cells whose trace file is missing, or whose backend this install does not have, keep their stored
+    summary. Raises :class:`~profattn.errors.TraceError` for a trace that exists but cannot be parsed.
     """
-    cache = {}
-    for c in run.cells:
-        if c.trace is None:
-            continue
-        path = run_dir / c.trace.trace_file
-        if not path.exists():
-            continue
-        if path not in cache:
-            cache[path] = load_trace(path)
-        try:
-            family = get_backend(c.backend).family
-        except ProfattnError:
-            continue  # a backend this install does not have (e.g. a plugin): keep the stored summary
-        run = run.with_cell(attach_trace(c, cache[path], c.trace.trace_file, family))
-    return run
+    return reattach(run, run_dir, family_of=_registered_family)
+
+
+def _registered_family(cell: CellResult):
+    try:
+        return get_backend(cell.backend).family
+    except ProfattnError:
+        return None  # a backend this install does not have (e.g. a plugin): keep the stored summary

@@ -1,0 +1,89 @@
+"""``profattn report``, ``analyze``, ``summary`` and ``backends``: the commands that read a run or a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from profattn.cli.main import main, output_file, read_run, resolve_device
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(path_type=str), default=None,
+              help="HTML path (default: RUN_DIR/report.html); an existing directory or a path ending in / means DIR/report.html.")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the report.")
+def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) -> None:
+    """Re-render RUN_DIR/report.html from results.json and the traces it names."""
+    from profattn.report.run import write_report
+    from profattn.results import read_results
+    from profattn.harness.session import reattach_traces
+
+    target = output_file(out_path, default_name="report.html") if out_path is not None else None
+    run = read_results(run_dir)
+    run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
+    path = write_report(run, target or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html", keep_host_info=keep_host_info)
+    click.echo(f"report: {path}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(path_type=str), default="report.html", show_default=True,
+              help="HTML report to write; an existing directory or a path ending in / means DIR/report.html.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the analysis as versioned JSON.")
+@click.option("--keep-host-info", is_flag=True, help="Keep absolute trace paths, host and user names in the report and JSON.")
+def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_host_info: bool = False) -> None:
+    """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
+
+    In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
+    cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
+    shown relative to the directory given (or as the file's name) unless --keep-host-info."""
+    from profattn.report.analyze import analyze_paths, write_html, write_json
+    from profattn.report.run import fmt_us
+
+    html_path = output_file(out_path, default_name="report.html")
+    json_file = output_file(json_path, "--json") if json_path is not None else None
+    analysis = analyze_paths(paths, keep_host_info=keep_host_info)
+    for f in analysis.files:
+        gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
+        click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
+        for w in f.warnings:
+            click.echo(f"warning: {f.label}: {w.message}", err=True)
+    for warning in analysis.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"report: {write_html(analysis, html_path)}")
+    if json_file is not None:
+        click.echo(f"json: {write_json(analysis, json_file)}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=click.Path(path_type=str), default=None, help="Markdown file (default: print to stdout; a directory: DIR/summary.md).")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
+def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
+    """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
+    from profattn.report.markdown import run_markdown
+
+    out_path = output_file(out_path, default_name="summary.md") if out_path is not None else None
+
+    text = run_markdown(read_run(run_dir, keep_host_info))
+    if out_path is None:
+        click.echo(text, nl=False)
+    else:
+        from profattn.report.run import write_html_file
+
+        click.echo(f"summary: {write_html_file(text, out_path)}")
+
+
+@main.command()
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+def backends(device_name: str | None) -> None:
+    """List backends and whether they can run here (and why not); installed plugins included."""
+    from profattn.backends import backend_info
+
+    device = resolve_device(device_name)
+    for info in backend_info(device):
+        only = f" ({', '.join(info.phases)} only)" if info.available and len(info.phases) < 3 else ""
+        state = f"available{only}" if info.available else f"unavailable: {info.reason}"
+        click.echo(f"{info.name:<22} {info.family:<12} {state}\n{'':<22} {info.description}")

@@ -1,0 +1,199 @@
+"""The ``profattn`` command line (click): the group, its error handling and the path helpers the commands
+share. The commands live one module per group: :mod:`profattn.cli.measure` (``profile``, ``sweep``,
+``counters``), :mod:`profattn.cli.inspect` (``report``, ``analyze``, ``summary``, ``backends``) and
+:mod:`profattn.cli.review` (``compare``); :mod:`profattn.cli` imports them all so :func:`main` has every
+command.
+
+Bad input — an unknown name, a missing or malformed results file or trace — prints one line and exits
+with code 2; no traceback. ``compare`` exits 1 when it finds a regression beyond its threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from profattn.errors import ProfattnError
+
+REGIMES = ("train", "prefill", "decode", "all")
+
+
+class _Group(click.Group):
+    """Turns usage errors and :class:`ProfattnError` into one line ``profattn: error: ...`` and exit code 2."""
+
+    def main(self, *args, **kwargs):  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else self.get_help(click.Context(self)))
+            sys.exit(0)
+        except click.UsageError as exc:
+            click.echo(f"profattn: error: {exc.format_message()} (see 'profattn --help')", err=True)
+            sys.exit(2)
+        except ProfattnError as exc:
+            click.echo(f"profattn: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"profattn: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("profattn: aborted", err=True)
+            sys.exit(130)
+        except OSError as exc:  # the file system refused: unwritable --out, full disk, ...
+            where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+            click.echo(f"profattn: error: {exc.strerror or exc}{where}", err=True)
+            sys.exit(2)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def check_run_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """Validate ``--out`` of a run without touching the file system: it must be named (click turns ``""``
+    into ``.``, so pass the raw string), not be a file, and be new, empty or a profattn run directory.
+
+    Raises:
+        ProfattnError: empty path, a non-directory (or one below a file), a foreign non-empty directory.
+    """
+    if not os.fspath(out_dir).strip():
+        raise ProfattnError("--out must name a directory")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProfattnError(f"--out {out_dir} exists and is not a directory")
+    _check_parents(out_dir, "--out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "results.json").exists():
+        raise ProfattnError(f"--out {out_dir} is a non-empty directory that holds no profattn run; choose another")
+    return out_dir
+
+
+def _check_parents(path: Path, option: str) -> None:
+    """Raise :class:`ProfattnError` when the nearest existing ancestor of ``path`` is not a directory."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ProfattnError(f"{option} {path}: parent {parent} is not a directory")
+            return
+
+
+def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None) -> Path:
+    """Validate an output file path before any work is done and return it.
+
+    With ``default_name``, an existing directory or a path ending in ``/`` means ``<dir>/<default_name>``;
+    without it, a directory is refused. Parents need not exist (they are created on writing), but none of
+    them may be a file.
+
+    Raises:
+        ProfattnError: an empty path, a directory (without ``default_name``), or a parent that is a file.
+    """
+    text = os.fspath(raw)
+    if not text.strip():
+        raise ProfattnError(f"{option} must name a file")
+    path = Path(text)
+    if default_name is not None and (text.endswith(("/", os.sep)) or path.is_dir()):
+        path = path / default_name
+    elif path.is_dir():
+        raise ProfattnError(f"{option} {path} is a directory")
+    _check_parents(path, option)
+    return path
+
+
+def prepare_run_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Make ``out_dir`` ready for a new run (after :func:`check_run_dir`): create it; refuse a non-empty
+    directory that is not a profattn run; in an old run directory, remove the previous traces and counters
+    so runs never mix.
+
+    Raises:
+        ProfattnError: empty path, a non-directory, a foreign non-empty directory, or not writable.
+    """
+    import shutil
+
+    out_dir = check_run_dir(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
+    _lock_run_dir(out_dir)
+    if any(out_dir.iterdir()):
+        for sub in ("traces", "counters"):
+            shutil.rmtree(out_dir / sub, ignore_errors=True)
+    try:
+        probe = out_dir / ".profattn-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
+
+
+_RUN_DIR_LOCKS: list[int] = []
+
+
+def _lock_run_dir(out_dir: Path) -> None:
+    """Hold an exclusive ``flock`` on the run directory itself for the rest of this process, so a second
+    ``profattn profile`` into the same ``--out`` is refused instead of silently replacing the first's
+    results (released by the OS when the process ends, however it ends).
+
+    Raises:
+        ProfattnError: another process holds the lock."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ProfattnError(f"--out {out_dir} is in use by another profattn run; wait for it or choose another --out") from None
+    _RUN_DIR_LOCKS.append(fd)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # released when the command ends (in-process callers such as tests run many)
+        ctx.call_on_close(lambda: (_RUN_DIR_LOCKS.remove(fd), os.close(fd)))
+
+
+def resolve_device(name: str | None):
+    """The ``torch.device`` that ``--device NAME`` names (None: cuda when available, else cpu).
+
+    Raises:
+        ProfattnError: not cuda, cuda:N or cpu; CUDA asked for but absent; an index past the device count.
+    """
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cuda", "cpu") and not name.startswith("cuda:"):
+        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ProfattnError(f"invalid device {name!r}; valid: cuda, cuda:N, cpu") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ProfattnError(f"--device {name} was asked for, but torch sees no CUDA device here (use --device cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ProfattnError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def read_run(path: Path, keep_host_info: bool):
+    """The run in ``path`` (a run directory or its results.json), scrubbed of host information unless
+    ``keep_host_info``.
+
+    Raises:
+        ProfattnError: no results file, or one that cannot be read.
+    """
+    from profattn.results import read_results
+
+    run = read_results(path)
+    if keep_host_info:
+        return run
+    from profattn.privacy import scrub
+
+    return scrub(run)
+
+
+@click.group(cls=_Group, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="profattn")
+def main() -> None:
+    """profattn: for this attention workload, which kernel wins, and why?"""

@@ -1,0 +1,144 @@
+"""``profattn profile``, ``sweep`` and ``counters``: the commands that measure (they need torch)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from profattn.cli.main import REGIMES, check_run_dir, main, prepare_run_dir, resolve_device
+from profattn.errors import ProfattnError
+
+
+@main.command()
+@click.option("--regime", type=click.Choice(REGIMES), default="all", show_default=True, help="Which phase's workloads to run.")
+@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
+@click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed or small (default: seed on CUDA, small on CPU).")
+@click.option("--workload", "workload_specs", multiple=True, metavar="SPEC",
+              help="Instead of a preset, this workload (repeatable): field=value pairs, e.g. "
+                   "phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,"
+                   "dtype=bfloat16,kv_layout=paged,page_size=16 (what `profattn analyze` suggests for a traced call).")
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-run", show_default=True,
+              help="Run directory (results.json, traces/, report.html); created when the run starts.")
+@click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="Seed of the random inputs.")
+@click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
+@click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
+def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path, profile_calls: int, seed: int,
+            counters: bool | None, repeat: int = 1, keep_host_info: bool = False, workload_specs: tuple[str, ...] = ()) -> None:
+    """Run every backend on the preset's workloads; write results.json, traces and report.html.
+
+    --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
+    object as package.module:object."""
+    from rich.console import Console
+
+    from profattn.backends import all_backends
+    from profattn.backends.registry import resolve_backend
+    from profattn.report.run import write_report
+    from profattn.harness.session import SessionConfig, run_session
+    from profattn.workload import Phase, default_preset_name, get_preset
+
+    # Validate everything before the run directory is touched or anything is printed.
+    out_dir = check_run_dir(out_dir)
+    device = resolve_device(device_name)
+    if workload_specs:
+        from profattn.workload import Preset, parse_workload_spec
+
+        if preset:
+            raise ProfattnError("give --preset or --workload, not both")
+        preset_obj = Preset("custom", "from --workload", tuple(dict.fromkeys(parse_workload_spec(t) for t in workload_specs)))
+    else:
+        preset_obj = get_preset(preset or default_preset_name(device.type))
+    backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
+                if backend_names else all_backends())
+    regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
+    if counters and device.type != "cuda":
+        raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
+    prepare_run_dir(out_dir)
+    console = Console(stderr=True, highlight=False, emoji=False)
+    console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
+
+    def progress(event: str, cell, done: int, total: int) -> None:
+        if event == "start":
+            return
+        if event == "counters":
+            console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
+            return
+        if event == "repeat":
+            lat = f"{cell.latency_samples_us[-1]:10.1f} µs" if cell.latency_samples_us else ""
+            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
+            return
+        lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
+        why = f"  {cell.reason[:160]}" if cell.reason else ""
+        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
+
+    cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
+                        profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat, keep_host_info=keep_host_info)
+    try:
+        run = run_session(cfg, progress)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
+        sys.exit(130)
+    path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
+    from profattn.analysis.cells import verdict
+
+    console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
+    console.print(f"report: {path}")
+
+
+SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", "sdpa-cudnn")
+
+
+@main.command()
+@click.argument("regime", metavar="REGIME")
+@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help=f"Backend (repeatable; default: {', '.join(SWEEP_BACKENDS)}).")
+@click.option("--preset", default=None, metavar="NAME", help="Sweep preset (default: decode-sweep on CUDA, decode-sweep-small on CPU).")
+@click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-sweep", show_default=True)
+@click.option("--counters/--no-counters", default=False, show_default=True, help="Nsight Compute counter pass over every cell.")
+@click.pass_context
+def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None,
+          out_dir: str, counters: bool) -> None:
+    """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers.
+
+    REGIME must be decode (the only regime swept)."""
+    from profattn.workload import SWEEP_PRESETS
+
+    if regime != "decode":
+        raise ProfattnError(f"sweep supports only 'decode', not {regime!r}")
+
+    device = resolve_device(device_name)
+    names = backend_names or tuple(n for n in SWEEP_BACKENDS)
+    ctx.invoke(profile, regime="decode", backend_names=names, preset=preset or SWEEP_PRESETS[device.type],
+               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+def counters(run_dir: Path) -> None:
+    """Add Nsight Compute counters (DRAM and L2 bytes per cell) to an existing GPU run, re-render its report."""
+    from profattn.harness.ncu import find_ncu
+    from profattn.report.run import write_report
+    from profattn.results import read_results, write_results
+    from profattn.harness.session import add_counters, reattach_traces
+
+    run = read_results(run_dir)
+    if run.environment.device != "cuda":
+        raise ProfattnError(f"{run_dir} is a CPU run: hardware counters need a CUDA GPU and Nsight Compute")
+    exe, reason = find_ncu()
+    if exe is None:
+        raise ProfattnError(reason)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ProfattnError("torch sees no CUDA device here: run `profattn counters` on the GPU machine that made the run")
+    run = add_counters(run, run_dir)
+    write_results(run, run_dir / "results.json")
+    path = write_report(reattach_traces(run, run_dir), run_dir / "report.html")
+    info = run.counters_info
+    click.echo(f"counters: {info.status}{': ' + info.reason if info.reason else ''}")
+    click.echo(f"report: {path}")

@@ -201,6 +201,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     from profattn.backends import all_backends
     from profattn.backends.plugins import resolve_backend
+    from profattn.report.format import fmt_us_column
     from profattn.report.run import write_report
     from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
@@ -232,10 +233,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
         if event == "repeat":
-            lat = f"{cell.latency_samples_us[-1]:10.1f} µs" if cell.latency_samples_us else ""
+            lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
             console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
             return
-        lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
+        lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
@@ -337,8 +338,9 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
-    from profattn.report.analyze import analyze_paths, write_html, write_json
-    from profattn.report.run import fmt_us
+    from profattn.analysis.traces import analyze_paths
+    from profattn.report.analyze import write_html, write_json
+    from profattn.report.format import fmt_us
 
     html_path = output_file(out_path, default_name="report.html")
     json_file = output_file(json_path, "--json") if json_path is not None else None
@@ -399,8 +401,8 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     click.echo(comparison.summary_line(cmp))
     click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
     if markdown_path is not None:
-        from profattn.report.run import write_html_file
         from profattn.report.markdown import comparison_markdown
+        from profattn.report.render import write_html_file
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), markdown_path)}")
     sys.exit(1 if cmp.regression else 0)
@@ -420,7 +422,7 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     if out_path is None:
         click.echo(text, nl=False)
     else:
-        from profattn.report.run import write_html_file
+        from profattn.report.render import write_html_file
 
         click.echo(f"summary: {write_html_file(text, out_path)}")
 

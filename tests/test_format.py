@@ -12,6 +12,7 @@ from profattn.report.format import (
     causal_text,
     fmt_bytes,
     fmt_count,
+    fmt_err,
     fmt_flops_rate,
     fmt_opt,
     fmt_rate,
@@ -71,6 +72,10 @@ def test_fmt_count_si_suffixes():
     assert fmt_count(544662.3062915) == "544.66 k"
     assert fmt_count(2.5e12) == "2.50 T" and fmt_count(1.073741824e9) == "1.07 G"
     assert fmt_count(999) == "999" and fmt_count(None) == "–"
+
+
+def test_fmt_err_scientific():
+    assert fmt_err(0.0031622) == "3.2e-03" and fmt_err(0.0) == "0.0e+00" and fmt_err(None) == "–"
 
 
 def test_shapes_optional_numbers_and_causal():

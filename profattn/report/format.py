@@ -14,6 +14,7 @@ __all__ = [
     "causal_text",
     "fmt_bytes",
     "fmt_count",
+    "fmt_err",
     "fmt_flops_rate",
     "fmt_opt",
     "fmt_rate",
@@ -89,6 +90,12 @@ def fmt_count(v: float | None) -> str:
         if abs(v) >= scale:
             return f"{v / scale:,.2f} {unit}"
     return f"{v:,.0f}"
+
+
+def fmt_err(v: float | None) -> str:
+    """A relative error in scientific notation with two significant digits (``3.2e-03``); "–" for None
+    (no correctness check ran)."""
+    return MISSING if v is None else f"{v:.1e}"
 
 
 def fmt_shape(t: tuple[int, ...] | None) -> str:

@@ -15,7 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from profattn.analysis.cells import Verdict, kernel_stem, verdict, winners
-from profattn.report.format import fmt_bytes, fmt_count, fmt_flops_rate, fmt_rate, fmt_shape, fmt_span, fmt_us, launch_cells
+from profattn.report.format import (
+    fmt_bytes,
+    fmt_count,
+    fmt_err,
+    fmt_flops_rate,
+    fmt_opt,
+    fmt_rate,
+    fmt_shape,
+    fmt_span,
+    fmt_us,
+    launch_cells,
+)
 from profattn.report.render import render, write_html_file
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase
@@ -73,7 +84,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "peak_mem_device": fmt_bytes(c.peak_mem_bytes) if c.peak_mem_bytes is not None else "",
             "tflops": fmt_flops_rate(c.achieved_tflops, mm),
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy),
-            "out_err": f"{corr.out_rel_err:.1e}" if corr else "–",
+            "out_err": fmt_err(corr.out_rel_err if corr else None),
             "grad_err": grad,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
@@ -151,7 +162,7 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
                 "trace_block": (fmt_shape(k.block) if agree else fmt_shape(t.block)) if t else "",
                 "agree": agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
                 "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
-                "waves": "n/a" if k.waves_per_sm is None else f"{k.waves_per_sm:.2f}",
+                "waves": fmt_opt(k.waves_per_sm, ".2f"),
             })
     return rows
 

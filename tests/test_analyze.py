@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
-from profattn.analysis.traces import TraceSetAnalysis, analyze_paths, find_trace_files
+from profattn.analysis.traces import RankClash, TraceSetAnalysis, analyze_paths, find_trace_files
 from profattn.report.analyze import (
     analysis_to_dict,
     call_group_rows,
@@ -25,6 +25,7 @@ from profattn.report.analyze import (
     launch_shape_rows,
     op_rows,
     render_html,
+    set_warnings,
     step_rows,
 )
 from profattn.analysis.calls import FileAnalysis, analyze_trace, attention_family
@@ -196,7 +197,8 @@ def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warnin
     analysis = analyze_paths([tmp_path])
     assert [Path(f.path).name for f in analysis.files] == ["b.pt.trace.json.gz", "a.pt.trace.json.gz"]
     assert [r["label"] for r in file_rows(analysis)] == ["rank 1", "rank 1"]
-    (warning,) = analysis.warnings
+    assert analysis.rank_clashes == (RankClash(1, ("b.pt.trace.json.gz", "worker0/a.pt.trace.json.gz")),)
+    (warning,) = set_warnings(analysis)
     assert "rank 1" in warning and "a.pt.trace.json.gz" in warning and "b.pt.trace.json.gz" in warning
     assert render_html(analysis).count('<section id="file-') == 2
 
@@ -205,7 +207,7 @@ def test_files_without_rank_are_labelled_by_name_and_not_warned(tmp_path: Path):
     for name in ("x.json.gz", "y.json.gz"):
         shutil.copy(trace_fixture(FLASH), tmp_path / name)
     analysis = analyze_paths([tmp_path / "x.json.gz", tmp_path / "y.json.gz", tmp_path / "x.json.gz"])
-    assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.warnings == ()
+    assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.rank_clashes == () and set_warnings(analysis) == []
 
 
 def test_missing_path_and_empty_directory_are_errors(tmp_path: Path):

@@ -8,7 +8,7 @@ directory, e.g. a run's ``results.json``) and analyzed one by one by
 :func:`profattn.analysis.calls.analyze_trace`. Unless ``keep_host_info``, paths are shown relative to the
 directory given (or as the file's name) and each file's analysis is scrubbed of absolute paths, host and
 user names (:mod:`profattn.privacy`). The set's own findings (files skipped, ranks claimed twice) are
-warnings of :class:`TraceSetAnalysis`.
+typed records of :class:`TraceSetAnalysis`; :mod:`profattn.report.analyze` words them as warnings.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
 
 __all__ = [
+    "RankClash",
     "SkippedFile",
     "TraceInput",
     "TraceSetAnalysis",
     "analyze_paths",
     "find_trace_files",
     "find_trace_inputs",
-    "rank_warnings",
+    "rank_clashes",
 ]
 
 
@@ -42,21 +43,25 @@ class SkippedFile:
     path: str
     reason: str
 
-    @property
-    def message(self) -> str:
-        """The warning shown for it: ``skipped <path>: <reason>``."""
-        return f"skipped {self.path}: {self.reason}"
+
+@dataclass(frozen=True)
+class RankClash:
+    """A rank (``distributedInfo.rank``) that more than one file claims: copies of one trace, or traces of
+    different runs mixed together. ``paths``: the shown paths of those files, in the order found."""
+
+    rank: int
+    paths: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class TraceSetAnalysis:
     """The analysis of every trace file given: one :class:`FileAnalysis` per file (in the order found),
-    warnings about the set as a whole (files skipped, duplicated ranks) and the files of a directory that
-    could not be analyzed (``skipped``)."""
+    the files of a directory that could not be analyzed (``skipped``) and the ranks more than one file
+    claims (``rank_clashes``): the findings about the set as a whole, which the report shows as warnings."""
 
     files: tuple[FileAnalysis, ...]
-    warnings: tuple[str, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
+    rank_clashes: tuple[RankClash, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,21 +156,17 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
         more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
-    return TraceSetAnalysis(files=tuple(files), warnings=tuple(s.message for s in skipped) + rank_warnings(files),
-                    skipped=tuple(skipped))
+    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files))
 
 
-def rank_warnings(files: Sequence[FileAnalysis]) -> tuple[str, ...]:
-    """One warning per rank that more than one file claims (``distributedInfo.rank``)."""
+def rank_clashes(files: Sequence[FileAnalysis]) -> tuple[RankClash, ...]:
+    """Every rank (``distributedInfo.rank``) that more than one of ``files`` claims, in the order the rank
+    first appears; files without a rank never clash."""
     by_rank: dict[int, list[str]] = {}
     for f in files:
         if f.rank is not None:
             by_rank.setdefault(f.rank, []).append(f.path)
-    return tuple(
-        f"rank {rank} appears in {len(names)} files ({', '.join(os.path.basename(n) for n in names)}): "
-        "copies of one trace, or traces from different runs mixed together?"
-        for rank, names in by_rank.items() if len(names) > 1
-    )
+    return tuple(RankClash(rank, tuple(paths)) for rank, paths in by_rank.items() if len(paths) > 1)
 
 
 def _natural_key(path: Path) -> list[object]:

@@ -339,7 +339,7 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
     from profattn.analysis.traces import analyze_paths
-    from profattn.report.analyze import write_html, write_json
+    from profattn.report.analyze import set_warnings, write_html, write_json
     from profattn.report.format import fmt_us
 
     html_path = output_file(out_path, default_name="report.html")
@@ -350,7 +350,7 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
         for w in f.warnings:
             click.echo(f"warning: {f.label}: {w.message}", err=True)
-    for warning in analysis.warnings:
+    for warning in set_warnings(analysis):
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"report: {write_html(analysis, html_path)}")
     if json_file is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from profattn.analysis.calls import AttentionCall, CallKernel, FileAnalysis
 from profattn.analysis.cells import kernel_stem
-from profattn.analysis.traces import TraceSetAnalysis
+from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis
 from profattn.files import write_text_atomic
 from profattn.report.format import MISSING, causal_text, fmt_opt, fmt_us, launch_cells
 from profattn.report.render import render, write_html_file
@@ -38,7 +38,10 @@ __all__ = [
     "kernel_rows",
     "launch_shape_rows",
     "op_rows",
+    "rank_clash_text",
     "render_html",
+    "set_warnings",
+    "skipped_text",
     "step_rows",
     "write_html",
     "write_json",
@@ -53,6 +56,23 @@ CHART_TOP = 20
 
 
 # ---- rows ----------------------------------------------------------------------------------------
+
+
+def skipped_text(s: SkippedFile) -> str:
+    """The warning for a file of a directory that could not be analyzed: ``skipped <path>: <reason>``."""
+    return f"skipped {s.path}: {s.reason}"
+
+
+def rank_clash_text(c: RankClash) -> str:
+    """The warning for a rank that several files claim, naming the files (base names)."""
+    return (f"rank {c.rank} appears in {len(c.paths)} files ({', '.join(os.path.basename(n) for n in c.paths)}): "
+            "copies of one trace, or traces from different runs mixed together?")
+
+
+def set_warnings(analysis: TraceSetAnalysis) -> list[str]:
+    """The warnings about the set of files as a whole, as the page, the JSON and the CLI show them: one per
+    file skipped (in the order found), then one per rank claimed by several files."""
+    return [skipped_text(s) for s in analysis.skipped] + [rank_clash_text(c) for c in analysis.rank_clashes]
 
 
 def file_rows(analysis: TraceSetAnalysis) -> list[dict[str, Any]]:
@@ -222,7 +242,7 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c) for c in f.calls],
         })
-    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings),
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": set_warnings(analysis),
                     "skipped": [asdict(s) for s in analysis.skipped], "files": files})
 
 
@@ -272,7 +292,7 @@ def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace anal
     ctx = {
         "title": title,
         "files": sections,
-        "warnings": list(analysis.warnings),
+        "warnings": set_warnings(analysis),
         "schema_version": SCHEMA_VERSION,
     }
     return render("analyze", ctx)

@@ -15,20 +15,19 @@ from typing import Any
 import pytest
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
+from profattn.analysis.traces import RankClash, TraceSetAnalysis, analyze_paths, find_trace_files
 from profattn.report.analyze import (
-    Analysis,
     analysis_to_dict,
-    analyze_paths,
+    call_group_rows,
     call_rows,
     file_rows,
-    find_trace_files,
     kernel_rows,
-    launch_rows,
+    launch_shape_rows,
     mask_text,
     op_rows,
     render_html,
+    set_warnings,
     step_rows,
-    workload_rows,
 )
 from profattn.analysis.call_records import CausalAlignment, TraceCalls
 from profattn.analysis.call_shapes import attention_family
@@ -131,7 +130,7 @@ def test_flash_decode_fixture_three_gqa_calls_with_splitkv_kernels():
         assert cmd[:3] == ["profattn", "profile", "--workload"]
         assert parse_workload_spec(cmd[3]) == call.workload  # the command benchmarks exactly this workload
     assert [c.index for c in fa.calls] == [0, 1, 2]
-    (row,) = workload_rows(fa)
+    (row,) = call_group_rows(fa)
     assert (row["calls"], row["backend"], row["phase"], row["heads"], row["kernels_per_call"]) == (3, "flash", "decode", "16/4", 2)
     rows = call_rows(fa)
     assert rows[0]["kernels"][0]["grid"] == "[1, 7, 32]" and rows[0]["causal"] == "no"
@@ -145,7 +144,7 @@ def test_flash_fixture_gpu_time_by_kernel_and_by_op():
     (op,) = fa.ops
     assert (op.name, op.op_calls, op.kernels) == ("aten::scaled_dot_product_attention", 3, 6)
     assert op.total_us == pytest.approx(fa.gpu_time_us)
-    assert {r["grid"] for r in launch_rows(fa)} == {"[1, 7, 32]", "[32, 1, 1]"}
+    assert {r["grid"] for r in launch_shape_rows(fa)} == {"[1, 7, 32]", "[32, 1, 1]"}
 
 
 def test_math_fixture_three_calls_dispatched_to_math_with_many_kernels():
@@ -163,22 +162,22 @@ def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_warning():
     fa = analyzed(CPU_ONLY)
     assert fa.calls == () and not fa.has_gpu_kernels and fa.rank == 34 and fa.label == "rank 34"
     assert [w.code for w in fa.warnings] == ["no_gpu_kernels"] and "no GPU kernels" in fa.warnings[0].message
-    assert file_rows(Analysis((fa,)))[0]["warnings"] == [fa.warnings[0].message]
+    assert file_rows(TraceSetAnalysis((fa,)))[0]["warnings"] == [fa.warnings[0].message]
     assert kernel_rows(fa) == [] and op_rows(fa) == []
     assert [r["step"] for r in step_rows(fa)] == ["ProfilerStep#551"]
-    html = render_html(Analysis((fa,)))
+    html = render_html(TraceSetAnalysis((fa,)))
     assert "no GPU kernels" in html
 
 
 def test_amd_fixture_launch_shapes_are_na():
     fa = analyzed(AMD)
     assert fa.calls == () and fa.kernel_count == 14
-    assert {(r["grid"], r["block"], r["ctas"]) for r in launch_rows(fa)} == {("n/a", "n/a", "n/a")}
+    assert {(r["grid"], r["block"], r["ctas"]) for r in launch_shape_rows(fa)} == {("n/a", "n/a", "n/a")}
     assert any("grid/block" in n for n in fa.notes)
     steps = {s.name: s for s in fa.steps}
     assert steps["ProfilerStep#1"].kernels == 14 and steps["ProfilerStep#2"].kernels == 0
     assert "AMD" in (fa.device_name or "")
-    render_html(Analysis((fa,)))
+    render_html(TraceSetAnalysis((fa,)))
 
 
 @pytest.mark.parametrize("name", [OLD_SCHEMA, ALEXNET])
@@ -189,7 +188,7 @@ def test_old_schema_and_alexnet_analyzed_without_attention_calls(name: str):
     assert sum(o.kernels for o in fa.ops) == fa.kernel_count  # every kernel charged somewhere
     # cuDNN convolution kernels are not attention, though profattn's cuDNN family pattern says "cudnn".
     assert all(k.family is None for k in fa.kernels)
-    render_html(Analysis((fa,)))
+    render_html(TraceSetAnalysis((fa,)))
 
 
 def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warning(tmp_path: Path):
@@ -201,7 +200,8 @@ def test_directory_of_two_copies_gives_two_sections_and_a_duplicated_rank_warnin
     analysis = analyze_paths([tmp_path])
     assert [Path(f.path).name for f in analysis.files] == ["b.pt.trace.json.gz", "a.pt.trace.json.gz"]
     assert [r["label"] for r in file_rows(analysis)] == ["rank 1", "rank 1"]
-    (warning,) = analysis.warnings
+    assert analysis.rank_clashes == (RankClash(1, ("b.pt.trace.json.gz", "worker0/a.pt.trace.json.gz")),)
+    (warning,) = set_warnings(analysis)
     assert "rank 1" in warning and "a.pt.trace.json.gz" in warning and "b.pt.trace.json.gz" in warning
     assert render_html(analysis).count('<section id="file-') == 2
 
@@ -210,7 +210,7 @@ def test_files_without_rank_are_labelled_by_name_and_not_warned(tmp_path: Path):
     for name in ("x.json.gz", "y.json.gz"):
         shutil.copy(trace_fixture(FLASH), tmp_path / name)
     analysis = analyze_paths([tmp_path / "x.json.gz", tmp_path / "y.json.gz", tmp_path / "x.json.gz"])
-    assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.warnings == ()
+    assert [f.label for f in analysis.files] == ["x.json.gz", "y.json.gz"] and analysis.rank_clashes == () and set_warnings(analysis) == []
 
 
 def test_missing_path_and_empty_directory_are_errors(tmp_path: Path):
@@ -329,9 +329,9 @@ def test_trace_strings_are_escaped_in_html(tmp_path: Path):
 
 
 def test_json_document_is_versioned_and_finite():
-    analysis = Analysis((analyzed(FLASH), analyzed(AMD)))
+    analysis = TraceSetAnalysis((analyzed(FLASH), analyzed(AMD)))
     doc = json.loads(json.dumps(analysis_to_dict(analysis), allow_nan=False))
-    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis.cells", 1)
+    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis", 1)
     call = doc["files"][0]["attention_calls"][0]
     assert call["workload"]["tag"] == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none"
     assert call["kernels"][0]["grid"] == [1, 7, 32] and call["phase"] == "decode"

@@ -18,15 +18,14 @@ from conftest import AMD, FLASH, trace_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from profattn.analysis.traces import TraceSetAnalysis, analyze_paths
 from profattn.report.analyze import (
-    Analysis,
     analysis_to_dict,
-    analyze_paths,
+    call_group_rows,
     call_rows,
     file_rows,
-    launch_rows,
+    launch_shape_rows,
     render_html,
-    workload_rows,
 )
 from profattn.errors import ProfattnError
 
@@ -210,11 +209,11 @@ def test_fuzz_analyze_gives_a_result_or_a_profattn_error(tmp_path_factory: pytes
         except ProfattnError as e:
             assert str(path) in str(e) and "\n" not in str(e)
             return
-        assert isinstance(analysis, Analysis)
+        assert isinstance(analysis, TraceSetAnalysis)
         json.dumps(analysis_to_dict(analysis), allow_nan=False)
         file_rows(analysis)
         for fa in analysis.files:
-            call_rows(fa), workload_rows(fa), launch_rows(fa)
+            call_rows(fa), call_group_rows(fa), launch_shape_rows(fa)
         assert render_html(analysis).count('<section id="file-') == 1
 
     check()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from profattn.report.run import fmt_bytes, fmt_us, launch_rows, matrix_rows, render_html
+from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.run import launch_rows, matrix_rows, render_html
 from profattn.results import CellStatus
 
 from factories import SEED, cell, kernel, run

@@ -69,3 +69,24 @@ def test_committed_h200_example_renders(tmp_path: Path):
     path = write_report(read_results(example), tmp_path / "report.html")
     errors, state = open_report(path)
     assert errors == [] and len(state["charts"]) >= 3 and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])
+
+
+def test_analyze_and_compare_pages_render(tmp_path: Path):
+    """The analyze and compare pages extend the same base template: its plotly start-up draws their charts."""
+    from conftest import FLASH, trace_fixture
+
+    from profattn.analysis import compare as comparison
+    from profattn.analysis.traces import analyze_paths
+    from profattn.report.analyze import write_html
+
+    analyze = write_html(analyze_paths([trace_fixture(FLASH)]), tmp_path / "analyze.html")
+    errors, state = open_report(analyze)
+    assert errors == [] and state["title"] == "profattn trace analysis — 1 file(s)"
+    assert [c["id"] for c in state["charts"]] == ["chart-file-0"] and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])
+
+    runs = Path(__file__).resolve().parents[1] / "examples" / "compare" / "runs"
+    cmp = comparison.compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"),
+                                  base_label="base-a", head_label="head-fused-combine")
+    errors, state = open_report(comparison.write_html(cmp, tmp_path / "compare.html"))
+    assert errors == [] and state["title"] == "profattn compare — base-a → head-fused-combine"
+    assert [c["id"] for c in state["charts"]] == ["chart-forest"] and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])

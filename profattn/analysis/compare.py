@@ -433,7 +433,7 @@ def fmt_change(est: RatioEstimate | None) -> str:
 
 def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
     """Display-ready rows of the cell table (regressions first, then by |change|)."""
-    from profattn.report.run import fmt_bytes, fmt_us
+    from profattn.report.format import fmt_bytes, fmt_us
 
     def order(c: CellChange) -> tuple:
         return (not c.regression, CLASSES.index(c.classification), -abs(c.estimate.change) if c.estimate else 0)
@@ -497,7 +497,7 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
 
 def render_html(cmp: Comparison) -> str:
     """The comparison as one self-contained HTML page (plotly.js inline)."""
-    from profattn.report.run import _plotly_js, template_env
+    from profattn.report.render import environment as template_env, plotly_js as _plotly_js
 
     return template_env().get_template("compare.html.j2").render(
         cmp=cmp, summary=summary_line(cmp), rows=cell_rows(cmp), winners=winner_rows(cmp),
@@ -506,6 +506,6 @@ def render_html(cmp: Comparison) -> str:
 
 
 def write_html(cmp: Comparison, path: str | os.PathLike[str]) -> Path:
-    from profattn.report.run import write_html_file
+    from profattn.report.render import write_html_file
 
     return write_html_file(render_html(cmp), path)

@@ -39,8 +39,9 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
-    from profattn.report.analyze import analyze_paths, write_html, write_json
-    from profattn.report.run import fmt_us
+    from profattn.analysis.traces import analyze_paths
+    from profattn.report.analyze import set_warnings, write_html, write_json
+    from profattn.report.format import fmt_us
 
     html_path = output_file(out_path, default_name="report.html")
     json_file = output_file(json_path, "--json") if json_path is not None else None
@@ -50,7 +51,7 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
         for w in f.warnings:
             click.echo(f"warning: {f.label}: {w.message}", err=True)
-    for warning in analysis.warnings:
+    for warning in set_warnings(analysis):
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"report: {write_html(analysis, html_path)}")
     if json_file is not None:
@@ -71,7 +72,7 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     if out_path is None:
         click.echo(text, nl=False)
     else:
-        from profattn.report.run import write_html_file
+        from profattn.report.render import write_html_file
 
         click.echo(f"summary: {write_html_file(text, out_path)}")
 

@@ -38,6 +38,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     from profattn.backends import all_backends
     from profattn.backends.registry import resolve_backend
+    from profattn.report.format import fmt_us_column
     from profattn.report.run import write_report
     from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
@@ -69,10 +70,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
         if event == "repeat":
-            lat = f"{cell.latency_samples_us[-1]:10.1f} µs" if cell.latency_samples_us else ""
+            lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
             console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
             return
-        lat = f"{cell.latency_us:10.1f} µs" if cell.latency_us is not None else " " * 13
+        lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 

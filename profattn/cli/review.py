@@ -43,8 +43,8 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     click.echo(comparison.summary_line(cmp))
     click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
     if markdown_path is not None:
-        from profattn.report.run import write_html_file
         from profattn.report.markdown import comparison_markdown
+        from profattn.report.render import write_html_file
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), markdown_path)}")
     sys.exit(1 if cmp.regression else 0)

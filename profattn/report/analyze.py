@@ -1,70 +1,53 @@
-"""``profattn analyze``: any PyTorch profiler (Kineto) trace → one self-contained HTML report (and JSON).
+"""``profattn analyze``'s outputs: a :class:`~profattn.analysis.traces.TraceSetAnalysis` (any PyTorch
+profiler trace files, analyzed by :func:`profattn.analysis.traces.analyze_paths`) as one self-contained
+HTML page and as versioned JSON.
 
-Trace files are found (a file, or every ``*.json``/``*.json.gz`` under a directory, one per rank or
-worker), parsed by :func:`profattn.trace.load_trace` (a :class:`~profattn.errors.TraceError` names the
-file that cannot be used: an error for a file given itself, a warning and a skip for a file found in a
-directory, e.g. a run's ``results.json``) and analyzed by :func:`profattn.analysis.calls.find_attention_calls`.
-Unless ``keep_host_info``, paths are shown relative to the directory given (or as the file's name) and the
-analysis is scrubbed of absolute paths, host and user names (:mod:`profattn.privacy`). Here the results
-become rows of display-ready values (tests assert on rows), the HTML is rendered by jinja2 with autoescape
-(every string from a trace is escaped; chart data travels through ``|tojson``), plotly.js is inlined once,
-and ``--json`` writes the versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSION`.
+Here the analysis becomes rows of display-ready values (tests assert on rows); the page is rendered by
+:func:`profattn.report.render.render` (``analyze.html.j2``, autoescaped: every string from a trace is
+escaped; chart data travels through ``|tojson``; plotly.js inline once), and ``--json`` writes the
+versioned document :data:`SCHEMA` v:data:`SCHEMA_VERSION`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.cells import kernel_stem
 from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
-from profattn.analysis.calls import find_attention_calls
-from profattn.errors import ProfattnError
+from profattn.analysis.cells import kernel_stem
+from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis
 from profattn.files import write_text_atomic
-from profattn.report.run import (
-    _plotly_js,
-    _shape,
-    fmt_bytes,
-    fmt_us,
-    template_env,
-    write_html_file,
-)
-from profattn.trace.kineto import load_trace
+from profattn.report.format import MISSING, causal_text, fmt_opt, fmt_us, launch_cells
+from profattn.report.render import render, write_html_file
 
 __all__ = [
     "CHART_TOP",
     "SCHEMA",
     "SCHEMA_VERSION",
     "TABLE_LIMIT",
-    "Analysis",
-    "SkippedFile",
-    "TraceInput",
     "analysis_to_dict",
-    "analyze_paths",
+    "call_group_rows",
     "call_rows",
     "file_rows",
-    "find_trace_files",
-    "find_trace_inputs",
     "kernel_chart",
     "kernel_rows",
-    "launch_rows",
+    "launch_shape_rows",
     "op_rows",
-    "rank_warnings",
+    "rank_clash_text",
     "render_html",
+    "set_warnings",
+    "skipped_text",
     "step_rows",
-    "workload_rows",
     "write_html",
     "write_json",
 ]
 
-SCHEMA = "profattn.analysis.cells"
+SCHEMA = "profattn.analysis"
 SCHEMA_VERSION = 1
 #: Most rows a table shows in the HTML (the JSON keeps everything); the table says how many it left out.
 TABLE_LIMIT = 100
@@ -72,148 +55,47 @@ TABLE_LIMIT = 100
 CHART_TOP = 20
 
 
-@dataclass(frozen=True)
-class SkippedFile:
-    """A file found in a directory that could not be analyzed: its shown path and why (e.g. ``not a Chrome
-    trace (no 'traceEvents' key)`` for a ``results.json``, ``file is empty``)."""
-
-    path: str
-    reason: str
-
-    @property
-    def message(self) -> str:
-        """The warning shown for it: ``skipped <path>: <reason>``."""
-        return f"skipped {self.path}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The analysis of every trace file given: one :class:`TraceCalls` per file (in the order found),
-    warnings about the set as a whole (files skipped, duplicated ranks) and the files of a directory that
-    could not be analyzed (``skipped``)."""
-
-    files: tuple[TraceCalls, ...]
-    warnings: tuple[str, ...] = ()
-    skipped: tuple[SkippedFile, ...] = ()
-
-
-@dataclass(frozen=True)
-class TraceInput:
-    """One file to analyze: ``path`` as found, ``shown`` the path the outputs show, ``in_directory`` whether
-    it was found by searching a directory (then a file that cannot be read is skipped, not an error)."""
-
-    path: Path
-    shown: str
-    in_directory: bool
-
-
-# ---- finding and analyzing files -----------------------------------------------------------------
-
-
-def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> list[TraceInput]:
-    """Trace files named by ``paths``: a file as given; a directory searched recursively for ``*.json``
-    and ``*.json.gz`` (sorted). Each file once, in the order found.
-
-    The path shown for a file is, by default, its path relative to the directory it was found in, or its
-    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found.
-
-    Raises:
-        ProfattnError: a path does not exist, or a directory holds no trace file.
-    """
-    found: dict[Path, TraceInput] = {}
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            inside = sorted((p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))),
-                            key=_natural_key)  # rank_2 before rank_10
-            if not inside:
-                raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
-            for p in inside:
-                shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
-                found.setdefault(p, TraceInput(p, shown, True))
-        elif path.exists():
-            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False))
-        else:
-            raise ProfattnError(f"{path}: no such file or directory")
-    if not found:
-        raise ProfattnError("no trace path given")
-    return list(found.values())
-
-
-def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The paths of :func:`find_trace_inputs`: a file as given; a directory searched recursively for
-    ``*.json`` and ``*.json.gz`` (sorted). Each file once, in the order found.
-
-    Raises:
-        ProfattnError: a path does not exist, or a directory holds no trace file.
-    """
-    return [t.path for t in find_trace_inputs(paths, keep_host_info=True)]
-
-
-def _reason(error: ProfattnError, path: Path) -> str:
-    """The message of ``error`` without the leading ``<path>: `` that trace errors start with."""
-    text = str(error)
-    prefix = f"{os.fspath(path)}: "
-    return text.removeprefix(prefix)
-
-
-def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> Analysis:
-    """Find, parse and analyze every trace under ``paths``.
-
-    A file found in a directory that cannot be analyzed (not a trace, e.g. a run's ``results.json``;
-    empty; truncated; ...) is skipped with a warning naming it and the problem; a file given itself
-    that cannot be analyzed is an error. Unless ``keep_host_info``, file paths are shown relative to the
-    directory given (or as the file's name) and every string is scrubbed of absolute paths, host and user
-    names (:mod:`profattn.privacy`).
-
-    Raises:
-        ProfattnError: a missing path or an empty directory (:func:`find_trace_inputs`), or no file that
-            could be analyzed at all (the message names the files and their problems).
-        TraceError: a file given itself that cannot be read as a trace (the message names it).
-    """
-    inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
-    files: list[TraceCalls] = []
-    skipped: list[SkippedFile] = []
-    for item in inputs:
-        try:
-            fa = find_attention_calls(load_trace(item.path))
-        except ProfattnError as exc:
-            if not item.in_directory:
-                raise
-            skipped.append(SkippedFile(item.shown, _reason(exc, item.path)))
-            continue
-        fa = replace(fa, path=item.shown)
-        if not keep_host_info:
-            from profattn.privacy import scrub
-
-            fa = scrub(fa)
-        files.append(fa)
-    if not files:
-        listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
-        more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-        raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
-    return Analysis(files=tuple(files), warnings=tuple(s.message for s in skipped) + rank_warnings(files),
-                    skipped=tuple(skipped))
-
-
-def rank_warnings(files: Sequence[TraceCalls]) -> tuple[str, ...]:
-    """One warning per rank that more than one file claims (``distributedInfo.rank``)."""
-    by_rank: dict[int, list[str]] = {}
-    for f in files:
-        if f.rank is not None:
-            by_rank.setdefault(f.rank, []).append(f.path)
-    return tuple(
-        f"rank {rank} appears in {len(names)} files ({', '.join(os.path.basename(n) for n in names)}): "
-        "copies of one trace, or traces from different runs mixed together?"
-        for rank, names in by_rank.items() if len(names) > 1
-    )
-
-
 # ---- rows ----------------------------------------------------------------------------------------
 
 
-def _opt(v: float | None, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
+def skipped_text(s: SkippedFile) -> str:
+    """The warning for a file of a directory that could not be analyzed: ``skipped <path>: <reason>``."""
+    return f"skipped {s.path}: {s.reason}"
+
+
+def rank_clash_text(c: RankClash) -> str:
+    """The warning for a rank that several files claim, naming the files (base names)."""
+    return (f"rank {c.rank} appears in {len(c.paths)} files ({', '.join(os.path.basename(n) for n in c.paths)}): "
+            "copies of one trace, or traces from different runs mixed together?")
+
+
+def set_warnings(analysis: TraceSetAnalysis) -> list[str]:
+    """The warnings about the set of files as a whole, as the page, the JSON and the CLI show them: one per
+    file skipped (in the order found), then one per rank claimed by several files."""
+    return [skipped_text(s) for s in analysis.skipped] + [rank_clash_text(c) for c in analysis.rank_clashes]
+
+
+def file_rows(analysis: TraceSetAnalysis) -> list[dict[str, Any]]:
+    """One summary row per file: label, path, device, SMs, kernels, GPU time, attention calls, notes, and
+    the file's warnings (recoverable oddities of the input: one message each)."""
+    return [{
+        "id": f"file-{i}", "label": f.label, "path": f.path, "rank": f.rank,
+        "device": f.device_name or "n/a", "sms": fmt_opt(f.num_sms, "d"), "kernels": f.kernel_count,
+        "gpu_time": fmt_us(f.gpu_time_us) if f.has_gpu_kernels else MISSING,
+        "gpu_busy": fmt_us(f.gpu_busy_us) if f.has_gpu_kernels else MISSING,
+        "attention_calls": len(f.calls),
+        "attention_time": fmt_us(sum(c.gpu_time_us for c in f.calls)) if f.has_gpu_kernels else MISSING,
+        "notes": list(f.notes), "warnings": [w.message for w in f.warnings],
+    } for i, f in enumerate(analysis.files)]
+
+
+def _kernel_row(k: CallKernel) -> dict[str, Any]:
+    return {
+        "kernel": k.name, "family": k.family or "", "time": fmt_us(k.dur_us),
+        **launch_cells(k.grid, k.block, ctas=k.ctas, registers=k.registers_per_thread, smem_bytes=k.shared_mem_bytes,
+                       ctas_per_sm=k.ctas_per_sm),
+        "graph": k.graph_launched,
+    }
 
 
 def mask_text(c: AttentionCall) -> str:
@@ -224,33 +106,6 @@ def mask_text(c: AttentionCall) -> str:
     if c.causal_alignment in (CausalAlignment.TOP_LEFT, CausalAlignment.BOTTOM_RIGHT):
         return f"causal ({c.causal_alignment.value})"
     return c.causal_alignment.value
-
-
-def _causal_text(causal: bool | None) -> str:
-    return "unknown" if causal is None else ("yes" if causal else "no")
-
-
-def file_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    """One summary row per file: label, path, device, SMs, kernels, GPU time, attention calls, notes, and
-    the file's warnings (recoverable oddities of the input: one message each)."""
-    return [{
-        "id": f"file-{i}", "label": f.label, "path": f.path, "rank": f.rank,
-        "device": f.device_name or "n/a", "sms": _opt(f.num_sms, "d"), "kernels": f.kernel_count,
-        "gpu_time": fmt_us(f.gpu_time_us) if f.has_gpu_kernels else "–",
-        "gpu_busy": fmt_us(f.gpu_busy_us) if f.has_gpu_kernels else "–",
-        "attention_calls": len(f.calls),
-        "attention_time": fmt_us(sum(c.gpu_time_us for c in f.calls)) if f.has_gpu_kernels else "–",
-        "notes": list(f.notes), "warnings": [w.message for w in f.warnings],
-    } for i, f in enumerate(analysis.files)]
-
-
-def _kernel_row(k: CallKernel) -> dict[str, Any]:
-    return {
-        "kernel": k.name, "family": k.family or "", "time": fmt_us(k.dur_us),
-        "grid": _shape(k.grid), "block": _shape(k.block), "ctas": _opt(k.ctas, ","),
-        "ctas_per_sm": _opt(k.ctas_per_sm, ".2f"), "registers": _opt(k.registers_per_thread, "d"),
-        "smem": fmt_bytes(k.shared_mem_bytes), "graph": k.graph_launched,
-    }
 
 
 def call_rows(fa: TraceCalls) -> list[dict[str, Any]]:
@@ -267,8 +122,8 @@ def _call_row(c: AttentionCall) -> dict[str, Any]:
         "phase": c.phase.value if c.phase else "unknown", "range": c.range or "",
         "batch": s.batch if s else "?", "q_len": s.q_len if s else "?", "kv_len": s.kv_len if s else "?",
         "heads": f"{s.num_q_heads}/{s.num_kv_heads}" if s else "?", "head_dim": s.head_dim if s else "?",
-        "dtype": (s.dtype or "unknown") if s else "?", "causal": _causal_text(c.causal), "mask": mask_text(c),
-        "gpu_time": fmt_us(c.gpu_time_us) if c.kernels else "–", "cpu_time": fmt_us(c.dur_us),
+        "dtype": (s.dtype or "unknown") if s else "?", "causal": causal_text(c.causal), "mask": mask_text(c),
+        "gpu_time": fmt_us(c.gpu_time_us) if c.kernels else MISSING, "cpu_time": fmt_us(c.dur_us),
         "kernel_count": len(c.kernels), "families": ", ".join(c.kernel_families),
         "graph": c.graph_launched, "kernels": [_kernel_row(k) for k in c.kernels],
         "workload": c.workload_constructor, "workload_tag": c.workload.tag if c.workload else "",
@@ -284,9 +139,11 @@ def _signature(c: AttentionCall) -> tuple[Any, ...]:
     return (c.op_name, c.backend, c.direction, c.phase, c.shape, mask_text(c), tuple(k.name for k in c.kernels))
 
 
-def workload_rows(fa: TraceCalls) -> list[dict[str, Any]]:
-    """Attention calls grouped by what they are (op, backend, direction, phase, shapes, mask, kernel
-    names), largest total GPU time first: ``calls`` of each, ``first`` call index, mean GPU time per call."""
+def call_group_rows(fa: TraceCalls) -> list[dict[str, Any]]:
+    """One trace file's attention calls grouped by what they are (op, backend, direction, phase, shapes, mask, kernel
+    names), largest total GPU time first: ``calls`` of each, ``first`` call index, mean GPU time per call.
+    Not the run report's :func:`profattn.report.run.workload_rows` (the shape contract of each benchmarked
+    workload)."""
     groups: dict[tuple[Any, ...], list[AttentionCall]] = {}
     for c in fa.calls:
         groups.setdefault(_signature(c), []).append(c)
@@ -296,7 +153,7 @@ def workload_rows(fa: TraceCalls) -> list[dict[str, Any]]:
         total = sum(x.gpu_time_us for x in calls)
         row = {k: v for k, v in _call_row(c).items() if k in _WORKLOAD_KEYS}
         row.update({"calls": len(calls), "first": c.index, "total_us": total,
-                    "mean_gpu_time": fmt_us(total / len(calls)) if c.kernels else "–",
+                    "mean_gpu_time": fmt_us(total / len(calls)) if c.kernels else MISSING,
                     "kernels_per_call": len(c.kernels)})
         rows.append(row)
     return sorted(rows, key=lambda r: -r["total_us"])
@@ -310,12 +167,15 @@ def kernel_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     } for k in fa.kernels]
 
 
-def launch_rows(fa: TraceCalls) -> list[dict[str, Any]]:
-    """Distinct launch shapes per kernel name (``n/a`` where the trace records none, e.g. ROCm)."""
+def launch_shape_rows(fa: TraceCalls) -> list[dict[str, Any]]:
+    """Distinct launch shapes per kernel name in one trace file (``n/a`` where the trace records none, e.g.
+    ROCm), with launches and total time of each. Not the run report's :func:`profattn.report.run.launch_rows`
+    (every kernel of every cell, per call)."""
     return [{
-        "kernel": s.name, "grid": _shape(s.grid), "block": _shape(s.block), "registers": _opt(s.registers_per_thread, "d"),
-        "smem": fmt_bytes(s.shared_mem_bytes), "ctas": _opt(s.ctas, ","), "ctas_per_sm": _opt(s.ctas_per_sm, ".2f"),
-        "blocks_per_sm": _opt(s.blocks_per_sm, ".2f"), "count": s.count, "total": fmt_us(s.total_us),
+        "kernel": s.name,
+        **launch_cells(s.grid, s.block, ctas=s.ctas, registers=s.registers_per_thread, smem_bytes=s.shared_mem_bytes,
+                       blocks_per_sm=s.blocks_per_sm, ctas_per_sm=s.ctas_per_sm),
+        "count": s.count, "total": fmt_us(s.total_us),
     } for s in fa.launch_shapes]
 
 
@@ -331,7 +191,7 @@ def step_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     """One row per ``ProfilerStep#N`` window."""
     return [{
         "step": s.name, "cpu_time": fmt_us(s.dur_us), "kernels": s.kernels,
-        "gpu_time": fmt_us(s.gpu_time_us) if s.kernels else "–", "attention_calls": s.attention_calls,
+        "gpu_time": fmt_us(s.gpu_time_us) if s.kernels else MISSING, "attention_calls": s.attention_calls,
     } for s in fa.steps]
 
 
@@ -373,8 +233,8 @@ def _call_dict(c: AttentionCall) -> dict[str, Any]:
     }
 
 
-def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
-    """The versioned JSON document: ``{"schema": "profattn.analysis.cells", "schema_version": 1, "warnings": [...],
+def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
+    """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 1, "warnings": [...],
     "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
     ``warnings`` are about the set of files (files skipped, duplicated ranks); ``skipped`` lists the files of
     a directory that could not be analyzed as ``{"path", "reason"}``; each file's ``warnings`` are ``{"code", "count", "message"}`` objects
@@ -392,7 +252,7 @@ def analysis_to_dict(analysis: Analysis) -> dict[str, Any]:
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c) for c in f.calls],
         })
-    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": list(analysis.warnings),
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": set_warnings(analysis),
                     "skipped": [asdict(s) for s in analysis.skipped], "files": files})
 
 
@@ -408,12 +268,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _natural_key(path: Path) -> list[object]:
-    """Sort key that orders the numbers inside a path by value (``rank_2`` before ``rank_10``)."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
-
-
-def write_json(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
+def write_json(analysis: TraceSetAnalysis, path: str | os.PathLike[str]) -> Path:
     """Write :func:`analysis_to_dict` as JSON (no NaN: every missing value is null), atomically; returns
     the path.
 
@@ -429,31 +284,30 @@ def _limited(rows: list[dict[str, Any]], limit: int = TABLE_LIMIT) -> dict[str, 
     return {"rows": rows[:limit], "more": max(0, len(rows) - limit)}
 
 
-def render_html(analysis: Analysis, *, title: str = "profattn trace analysis") -> str:
+def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace analysis") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline once, no network access)."""
     sections = []
     for summary, fa in zip(file_rows(analysis), analysis.files):
         sections.append({
             **summary,
             "has_kernels": fa.has_gpu_kernels,
-            "workloads": workload_rows(fa),
+            "workloads": call_group_rows(fa),
             "calls": _limited(call_rows(fa)),
             "chart": kernel_chart(fa),
             "kernel_table": _limited(kernel_rows(fa)),
-            "launch_table": _limited(launch_rows(fa)),
+            "launch_table": _limited(launch_shape_rows(fa)),
             "op_table": _limited(op_rows(fa)),
             "steps": step_rows(fa),
         })
     ctx = {
         "title": title,
         "files": sections,
-        "warnings": list(analysis.warnings),
+        "warnings": set_warnings(analysis),
         "schema_version": SCHEMA_VERSION,
-        "plotly_js": _plotly_js(),
     }
-    return template_env().get_template("analyze.html.j2").render(**ctx)
+    return render("analyze", ctx)
 
 
-def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
+def write_html(analysis: TraceSetAnalysis, path: str | os.PathLike[str]) -> Path:
     """Render and write the report; returns the path."""
     return write_html_file(render_html(analysis), path)

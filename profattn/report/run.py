@@ -1,5 +1,6 @@
-"""The HTML report: rows computed here (tests assert on them), HTML rendered by jinja2 (autoescaped),
-charts by plotly with plotly.js embedded once, so the file opens offline.
+"""The run report (``profattn profile``/``report``): rows computed here (tests assert on them), charts by
+plotly, the page rendered by :func:`profattn.report.render.render` (``report.html.j2``, autoescaped,
+plotly.js embedded once, so the file opens offline). Numbers are formatted by :mod:`profattn.report.format`.
 
 Rows are plain dicts of display-ready values; every string that came from a trace or an exception is
 escaped by jinja2's autoescape, and chart data travels as JSON through ``|tojson`` (which escapes
@@ -8,86 +9,37 @@ escaped by jinja2's autoescape, and chart data travels as JSON through ``|tojson
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from profattn.analysis.cells import Verdict, kernel_stem, verdict, winners
+from profattn.report.format import (
+    fmt_bytes,
+    fmt_count,
+    fmt_err,
+    fmt_flops_rate,
+    fmt_opt,
+    fmt_rate,
+    fmt_shape,
+    fmt_span,
+    fmt_us,
+    launch_cells,
+)
+from profattn.report.render import render, write_html_file
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase
 
 PHASE_ORDER = [p.value for p in Phase]
 
 
-# ---- formatting ----------------------------------------------------------------------------------
-
-
-def fmt_us(v: float | None) -> str:
-    """µs with a unit that keeps 3–4 significant digits ("55.8 µs", "2.21 ms"); "–" for None."""
-    if v is None:
-        return "–"
-    if v >= 10_000:
-        return f"{v / 1000:,.2f} ms"
-    return f"{v:,.1f} µs" if v >= 10 else f"{v:.2f} µs"
-
-
-def fmt_bytes(v: float | None) -> str:
-    """Bytes in decimal units (MB = 1e6), "n/a" for None (e.g. peak memory on CPU)."""
-    if v is None:
-        return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:,.1f} {unit}"
-    return f"{v:,.0f} B"
-
-
-def fmt_rate(v: float | None, unit: str, ceiling: float | None = None) -> str:
-    """A rate with its unit and, when a measured ceiling exists, its fraction of it."""
-    if v is None:
-        return "–"
-    s = f"{v:,.1f} {unit}" if v < 1000 else f"{v:,.0f} {unit}"
-    return f"{s} ({v / ceiling:.0%})" if ceiling else s
-
-
-def fmt_flops_rate(tflops: float | None, ceiling: float | None = None) -> str:
-    """TFLOP/s, or GFLOP/s below 1 TFLOP/s (CPU runs), with the fraction of a measured ceiling."""
-    if tflops is None:
-        return "–"
-    s = f"{tflops:,.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:,.1f} GFLOP/s"
-    return f"{s} ({tflops / ceiling:.0%})" if ceiling else s
-
-
-def fmt_span(lo: float, hi: float, like: float) -> str:
-    """A p10–p90 range in the unit ``fmt_us`` picks for ``like`` (no "8,304.3 µs – 12.00 ms")."""
-    if like >= 10_000:
-        return f"{lo / 1000:,.2f} – {hi / 1000:,.2f} ms"
-    return f"{lo:,.1f} – {hi:,.1f} µs"
-
-
-def fmt_count(v: float | None) -> str:
-    """Large counts with SI suffixes (tokens/s, FLOPs)."""
-    if v is None:
-        return "–"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:,.2f} {unit}"
-    return f"{v:,.0f}"
-
-
-def _shape(t: tuple[int, ...] | None) -> str:
-    return "n/a" if t is None else "[" + ", ".join(str(x) for x in t) + "]"
-
-
 # ---- rows ----------------------------------------------------------------------------------------
 
 
 def workload_rows(run: RunResult) -> list[dict[str, Any]]:
-    """One row per workload: the shape contract and its FLOP and byte ledgers."""
+    """One row per workload of the run: the shape contract and its FLOP and byte ledgers. Not
+    :func:`profattn.report.analyze.call_group_rows` (attention calls found in a trace, grouped)."""
     seen: dict[str, dict[str, Any]] = {}
     for c in run.cells:
         w = c.workload
@@ -132,7 +84,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "peak_mem_device": fmt_bytes(c.peak_mem_bytes) if c.peak_mem_bytes is not None else "",
             "tflops": fmt_flops_rate(c.achieved_tflops, mm),
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy),
-            "out_err": f"{corr.out_rel_err:.1e}" if corr else "–",
+            "out_err": fmt_err(corr.out_rel_err if corr else None),
             "grad_err": grad,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
@@ -144,7 +96,8 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
 
 
 def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
-    """Per regime: every kernel each cell launched, with its launch shape from the trace."""
+    """Per regime: every kernel each cell of the run launched, per call, with its launch shape from the
+    trace. Not :func:`profattn.report.analyze.launch_shape_rows` (distinct shapes in any one trace file)."""
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASE_ORDER}
     for c in run.cells:
         if c.trace is None:
@@ -152,11 +105,9 @@ def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
         for k in c.trace.kernels:
             out[c.workload.phase.value].append({
                 "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
-                "count": f"{k.count_per_call:g}", "time": fmt_us(k.dur_us_per_call), "grid": _shape(k.grid),
-                "block": _shape(k.block), "ctas": "n/a" if k.ctas is None else f"{k.ctas:,}",
-                "registers": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
-                "smem": fmt_bytes(k.shared_mem_bytes),
-                "blocks_per_sm": "n/a" if k.blocks_per_sm is None else f"{k.blocks_per_sm:.2f}",
+                "count": f"{k.count_per_call:g}", "time": fmt_us(k.dur_us_per_call),
+                **launch_cells(k.grid, k.block, ctas=k.ctas, registers=k.registers_per_thread,
+                               smem_bytes=k.shared_mem_bytes, blocks_per_sm=k.blocks_per_sm),
                 "occupancy": "n/a" if k.est_occupancy_pct is None else f"{k.est_occupancy_pct:.0f}%",
                 "trace_file": c.trace.trace_file,
             })
@@ -204,14 +155,14 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
             t = next((x for x in same if (k.grid, k.block) in (x.shapes or ((x.grid, x.block),))), same[0] if same else None)
             rows.append({
                 "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
-                "ncu_grid": _shape(k.grid), "ncu_block": _shape(k.block),
+                "ncu_grid": fmt_shape(k.grid), "ncu_block": fmt_shape(k.block),
                 "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
                 "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
-                "trace_grid": (_shape(k.grid) if agree else _shape(t.grid)) if t else "not in trace",
-                "trace_block": (_shape(k.block) if agree else _shape(t.block)) if t else "",
+                "trace_grid": (fmt_shape(k.grid) if agree else fmt_shape(t.grid)) if t else "not in trace",
+                "trace_block": (fmt_shape(k.block) if agree else fmt_shape(t.block)) if t else "",
                 "agree": agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
                 "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
-                "waves": "n/a" if k.waves_per_sm is None else f"{k.waves_per_sm:.2f}",
+                "waves": fmt_opt(k.waves_per_sm, ".2f"),
             })
     return rows
 
@@ -424,31 +375,6 @@ def _roofline(run: RunResult):
 # ---- rendering -----------------------------------------------------------------------------------
 
 
-def templates_dir() -> Path:
-    """Where the report templates live: ``profattn/report/templates`` (package data, so a non-editable
-    install renders too)."""
-    return Path(str(resources.files("profattn.report").joinpath("templates")))
-
-
-@functools.lru_cache(maxsize=1)
-def template_env() -> jinja2.Environment:
-    """The shared jinja2 environment of profattn's HTML reports (``templates/``, autoescaped, strict)."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True, default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
 def render_html(run: RunResult, *, title: str = "profattn report") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline, no network access)."""
     v: Verdict = verdict(run)
@@ -466,23 +392,11 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "crossovers": crossover_rows(run),
         "counters_info": run.counters_info,
         "ledger_charts": ledger_figures(run),
-        "plotly_js": _plotly_js(),
         "statuses": CellStatus,
         "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
-    return template_env().get_template("report.html.j2").render(**ctx)
-
-
-def write_html_file(html: str, path: str | os.PathLike[str]) -> Path:
-    """Write an HTML (or Markdown) string to ``path`` atomically (:func:`profattn.files.write_text_atomic`:
-    parents created, never a truncated file); returns the path.
-
-    Raises:
-        ProfattnError: the file cannot be written (names the path)."""
-    from profattn.files import write_text_atomic
-
-    return write_text_atomic(path, html)
+    return render("report", ctx)
 
 
 def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:

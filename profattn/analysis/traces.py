@@ -1,0 +1,175 @@
+"""Many trace files analyzed as one set: the logic behind ``profattn analyze`` (no display text; the
+page, its rows and the JSON document are :mod:`profattn.report.analyze`).
+
+Trace files are found (a file, or every ``*.json``/``*.json.gz`` under a directory, one per rank or
+worker), parsed by :func:`profattn.trace.load_trace` (a :class:`~profattn.errors.TraceError` names the
+file that cannot be used: an error for a file given itself, a warning and a skip for a file found in a
+directory, e.g. a run's ``results.json``) and analyzed one by one by
+:func:`profattn.analysis.calls.find_attention_calls`. Unless ``keep_host_info``, paths are shown relative to the
+directory given (or as the file's name) and each file's analysis is scrubbed of absolute paths, host and
+user names (:mod:`profattn.privacy`). The set's own findings (files skipped, ranks claimed twice) are
+typed records of :class:`TraceSetAnalysis`; :mod:`profattn.report.analyze` words them as warnings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from profattn.analysis.call_records import TraceCalls
+from profattn.analysis.calls import find_attention_calls
+from profattn.errors import ProfattnError
+from profattn.trace.kineto import load_trace
+
+__all__ = [
+    "RankClash",
+    "SkippedFile",
+    "TraceInput",
+    "TraceSetAnalysis",
+    "analyze_paths",
+    "find_trace_files",
+    "find_trace_inputs",
+    "rank_clashes",
+]
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file found in a directory that could not be analyzed: its shown path and why (e.g. ``not a Chrome
+    trace (no 'traceEvents' key)`` for a ``results.json``, ``file is empty``)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RankClash:
+    """A rank (``distributedInfo.rank``) that more than one file claims: copies of one trace, or traces of
+    different runs mixed together. ``paths``: the shown paths of those files, in the order found."""
+
+    rank: int
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TraceSetAnalysis:
+    """The analysis of every trace file given: one :class:`TraceCalls` per file (in the order found),
+    the files of a directory that could not be analyzed (``skipped``) and the ranks more than one file
+    claims (``rank_clashes``): the findings about the set as a whole, which the report shows as warnings."""
+
+    files: tuple[TraceCalls, ...]
+    skipped: tuple[SkippedFile, ...] = ()
+    rank_clashes: tuple[RankClash, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """One file to analyze: ``path`` as found, ``shown`` the path the outputs show, ``in_directory`` whether
+    it was found by searching a directory (then a file that cannot be read is skipped, not an error)."""
+
+    path: Path
+    shown: str
+    in_directory: bool
+
+
+def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> list[TraceInput]:
+    """Trace files named by ``paths``: a file as given; a directory searched recursively for ``*.json``
+    and ``*.json.gz`` (sorted). Each file once, in the order found.
+
+    The path shown for a file is, by default, its path relative to the directory it was found in, or its
+    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found.
+
+    Raises:
+        ProfattnError: a path does not exist, or a directory holds no trace file.
+    """
+    found: dict[Path, TraceInput] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            inside = sorted((p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))),
+                            key=_natural_key)  # rank_2 before rank_10
+            if not inside:
+                raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
+            for p in inside:
+                shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
+                found.setdefault(p, TraceInput(p, shown, True))
+        elif path.exists():
+            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False))
+        else:
+            raise ProfattnError(f"{path}: no such file or directory")
+    if not found:
+        raise ProfattnError("no trace path given")
+    return list(found.values())
+
+
+def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The paths of :func:`find_trace_inputs`: a file as given; a directory searched recursively for
+    ``*.json`` and ``*.json.gz`` (sorted). Each file once, in the order found.
+
+    Raises:
+        ProfattnError: a path does not exist, or a directory holds no trace file.
+    """
+    return [t.path for t in find_trace_inputs(paths, keep_host_info=True)]
+
+
+def _reason(error: ProfattnError, path: Path) -> str:
+    """The message of ``error`` without the leading ``<path>: `` that trace errors start with."""
+    text = str(error)
+    prefix = f"{os.fspath(path)}: "
+    return text.removeprefix(prefix)
+
+
+def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> TraceSetAnalysis:
+    """Find, parse and analyze every trace under ``paths``.
+
+    A file found in a directory that cannot be analyzed (not a trace, e.g. a run's ``results.json``;
+    empty; truncated; ...) is skipped with a warning naming it and the problem; a file given itself
+    that cannot be analyzed is an error. Unless ``keep_host_info``, file paths are shown relative to the
+    directory given (or as the file's name) and every string is scrubbed of absolute paths, host and user
+    names (:mod:`profattn.privacy`).
+
+    Raises:
+        ProfattnError: a missing path or an empty directory (:func:`find_trace_inputs`), or no file that
+            could be analyzed at all (the message names the files and their problems).
+        TraceError: a file given itself that cannot be read as a trace (the message names it).
+    """
+    inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
+    files: list[TraceCalls] = []
+    skipped: list[SkippedFile] = []
+    for item in inputs:
+        try:
+            fa = find_attention_calls(load_trace(item.path))
+        except ProfattnError as exc:
+            if not item.in_directory:
+                raise
+            skipped.append(SkippedFile(item.shown, _reason(exc, item.path)))
+            continue
+        fa = replace(fa, path=item.shown)
+        if not keep_host_info:
+            from profattn.privacy import scrub
+
+            fa = scrub(fa)
+        files.append(fa)
+    if not files:
+        listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+        more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
+    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files))
+
+
+def rank_clashes(files: Sequence[TraceCalls]) -> tuple[RankClash, ...]:
+    """Every rank (``distributedInfo.rank``) that more than one of ``files`` claims, in the order the rank
+    first appears; files without a rank never clash."""
+    by_rank: dict[int, list[str]] = {}
+    for f in files:
+        if f.rank is not None:
+            by_rank.setdefault(f.rank, []).append(f.path)
+    return tuple(RankClash(rank, tuple(paths)) for rank, paths in by_rank.items() if len(paths) > 1)
+
+
+def _natural_key(path: Path) -> list[object]:
+    """Sort key that orders the numbers inside a path by value (``rank_2`` before ``rank_10``)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]

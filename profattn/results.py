@@ -21,6 +21,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -34,8 +35,11 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 
-class CellStatus:
-    """Closed set of cell outcomes."""
+class CellStatus(str, Enum):
+    """Closed set of cell outcomes; the value is the string stored in results.json (``"ok"``, ...).
+
+    A ``str`` enum, so ``status == "ok"`` still holds and JSON carries the plain string.
+    """
 
     OK = "ok"  #: ran, timed, passed correctness
     INCORRECT = "incorrect"  #: ran and timed, failed correctness (never wins)
@@ -43,7 +47,16 @@ class CellStatus:
     ERROR = "error"  #: raised while running (out of memory included); message given
     PENDING = "pending"  #: not run yet (a run interrupted before reaching it)
 
-    ALL = (OK, INCORRECT, UNSUPPORTED, ERROR, PENDING)
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def ran(self) -> bool:
+        """The cell executed and was timed (``ok`` or ``incorrect``)."""
+        return self in (CellStatus.OK, CellStatus.INCORRECT)
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,11 @@ class CellResult:
     #: The same for the CUDA-graph replay time (decode cells on CUDA).
     graph_timing_repeats: tuple[Timing, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Coerce ``status`` to :class:`CellStatus`; raises ValueError for a string outside the closed set."""
+        if not isinstance(self.status, CellStatus):
+            object.__setattr__(self, "status", CellStatus(self.status))
+
     @property
     def latency_samples_us(self) -> tuple[float, ...]:
         """The independent latency samples (µs) of the figure this cell is judged on — one median per repeat,
@@ -346,6 +364,8 @@ class RunResult:
 def _to_jsonable(obj: Any) -> Any:
     if isinstance(obj, Workload):
         return obj.to_dict()
+    if isinstance(obj, Enum):
+        return obj.value
     if hasattr(obj, "__dataclass_fields__"):
         return {f.name: _to_jsonable(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -387,6 +407,20 @@ def _correctness(d: dict[str, Any]) -> Correctness:
     })
 
 
+def _status(d: dict[str, Any]) -> CellStatus:
+    """The cell's ``status`` field as a :class:`CellStatus`.
+
+    Raises:
+        ResultsError: the value is not one of the closed set (names the field, the cell and the valid values).
+    """
+    raw = d["status"]
+    try:
+        return CellStatus(raw)
+    except ValueError:
+        valid = ", ".join(s.value for s in CellStatus)
+        raise ResultsError(f"cell {d.get('cell_id')!r}: field 'status' is {raw!r}, not one of {valid}") from None
+
+
 def _cell_from_dict(d: dict[str, Any]) -> CellResult:
     trace = d.get("trace")
     if trace is not None:
@@ -405,7 +439,7 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         workload=Workload.from_dict(d["workload"]),
         backend=d["backend"],
         family=d["family"],
-        status=d["status"],
+        status=_status(d),
         reason=d.get("reason", ""),
         notes=tuple(d.get("notes", ())),
         correctness=_correctness(d["correctness"]) if d.get("correctness") else None,

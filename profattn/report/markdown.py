@@ -55,18 +55,23 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
 
 def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown: environment line, verdict, the result matrix (winners in bold)."""
-    from profattn.analysis.cells import verdict
-    from profattn.report.run import matrix_rows
+    from profattn.analysis.verdict import ranked_cells, verdict
+    from profattn.report.run import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
+    from profattn.report.verdict import render_verdict
 
-    v = verdict(run)
+    v = render_verdict(verdict(run))
     e = run.environment
-    matrix = matrix_rows(run)
-    table = [
-        [("**" + r["backend"] + "** 🏆") if r["winner"] else r["backend"], r["workload"], r["status"],
-         r["latency"] + (" (graph)" if r["latency_kind"] == "graph" else ""), r["eager"], r["gbps"], r["tflops"],
-         r["out_err"], r["reason"][:120]]
-        for r in matrix
-    ]
+    copy = run.ceilings.copy_gbps if run.ceilings else None
+    mm = run.ceilings.matmul_tflops if run.ceilings else None
+    table = []
+    for rc in ranked_cells(run):
+        c = rc.cell
+        t = c.graph_timing or c.timing
+        table.append([
+            ("**" + c.backend + "** 🏆") if rc.winner else c.backend, c.workload.tag, c.status.value,
+            (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
+            fmt_us(c.eager_latency_us), fmt_rate(c.achieved_gbps, "GB/s", copy), fmt_flops_rate(c.achieved_tflops, mm),
+            fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
 
     def render(cap: int | None) -> str:

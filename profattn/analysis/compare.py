@@ -16,12 +16,14 @@ Cells are matched by (workload tag, backend). For each matched cell:
   and errors or is unsupported in the head is one too. Runs with different presets, with cells that never
   ran (interrupted), or a head lacking cells the base has are refused without ``--force``; with it, a
   cell only one run holds is listed, never a regression (a head may add cells: new backends).
-* **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.kernel_stem`): grid,
+* **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.cells.kernel_stem`): grid,
   block, registers per thread, shared memory, launches per call — from the trace, or from Nsight Compute
   when a side has no trace kernels.
 * **bytes**: DRAM read + write per call when both runs have counters (``bytes_ratio`` = head / base).
 
-Per workload, the winner in each run and whether it flipped; the verdict summary of each run. The
+Per workload, the winner in each run and whether it flipped; the verdict of each run and what changed in
+it. Everything is a typed record (:class:`CompareClass`, :class:`LaunchChange`, :class:`RegressionReason`,
+:class:`VerdictChange`); :mod:`profattn.report.compare` turns them into rows, sentences and HTML. The
 environment (GPU, driver, torch, CUDA, cuDNN, triton, preset, ...) is diffed at the top. Runs from
 different GPU models are refused (:class:`CompareError`, exit 2) unless ``force``, which puts a warning
 in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
@@ -130,10 +132,10 @@ class CellChange:
     head_passed: bool | None
     base_err: float | None
     head_err: float | None
-    launch_changes: tuple["LaunchChange", ...]
+    launch_changes: tuple[LaunchChange, ...]
     base_dram_bytes: float | None
     head_dram_bytes: float | None
-    regression_reasons: tuple["RegressionReason", ...]
+    regression_reasons: tuple[RegressionReason, ...]
     threshold: float = DEFAULT_THRESHOLD
 
     @property

@@ -140,6 +140,7 @@ class CellChange:
 
     @property
     def phase(self) -> Phase:
+        """The workload's regime."""
         return self.workload.phase
 
     @property
@@ -192,6 +193,7 @@ class WinnerChange:
 
     @property
     def phase(self) -> Phase:
+        """The workload's regime."""
         return self.workload.phase
 
     @property

@@ -81,14 +81,17 @@ class CellEvidence:
 
     @property
     def persistent_grid(self) -> bool:
+        """Exactly one CTA per SM (a persistent kernel looping over tiles)."""
         return bool(self.num_sms) and self.ctas == self.num_sms
 
     @property
     def underfilled(self) -> bool:
+        """Fewer CTAs than SMs: part of the GPU idles."""
         return self.ctas_per_sm is not None and self.ctas_per_sm < 1
 
     @property
     def launch_bound(self) -> bool:
+        """The kernels run under :data:`LAUNCH_BOUND_FRACTION` of the latency (the rest is launch overhead)."""
         lat, gpu = self.latency_us, self.gpu_time_us
         return gpu is not None and bool(lat) and gpu < LAUNCH_BOUND_FRACTION * lat  # type: ignore[operator]
 
@@ -175,14 +178,17 @@ class WorkloadVerdict:
 
     @property
     def workload_tag(self) -> str:
+        """The workload's tag (its key in :func:`winners`)."""
         return self.workload.tag
 
     @property
     def phase(self) -> Phase:
+        """The workload's regime."""
         return self.workload.phase
 
     @property
     def kv_len(self) -> int:
+        """The workload's KV length (tokens)."""
         return self.workload.kv_len
 
     @property
@@ -193,6 +199,7 @@ class WorkloadVerdict:
 
     @property
     def winner_backend(self) -> str | None:
+        """The winning backend's name, None without a winner."""
         return self.winner.backend if self.winner else None
 
 
@@ -208,6 +215,7 @@ class Verdict:
 
     @property
     def decode_rows(self) -> tuple[WorkloadVerdict, ...]:
+        """The rows of decode workloads, in run order."""
         return tuple(r for r in self.rows if r.phase is Phase.DECODE)
 
 

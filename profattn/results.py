@@ -35,7 +35,18 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 
-class CellStatus(str, Enum):
+class StrEnum(str, Enum):
+    """A closed set of strings: members compare equal to their value, and ``str()``/``format()`` give the
+    value on every Python version (``enum.StrEnum`` needs 3.11)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class CellStatus(StrEnum):
     """Closed set of cell outcomes; the value is the string stored in results.json (``"ok"``, ...).
 
     A ``str`` enum, so ``status == "ok"`` still holds and JSON carries the plain string.
@@ -46,12 +57,6 @@ class CellStatus(str, Enum):
     UNSUPPORTED = "unsupported"  #: the backend cannot run this workload (reason given)
     ERROR = "error"  #: raised while running (out of memory included); message given
     PENDING = "pending"  #: not run yet (a run interrupted before reaching it)
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def ran(self) -> bool:
@@ -181,13 +186,21 @@ class CounterSummary:
         return self.dram_read_bytes + self.dram_write_bytes
 
 
+class CountersStatus(StrEnum):
+    """Whether hardware counters were read for a run (the string stored in results.json)."""
+
+    MEASURED = "measured"
+    UNAVAILABLE = "unavailable"  #: ``reason`` says why: no ncu, no permission, CPU run...
+    NOT_REQUESTED = "not requested"
+
+
 @dataclass(frozen=True)
 class CountersInfo:
-    """How (and whether) hardware counters were read for a run. ``status``: ``measured``,
-    ``unavailable`` (``reason`` says why: no ncu, no permission, CPU run...) or ``not requested``.
+    """How (and whether) hardware counters were read for a run. ``status``: :class:`CountersStatus`
+    (a plain string is coerced; one outside the set raises ValueError).
     ``cache_control``/``replay_mode``/``clock_control`` are ncu's settings: they define what the bytes mean."""
 
-    status: str
+    status: CountersStatus
     reason: str = ""
     ncu_version: str | None = None
     cache_control: str | None = None
@@ -195,6 +208,10 @@ class CountersInfo:
     clock_control: str | None = None
     wall_s: float | None = None
     csv_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, CountersStatus):
+            object.__setattr__(self, "status", CountersStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -332,7 +349,7 @@ class RunResult:
     ceilings: Ceilings | None = None
     schema_version: int = SCHEMA_VERSION
     seed: int = 0
-    counters_info: CountersInfo = CountersInfo("not requested")
+    counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
 
     def samples_taken(self) -> tuple[int, int] | None:
@@ -421,6 +438,18 @@ def _status(d: dict[str, Any]) -> CellStatus:
         raise ResultsError(f"cell {d.get('cell_id')!r}: field 'status' is {raw!r}, not one of {valid}") from None
 
 
+def _counters_info(d: dict[str, Any]) -> CountersInfo:
+    """The run's ``counters_info`` object.
+
+    Raises:
+        ResultsError: its ``status`` is not a :class:`CountersStatus` value (names the field and the valid values).
+    """
+    if d.get("status") not in {s.value for s in CountersStatus}:
+        valid = ", ".join(s.value for s in CountersStatus)
+        raise ResultsError(f"field 'counters_info.status' is {d.get('status')!r}, not one of {valid}")
+    return CountersInfo(**d)
+
+
 def _cell_from_dict(d: dict[str, Any]) -> CellResult:
     trace = d.get("trace")
     if trace is not None:
@@ -477,7 +506,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
             schema_version=version,  # as read: a report of a v2 file says v2
             seed=int(data.get("seed", 0)),
-            counters_info=CountersInfo(**data["counters_info"]) if data.get("counters_info") else CountersInfo("not requested"),
+            counters_info=_counters_info(data["counters_info"]) if data.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
             repeat=int(data.get("repeat", 1)),
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -45,3 +45,16 @@ def test_unknown_status_is_refused_with_the_field_named(tmp_path: Path):
         read_results(path)
     with pytest.raises(ValueError):
         replace(run([cell(SEED.workloads[0], "eager", 10.0)]).cells[0], status="skipped")
+
+
+def test_counters_status_is_a_closed_set():
+    from profattn.results import CountersInfo, CountersStatus
+
+    r = read_results(REPO / "examples" / "h200-seed")
+    assert r.counters_info.status is CountersStatus.MEASURED and r.counters_info.status == "measured"
+    assert CountersInfo("unavailable", "CPU run").status is CountersStatus.UNAVAILABLE
+    assert run_to_dict(r)["counters_info"]["status"] == "measured"
+    data = run_to_dict(r)
+    data["counters_info"]["status"] = "maybe"
+    with pytest.raises(ResultsError, match=r"field 'counters_info.status' is 'maybe', not one of measured, unavailable, not requested"):
+        run_from_dict(data)

@@ -32,14 +32,13 @@ in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.stats import RatioEstimate, hodges_lehmann_ratio
 from profattn.analysis.verdict import Verdict, runner_up, verdict, winners, within_noise
 from profattn.errors import ProfattnError
-from profattn.results import CellResult, CellStatus, RunResult
+from profattn.results import CellResult, CellStatus, RunResult, StrEnum
 from profattn.workload import Phase, Workload
 
 DEFAULT_THRESHOLD = 0.05
@@ -47,7 +46,7 @@ LEVEL = 0.95
 
 
 
-class CompareClass(str, Enum):
+class CompareClass(StrEnum):
     """How a matched cell's latency changed; members are listed in the order reports list them."""
 
     SLOWER = "slower"  #: the whole interval lies above a ``threshold`` slowdown
@@ -58,21 +57,15 @@ class CompareClass(str, Enum):
     ONLY_BASE = "only in base"  #: the head run lacks this cell
     ONLY_HEAD = "only in head"  #: the base run lacks this cell
 
-    def __str__(self) -> str:
-        return self.value
 
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-
-class Side(str, Enum):
+class Side(StrEnum):
     """One of the two runs of a comparison."""
 
     BASE = "base"
     HEAD = "head"
 
 
-class LaunchProperty(str, Enum):
+class LaunchProperty(StrEnum):
     """A kernel property compared between the runs (the value is its name in reports)."""
 
     GRID = "grid"
@@ -82,7 +75,7 @@ class LaunchProperty(str, Enum):
     LAUNCHES = "launches per call"
 
 
-class RegressionKind(str, Enum):
+class RegressionKind(StrEnum):
     """Why a cell fails the comparison."""
 
     SLOWER = "slower"  #: latency interval beyond the threshold

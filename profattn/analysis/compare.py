@@ -89,9 +89,9 @@ class CompareError(ProfattnError):
 
 @dataclass(frozen=True)
 class EnvDiff:
-    """One environment field in both runs."""
+    """One environment field in both runs (values as text; "n/a" where a run did not record it)."""
 
-    field: str
+    field: EnvField
     base: str
     head: str
 
@@ -263,20 +263,44 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-ENV_FIELDS = ("device_name", "device", "num_sms", "driver", "torch", "cuda", "cudnn", "triton", "python", "platform", "profattn")
+class EnvField(StrEnum):
+    """The fields :func:`environment_diff` compares (the value is the field's name in reports)."""
+
+    DEVICE_NAME = "device_name"
+    DEVICE = "device"
+    NUM_SMS = "num_sms"
+    DRIVER = "driver"
+    TORCH = "torch"
+    CUDA = "cuda"
+    CUDNN = "cudnn"
+    TRITON = "triton"
+    PYTHON = "python"
+    PLATFORM = "platform"
+    PROFATTN = "profattn"
+    PRESET = "preset"
+    SEED = "seed"
+    SAMPLES = "timing samples per cell"
+    COUNTERS = "counters"
+    MEASURED = "measured (UTC)"
+
+
+#: The :class:`EnvField` members read from :class:`profattn.results.Environment` (attribute = value).
+ENV_FIELDS = tuple(EnvField)[:11]
+#: Differences that are expected or already refused/forced, so they are not repeated as warnings.
+_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET)
 
 
 def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     """Environment fields, preset, seed, repeats and counter status of both runs (all, differing or not)."""
     def s(v: object) -> str:
         return "n/a" if v is None else str(v)
-    rows = [EnvDiff(f, s(getattr(base.environment, f)), s(getattr(head.environment, f))) for f in ENV_FIELDS]
+    rows = [EnvDiff(f, s(getattr(base.environment, f.value)), s(getattr(head.environment, f.value))) for f in ENV_FIELDS]
     rows += [
-        EnvDiff("preset", base.preset, head.preset),
-        EnvDiff("seed", str(base.seed), str(head.seed)),
-        EnvDiff("timing samples per cell", base.samples_text(), head.samples_text()),
-        EnvDiff("counters", base.counters_info.status, head.counters_info.status),
-        EnvDiff("measured (UTC)", base.environment.created_utc, head.environment.created_utc),
+        EnvDiff(EnvField.PRESET, base.preset, head.preset),
+        EnvDiff(EnvField.SEED, str(base.seed), str(head.seed)),
+        EnvDiff(EnvField.SAMPLES, base.samples_text(), head.samples_text()),
+        EnvDiff(EnvField.COUNTERS, base.counters_info.status, head.counters_info.status),
+        EnvDiff(EnvField.MEASURED, base.environment.created_utc, head.environment.created_utc),
     ]
     return tuple(rows)
 
@@ -424,7 +448,7 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
                                  "; those cells are not compared.")
     env = environment_diff(base, head)
     for d in env:
-        if d.differs and d.field not in ("measured (UTC)", "device_name", "device", "preset"):
+        if d.differs and d.field not in _NOT_WARNED:
             warnings.append(f"{d.field} differs: {d.base} → {d.head}")
     fewest = min((t[0] for t in (base.samples_taken(), head.samples_taken()) if t), default=0)
     if fewest < 3:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from profattn.analysis.compare import CompareClass, Comparison
+from profattn.analysis.compare import CompareClass, Comparison, EnvField
 from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
 from profattn.report.verdict import summary as verdict_summary
 from profattn.results import RunResult
@@ -98,7 +98,7 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
     flipped winners, the ``top`` largest changes, then every cell."""
     rows = cell_rows(cmp)
     top_rows = [r for r in rows if r["top"]][:top]
-    env = [[d.field, d.base, d.head] for d in cmp.environment if d.differs or d.field == "device_name"]
+    env = [[d.field, d.base, d.head] for d in cmp.environment if d.differs or d.field is EnvField.DEVICE_NAME]
     flips = [[w["label"], w["base"], w["head"], "yes (tie in one run)" if w["noise_flip"] else "yes"] for w in winner_rows(cmp) if w["flipped"]]
 
     def cells_table(rs: list[dict[str, Any]], cap: int | None) -> str:

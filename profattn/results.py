@@ -21,6 +21,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -34,8 +35,22 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 
-class CellStatus:
-    """Closed set of cell outcomes."""
+class StrEnum(str, Enum):
+    """A closed set of strings: members compare equal to their value, and ``str()``/``format()`` give the
+    value on every Python version (``enum.StrEnum`` needs 3.11)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class CellStatus(StrEnum):
+    """Closed set of cell outcomes; the value is the string stored in results.json (``"ok"``, ...).
+
+    A ``str`` enum, so ``status == "ok"`` still holds and JSON carries the plain string.
+    """
 
     OK = "ok"  #: ran, timed, passed correctness
     INCORRECT = "incorrect"  #: ran and timed, failed correctness (never wins)
@@ -43,7 +58,10 @@ class CellStatus:
     ERROR = "error"  #: raised while running (out of memory included); message given
     PENDING = "pending"  #: not run yet (a run interrupted before reaching it)
 
-    ALL = (OK, INCORRECT, UNSUPPORTED, ERROR, PENDING)
+    @property
+    def ran(self) -> bool:
+        """The cell executed and was timed (``ok`` or ``incorrect``)."""
+        return self in (CellStatus.OK, CellStatus.INCORRECT)
 
 
 @dataclass(frozen=True)
@@ -177,13 +195,21 @@ class CounterSummary:
         return self.dram_read_bytes + self.dram_write_bytes
 
 
+class CountersStatus(StrEnum):
+    """Whether hardware counters were read for a run (the string stored in results.json)."""
+
+    MEASURED = "measured"
+    UNAVAILABLE = "unavailable"  #: ``reason`` says why: no ncu, no permission, CPU run...
+    NOT_REQUESTED = "not requested"
+
+
 @dataclass(frozen=True)
 class CountersInfo:
-    """How (and whether) hardware counters were read for a run. ``status``: ``measured``,
-    ``unavailable`` (``reason`` says why: no ncu, no permission, CPU run...) or ``not requested``.
+    """How (and whether) hardware counters were read for a run. ``status``: :class:`CountersStatus`
+    (a plain string is coerced; one outside the set raises ValueError).
     ``cache_control``/``replay_mode``/``clock_control`` are ncu's settings: they define what the bytes mean."""
 
-    status: str
+    status: CountersStatus
     reason: str = ""
     ncu_version: str | None = None
     cache_control: str | None = None
@@ -191,6 +217,10 @@ class CountersInfo:
     clock_control: str | None = None
     wall_s: float | None = None
     csv_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, CountersStatus):
+            object.__setattr__(self, "status", CountersStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -216,6 +246,11 @@ class CellResult:
     timing_repeats: tuple[Timing, ...] = ()
     #: The same for the CUDA-graph replay time (decode cells on CUDA).
     graph_timing_repeats: tuple[Timing, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Coerce ``status`` to :class:`CellStatus`; raises ValueError for a string outside the closed set."""
+        if not isinstance(self.status, CellStatus):
+            object.__setattr__(self, "status", CellStatus(self.status))
 
     @property
     def latency_samples_us(self) -> tuple[float, ...]:
@@ -323,7 +358,7 @@ class RunResult:
     ceilings: Ceilings | None = None
     schema_version: int = SCHEMA_VERSION
     seed: int = 0
-    counters_info: CountersInfo = CountersInfo("not requested")
+    counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
 
     def samples_taken(self) -> tuple[int, int] | None:
@@ -460,6 +495,8 @@ def cell_row(cell: CellResult) -> dict[str, Any]:
 def _to_jsonable(obj: Any) -> Any:
     if isinstance(obj, Workload):
         return obj.to_dict()
+    if isinstance(obj, Enum):
+        return obj.value
     if hasattr(obj, "__dataclass_fields__"):
         return {f.name: _to_jsonable(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -501,6 +538,32 @@ def _correctness(d: dict[str, Any]) -> Correctness:
     })
 
 
+def _status(d: dict[str, Any]) -> CellStatus:
+    """The cell's ``status`` field as a :class:`CellStatus`.
+
+    Raises:
+        ResultsError: the value is not one of the closed set (names the field, the cell and the valid values).
+    """
+    raw = d["status"]
+    try:
+        return CellStatus(raw)
+    except ValueError:
+        valid = ", ".join(s.value for s in CellStatus)
+        raise ResultsError(f"cell {d.get('cell_id')!r}: field 'status' is {raw!r}, not one of {valid}") from None
+
+
+def _counters_info(d: dict[str, Any]) -> CountersInfo:
+    """The run's ``counters_info`` object.
+
+    Raises:
+        ResultsError: its ``status`` is not a :class:`CountersStatus` value (names the field and the valid values).
+    """
+    if d.get("status") not in {s.value for s in CountersStatus}:
+        valid = ", ".join(s.value for s in CountersStatus)
+        raise ResultsError(f"field 'counters_info.status' is {d.get('status')!r}, not one of {valid}")
+    return CountersInfo(**d)
+
+
 def _cell_from_dict(d: dict[str, Any]) -> CellResult:
     trace = d.get("trace")
     if trace is not None:
@@ -519,7 +582,7 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         workload=Workload.from_dict(d["workload"]),
         backend=d["backend"],
         family=d["family"],
-        status=d["status"],
+        status=_status(d),
         reason=d.get("reason", ""),
         notes=tuple(d.get("notes", ())),
         correctness=_correctness(d["correctness"]) if d.get("correctness") else None,
@@ -557,7 +620,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
             schema_version=version,  # as read: a report of a v2 file says v2
             seed=int(data.get("seed", 0)),
-            counters_info=CountersInfo(**data["counters_info"]) if data.get("counters_info") else CountersInfo("not requested"),
+            counters_info=_counters_info(data["counters_info"]) if data.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
             repeat=int(data.get("repeat", 1)),
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from profattn.analysis.cells import evidence, family_check, verdict, winners
+from profattn.analysis.cells import family_check
+from profattn.analysis.verdict import Standing, TrainingOutcome, evidence, verdict, winners
+from profattn.report.verdict import headline, reasons, render_verdict, summary
 from profattn.families import DENSE, FLASH
 from profattn.results import CellStatus, Ceilings
 from dataclasses import replace
@@ -42,10 +44,10 @@ def test_verdict_depends_on_context_length():
     v = verdict(r)
     assert v.training_winner == "sdpa-cudnn"
     rows = {row.kv_len: row for row in v.rows}
-    assert rows[512].stays is False and rows[512].winner == "sdpa-flash"
+    assert rows[512].stays is False and rows[512].winner_backend == "sdpa-flash"
     assert rows[8192].stays is True
-    assert "depends on context length" in v.summary
-    text = " ".join(rows[512].reasons)
+    assert "depends on context length" in summary(v)
+    text = " ".join(reasons(rows[512], v))
     # Evidence, not canned text: 128 decode query rows vs 262,144 training rows, 224 CTAs on 132 SMs.
     assert "128 query rows against 262,144" in text
     assert "224 CTAs (1.70 CTAs per SM on 132 SMs" in text
@@ -61,8 +63,9 @@ def test_verdict_when_training_winner_unsupported_in_decode():
         cell(D2048, "a", None, status=CellStatus.UNSUPPORTED, reason="no decode"),
         cell(D2048, "b", 20.0),
     ]
-    row = verdict(run(cells)).rows[0]
-    assert row.stays is False and "did not produce an eligible cell here (unsupported: no decode)" in row.headline
+    v = verdict(run(cells))
+    row = v.rows[0]
+    assert row.stays is False and "did not produce an eligible cell here (unsupported: no decode)" in headline(row, v)
 
 
 def test_evidence_numbers():
@@ -122,7 +125,7 @@ def test_committed_h200_run_counters_and_paged_kernel():
 
     import pytest
 
-    from profattn.analysis.cells import byte_ledger
+    from profattn.analysis.ledgers import byte_ledger
     from profattn.report.run import counter_kernel_rows
     from profattn.results import read_results
     from profattn.harness.session import reattach_traces
@@ -153,3 +156,122 @@ def test_committed_h200_run_counters_and_paged_kernel():
     assert tem.grid == (1, 4, 66) and tem.block == (64, 1, 1)
     assert 1.0 < byte_ledger(flex_paged).dram_ratio < 1.1
     assert flex_paged.graph_timing.median_us > 1.5 * ours.graph_timing.median_us
+
+
+def _committed_seed_run():
+    from pathlib import Path
+
+    from profattn.results import read_results
+
+    return read_results(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+
+
+def _latencies(path) -> dict[str, float]:
+    """cell id → the latency a cell is judged on (graph replay where captured), read straight from the JSON."""
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return {c["cell_id"]: (c.get("graph_timing") or c["timing"])["median_us"] for c in cells if c.get("timing")}
+
+
+def test_verdict_records_of_the_committed_h200_run():
+    """The typed verdict of examples/h200-seed: the real winner per regime, runner-ups and their ratios."""
+    from pathlib import Path
+
+    import pytest
+
+    r = _committed_seed_run()
+    lat = _latencies(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+    v = verdict(r)
+    train = "train_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal"
+    assert v.training is TrainingOutcome.WON and (v.training_winner, v.training_tag) == ("sdpa-cudnn", train)
+    te = v.training_evidence
+    assert te.latency_us == lat[f"{train}.sdpa-cudnn"] == pytest.approx(1217.152, abs=1e-3)
+    # cuDNN's training kernel: a persistent grid, one CTA per SM of the H200's 132; B·Hq·Lq = 8·16·2048 rows
+    assert (te.ctas, te.num_sms, te.ctas_per_sm, te.persistent_grid, te.query_rows) == (132, 132, 1.0, True, 262_144)
+    rows = {(row.phase.value, row.kv_len): row for row in v.rows}
+    assert list(rows) == [("prefill", 2048), ("decode", 512), ("decode", 2048), ("decode", 8192)]
+
+    def tag(phase: str, kv: int) -> str:
+        return f"{phase}_b8_q{2048 if phase == 'prefill' else 1}_kv{kv}_hq16_hkv4_d128_bf16_causal" + ("_paged16" if phase == "decode" else "")
+
+    # (standing, winner, runner-up, runner-up within noise) per workload, as measured on the H200
+    expected = {
+        ("prefill", 2048): (Standing.STAYS, "sdpa-cudnn", "flex", False),
+        ("decode", 512): (Standing.STAYS, "sdpa-cudnn", "triton-paged-decode", True),  # an exact tie: 12.448 µs both
+        ("decode", 2048): (Standing.CHANGES, "triton-paged-decode", "sdpa-cudnn", True),
+        ("decode", 8192): (Standing.CHANGES, "triton-paged-decode", "sdpa-cudnn", True),
+    }
+    for key, (standing, winner, second, noise) in expected.items():
+        row = rows[key]
+        t = tag(*key)
+        assert (row.standing, row.winner.backend, row.runner_up.backend, row.runner_up_within_noise) == (standing, winner, second, noise), key
+        assert row.winner.latency_us == lat[f"{t}.{winner}"]
+        assert row.runner_up_ratio == pytest.approx(lat[f"{t}.{second}"] / lat[f"{t}.{winner}"], rel=1e-12)
+        assert row.stays is (standing is Standing.STAYS)
+        assert row.training_here.backend == "sdpa-cudnn" and row.close_call is noise
+    assert rows[("prefill", 2048)].runner_up_ratio == pytest.approx(413.504 / 280.992, rel=1e-5)  # 1.47×
+    assert rows[("decode", 512)].runner_up_ratio == 1.0
+    kv2048, kv8192 = rows[("decode", 2048)], rows[("decode", 8192)]
+    assert kv2048.training_here_ratio == pytest.approx(18.624 / 18.304, rel=1e-5) and kv2048.training_here_within_noise
+    assert kv8192.training_here_ratio == pytest.approx(40.832 / 40.736, rel=1e-5) and kv8192.training_here_within_noise
+    # the evidence numbers: our split kernel's 512 CTAs on 132 SMs for 128 query rows; measured DRAM bytes
+    ours, cudnn = kv8192.explained
+    assert (ours.backend, ours.ctas, ours.query_rows, ours.kernels_per_call) == ("triton-paged-decode", 512, 128, 2)
+    assert ours.ctas_per_sm == pytest.approx(512 / 132) and ours.rows_per_cta == 0.25 and not ours.underfilled
+    assert ours.ledger.dram_bytes == 137_810_688 and ours.ledger.requested_bytes == kv8192.workload.requested_bytes
+    assert ours.kv_gbps == pytest.approx(kv8192.workload.kv_bytes / (lat[f"{tag('decode', 8192)}.triton-paged-decode"] * 1e-6) / 1e9)
+    assert (cudnn.backend, cudnn.ctas) == ("sdpa-cudnn", 256)
+    assert rows[("decode", 512)].explained[0].underfilled  # cuDNN's 32 CTAs at kv 512: fewer than the 132 SMs
+
+
+def test_verdict_sentences_of_the_committed_h200_run():
+    """The sentences rendered from those records: the summary, headlines and reasons; the matrix and the
+    verdict print one latency the same way (fmt_us)."""
+    from profattn.report.run import matrix_rows
+
+    r = _committed_seed_run()
+    v = verdict(r)
+    text = render_verdict(v)
+    assert text.summary == summary(v) == (
+        "sdpa-cudnn wins training; it stays the decode winner at kv 512, but not at kv 2048 (triton-paged-decode wins), "
+        "kv 8192 (triton-paged-decode wins): the verdict depends on context length. Within noise at kv 512, kv 2048, "
+        "kv 8192: there the ranking is a tie.")
+    heads = [row.headline for row in text.rows]
+    assert heads == [
+        "prefill kv 2048: the training winner sdpa-cudnn stays the winner (281.0 µs, 1.47× ahead of flex)",
+        "decode kv 512 (page 16): the training winner sdpa-cudnn stays the winner (12.4 µs) — within noise of triton-paged-decode (12.4 µs)",
+        "decode kv 2048 (page 16): the training winner sdpa-cudnn does not stay the winner — triton-paged-decode wins at "
+        "18.3 µs, 1.02× faster than sdpa-cudnn (18.6 µs) (within noise)",
+        "decode kv 8192 (page 16): the training winner sdpa-cudnn does not stay the winner — triton-paged-decode wins at "
+        "40.7 µs, 1.00× faster than sdpa-cudnn (40.8 µs) (within noise)",
+    ]
+    assert [row.label for row in text.rows] == ["prefill kv 2048", "decode kv 512 (page 16)", "decode kv 2048 (page 16)", "decode kv 8192 (page 16)"]
+    kv2048 = " ".join(text.rows[2].reasons)
+    assert "Here, triton-paged-decode's main kernel launches 512 CTAs (3.88 CTAs per SM on 132 SMs, 0.25 query rows per CTA)." in kv2048
+    assert "triton-paged-decode moved 35.2 MB from DRAM for 33.6 MB requested (1.05×), L2→SM 1.04×" in kv2048
+    # below 10 µs the verdict now prints fmt_us's two decimals, as the matrix does (was "7.8 µs")
+    assert "the byte floor at the copy ceiling is 7.84 µs." in kv2048
+    assert "a persistent grid, one CTA per SM looping over tiles" in text.rows[0].reasons[1]
+    assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[1].reasons[2]
+    matrix = {row["cell_id"]: row["latency"] for row in matrix_rows(r)}
+    assert matrix["decode_b8_q1_kv2048_hq16_hkv4_d128_bf16_causal_paged16.triton-paged-decode"] == "18.3 µs"
+    assert matrix["prefill_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal.sdpa-cudnn"] == "281.0 µs"
+    assert headline(v.rows[0], v) == heads[0] and reasons(v.rows[0], v) == text.rows[0].reasons
+
+
+def test_undecided_verdicts_are_typed():
+    """No training workload, an interrupted workload and a workload nobody passed: typed standings, and the
+    sentences the report layer makes of them."""
+    pending = cell(D512, "a", None, status=CellStatus.PENDING)
+    failed = cell(D2048, "a", 5.0, status=CellStatus.INCORRECT, err=0.5)
+    won = cell(D8192, "a", 8.0)
+    v = verdict(run([pending, failed, won]))
+    assert v.training is TrainingOutcome.NO_WORKLOAD and v.training_winner is None
+    standings = [row.standing for row in v.rows]
+    assert standings == [Standing.NOT_RUN, Standing.NO_WINNER, Standing.UNCOMPARED]
+    assert [row.stays for row in v.rows] == [None, None, None]
+    assert headline(v.rows[0], v).endswith("not run (the run was interrupted)")
+    assert headline(v.rows[1], v).endswith("no cell passed, so there is no winner")
+    assert headline(v.rows[2], v) == "decode kv 8192 (page 16): a wins at 8.00 µs (this run has no training workload to compare with)"
+    assert summary(v) == "This run has no training workload; decode winners: decode kv 8192 (page 16) → a."

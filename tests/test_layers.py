@@ -31,13 +31,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 #: Violations that work in progress on this issue removes (the analysis/report twins); each must still
 #: occur (a fixed one fails :func:`test_pending_violations_still_exist` until it is deleted here).
-PENDING: tuple[str, ...] = (
-    "profattn.analysis.compare: imports private name _label from profattn.analysis.cells",
-    "profattn.analysis.compare: profattn.analysis imports profattn.report.run",
-    "profattn.analysis.compare: imports private name _plotly_js from profattn.report.run",
-    "profattn.report.analyze: imports private name _plotly_js from profattn.report.run",
-    "profattn.report.analyze: imports private name _shape from profattn.report.run",
-)
+PENDING: tuple[str, ...] = ()
 #: What the workload layer may import of profattn; and its one module that may import torch.
 WORKLOAD_ALLOWED = ("profattn.errors", "profattn.workload")
 WORKLOAD_TORCH = "profattn.workload.paged"

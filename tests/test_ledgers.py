@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from profattn.analysis.cells import attach_counters, byte_ledger, flop_ledger, verdict
+from profattn.analysis.cells import attach_counters
+from profattn.analysis.ledgers import byte_ledger, flop_ledger
+from profattn.analysis.verdict import verdict
+from profattn.report.verdict import ledger_note, render_verdict
 from profattn.trace.counters import parse_ncu_csv
 from profattn.report.run import ledger_rows, render_html
 from profattn.results import Ceilings, CountersInfo
@@ -31,7 +34,7 @@ def test_requested_bytes_hand_computed():
     bl = byte_ledger(cell(DENSE_DECODE, "x", 50.0))
     assert bl.kv_bytes == 134_217_728  # 2 x 8 x 8192 x 4 x 128 x 2
     assert bl.requested_bytes == 134_217_728 + 2 * 8 * 16 * 128 * 2  # + Q read + O written
-    assert bl.dram_bytes is None and bl.redundant is None and bl.note == "no counters measured"
+    assert bl.dram_bytes is None and bl.redundant is None and ledger_note(bl) == "no counters measured"
 
 
 def test_paged_requested_bytes_count_unique_pages():
@@ -52,13 +55,13 @@ def test_ledgers_from_real_ncu_fixture(fixtures_dir: Path):
     assert fb.dram_bytes == 134_797_056 + 402_944
     assert fb.dram_ratio == pytest.approx(135_200_000 / 134_283_264, rel=1e-3) and not fb.redundant
     assert mb.redundant and mb.dram_ratio > 20  # repeat_interleave materialises K/V at 16 heads
-    assert "redundant" in mb.note
+    assert "redundant" in ledger_note(mb)
     assert flash.counters.kernels[0].grid == (1, 7, 32) and flash.counters.kernels[0].registers_per_thread == 246
     fl = flop_ledger(flash, r)
     assert fl.flops == 4 * 16 * 8 * 8192 * 128 and fl.fraction_of_ceiling == pytest.approx(fl.achieved_tflops / 790.0)
     rows = {x["backend"]: x for x in ledger_rows(r)["decode"]}
     assert rows["sdpa-math"]["redundant"] and rows["sdpa-flash"]["dram_ratio"] == "1.01×"
-    text = " ".join(" ".join(row.reasons) for row in verdict(r).rows)
+    text = " ".join(" ".join(row.reasons) for row in render_verdict(verdict(r)).rows)
     assert "moved 135.2 MB from DRAM for 134.3 MB requested (1.01×)" in text
 
 

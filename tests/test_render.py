@@ -25,6 +25,7 @@ BASE_MARKER = '<meta name="generator" content="profattn">'
 
 def _pages() -> dict[str, str]:
     from profattn.analysis import compare as comparison
+    from profattn.report import compare as compare_page
 
     train, _, _, _, d8192 = SEED.workloads
     report = run_page.render_html(run([
@@ -36,7 +37,7 @@ def _pages() -> dict[str, str]:
     cmp = comparison.compare_runs(read_results(runs / "base-a" / "results.json"),
                                   read_results(runs / "head-fused-combine" / "results.json"),
                                   base_label="base-a", head_label="head-fused-combine")
-    return {"report": report, "analyze": analyze, "compare": comparison.render_html(cmp)}
+    return {"report": report, "analyze": analyze, "compare": compare_page.render_html(cmp)}
 
 
 @pytest.fixture(scope="module")

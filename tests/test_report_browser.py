@@ -87,6 +87,8 @@ def test_analyze_and_compare_pages_render(tmp_path: Path):
     runs = Path(__file__).resolve().parents[1] / "examples" / "compare" / "runs"
     cmp = comparison.compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"),
                                   base_label="base-a", head_label="head-fused-combine")
-    errors, state = open_report(comparison.write_html(cmp, tmp_path / "compare.html"))
+    from profattn.report.compare import write_html as write_compare
+
+    errors, state = open_report(write_compare(cmp, tmp_path / "compare.html"))
     assert errors == [] and state["title"] == "profattn compare — base-a → head-fused-combine"
     assert [c["id"] for c in state["charts"]] == ["chart-forest"] and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from profattn.analysis.cells import winners
+from profattn.analysis.verdict import winners
 from profattn.backends import Prepared, register, unregister
 from profattn.backends.eager import eager_attention
 from profattn.families import DENSE, FLASH

@@ -67,3 +67,29 @@ def test_names_from_a_run_are_inert_in_markdown():
 
     assert _cell("<script>alert(1)</script>|x") == "&lt;script&gt;alert(1)&lt;/script&gt;\\|x"
     assert md_text("we`rd & <b>") == "we\\`rd &amp; &lt;b&gt;"
+
+
+def test_compare_classes_in_markdown_come_from_the_enum():
+    """The real fused-combine comparison: every class printed is a CompareClass value, counted from the typed
+    cells, regressions in bold; the top-changes table is chosen from typed values, not from the text."""
+    from profattn.analysis.compare import CompareClass
+    from profattn.report.compare import cell_rows
+
+    runs = REPO / "examples" / "compare" / "runs"
+    cmp = compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"))
+    counts = {k: cmp.count(k) for k in CompareClass}
+    assert counts == {CompareClass.SLOWER: 3, CompareClass.FASTER: 0, CompareClass.NOISE: 31, CompareClass.FEW: 0,
+                      CompareClass.UNTIMED: 11, CompareClass.ONLY_BASE: 0, CompareClass.ONLY_HEAD: 0}
+    md = comparison_markdown(cmp)
+    assert "### All cells (3 slower, 31 within noise, 11 not timed)" in md
+    assert "**❌ regression**: 3 regression(s) beyond ±5% — 3 slower, 31 within noise, 11 not timed." in md
+    assert md.count("| **slower** |") == 6  # the 3 regressions, in the top changes and in the full table
+    assert md.count("| within noise |") == 31 and md.count("| not timed |") == 11
+    assert "CompareClass" not in md
+    rows = cell_rows(cmp)
+    assert [r["classification"] for r in rows[:3]] == [CompareClass.SLOWER] * 3 and all(r["top"] for r in rows[:3])
+    assert not any(r["top"] for r in rows[3:])  # no launch, correctness or class change elsewhere
+    # the committed comparison is reproduced byte for byte from the typed records
+    named = compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"),
+                         base_label="base-a", head_label="head-fused-combine")
+    assert comparison_markdown(named) == (REPO / "examples" / "compare" / "fused-combine.md").read_text()

@@ -16,12 +16,14 @@ Cells are matched by (workload tag, backend). For each matched cell:
   and errors or is unsupported in the head is one too. Runs with different presets, with cells that never
   ran (interrupted), or a head lacking cells the base has are refused without ``--force``; with it, a
   cell only one run holds is listed, never a regression (a head may add cells: new backends).
-* **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.kernel_stem`): grid,
+* **launch shape**: per kernel (matched by unqualified name, :func:`profattn.analysis.cells.kernel_stem`): grid,
   block, registers per thread, shared memory, launches per call — from the trace, or from Nsight Compute
   when a side has no trace kernels.
 * **bytes**: DRAM read + write per call when both runs have counters (``bytes_ratio`` = head / base).
 
-Per workload, the winner in each run and whether it flipped; the verdict summary of each run. The
+Per workload, the winner in each run and whether it flipped; the verdict of each run and what changed in
+it. Everything is a typed record (:class:`CompareClass`, :class:`LaunchChange`, :class:`RegressionReason`,
+:class:`VerdictChange`); :mod:`profattn.report.compare` turns them into rows, sentences and HTML. The
 environment (GPU, driver, torch, CUDA, cuDNN, triton, preset, ...) is diffed at the top. Runs from
 different GPU models are refused (:class:`CompareError`, exit 2) unless ``force``, which puts a warning
 in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
@@ -29,25 +31,56 @@ in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from profattn.analysis.cells import kernel_stem, verdict, winners, within_noise
-from profattn.errors import ProfattnError
-from profattn.results import CellResult, CellStatus, RunResult
+from profattn.analysis.cells import kernel_stem
 from profattn.analysis.stats import RatioEstimate, hodges_lehmann_ratio
-from profattn.workload import Phase
+from profattn.analysis.verdict import Verdict, runner_up, verdict, winners, within_noise
+from profattn.errors import ProfattnError
+from profattn.results import CellResult, CellStatus, RunResult, StrEnum
+from profattn.workload import Phase, Workload
 
 DEFAULT_THRESHOLD = 0.05
 LEVEL = 0.95
 
-FASTER, SLOWER, NOISE, FEW, UNTIMED, ONLY_BASE, ONLY_HEAD = (
-    "faster", "slower", "within noise", "too few repeats", "not timed", "only in base", "only in head")
-#: Every classification, in the order reports list them.
-CLASSES = (SLOWER, FASTER, NOISE, FEW, UNTIMED, ONLY_BASE, ONLY_HEAD)
+
+
+class CompareClass(StrEnum):
+    """How a matched cell's latency changed; members are listed in the order reports list them."""
+
+    SLOWER = "slower"  #: the whole interval lies above a ``threshold`` slowdown
+    FASTER = "faster"  #: the whole interval lies below a ``threshold`` speed-up
+    NOISE = "within noise"  #: the interval reaches into the threshold band
+    FEW = "too few repeats"  #: fewer than 3 samples on a side: no interval
+    UNTIMED = "not timed"  #: either side has no timing
+    ONLY_BASE = "only in base"  #: the head run lacks this cell
+    ONLY_HEAD = "only in head"  #: the base run lacks this cell
+
+
+class Side(StrEnum):
+    """One of the two runs of a comparison."""
+
+    BASE = "base"
+    HEAD = "head"
+
+
+class LaunchProperty(StrEnum):
+    """A kernel property compared between the runs (the value is its name in reports)."""
+
+    GRID = "grid"
+    BLOCK = "block"
+    REGISTERS = "registers"
+    SHARED_MEMORY = "shared memory (bytes)"
+    LAUNCHES = "launches per call"
+
+
+class RegressionKind(StrEnum):
+    """Why a cell fails the comparison."""
+
+    SLOWER = "slower"  #: latency interval beyond the threshold
+    CORRECTNESS = "correctness"  #: passed in the base, fails in the head
+    BROKE = "broke"  #: ran in the base, errors or is unsupported in the head
 
 
 class CompareError(ProfattnError):
@@ -56,9 +89,9 @@ class CompareError(ProfattnError):
 
 @dataclass(frozen=True)
 class EnvDiff:
-    """One environment field in both runs."""
+    """One environment field in both runs (values as text; "n/a" where a run did not record it)."""
 
-    field: str
+    field: EnvField
     base: str
     head: str
 
@@ -72,19 +105,17 @@ class CellChange:
     """One (workload, backend) cell in both runs.
 
     Latencies in µs (the median of the cell's repeat medians); ``estimate``: head/base ratio and interval
-    (None when either side is untimed); ``launch_changes``: one line per changed kernel property;
+    (None when either side is untimed); ``launch_changes``: one record per changed kernel property;
     ``base_dram_bytes``/``head_dram_bytes``: DRAM read + write per call (bytes; None without counters);
     ``regression_reasons``: why this cell fails the comparison (empty when it does not).
     """
 
     cell_id: str
-    workload: str
-    label: str
-    phase: str
+    workload: Workload
     backend: str
-    classification: str
-    base_status: str | None
-    head_status: str | None
+    classification: CompareClass
+    base_status: CellStatus | None
+    head_status: CellStatus | None
     base_latency_us: float | None
     head_latency_us: float | None
     estimate: RatioEstimate | None
@@ -94,23 +125,25 @@ class CellChange:
     head_passed: bool | None
     base_err: float | None
     head_err: float | None
-    launch_changes: tuple[str, ...]
+    launch_changes: tuple[LaunchChange, ...]
     base_dram_bytes: float | None
     head_dram_bytes: float | None
-    regression_reasons: tuple[str, ...]
+    regression_reasons: tuple[RegressionReason, ...]
+    threshold: float = DEFAULT_THRESHOLD
+
+    @property
+    def phase(self) -> Phase:
+        """The workload's regime."""
+        return self.workload.phase
 
     @property
     def regression(self) -> bool:
         return bool(self.regression_reasons)
 
     @property
-    def correctness_change(self) -> str:
-        """``pass → fail``-style text; "" when neither side was checked."""
-        def word(p: bool | None) -> str:
-            return "–" if p is None else ("pass" if p else "fail")
-        if self.base_passed is None and self.head_passed is None:
-            return ""
-        return word(self.base_passed) if self.base_passed == self.head_passed else f"{word(self.base_passed)} → {word(self.head_passed)}"
+    def correctness_changed(self) -> bool:
+        """The correctness outcome differs between the runs (pass → fail, fail → pass, or checked on one side only)."""
+        return self.base_passed != self.head_passed
 
     @property
     def bytes_ratio(self) -> float | None:
@@ -120,20 +153,57 @@ class CellChange:
 
 
 @dataclass(frozen=True)
+class LaunchChange:
+    """One kernel (by unqualified name) whose launch differs: ``prop`` changed from ``base`` to ``head``,
+    or (``prop`` None) the kernel ran on ``only`` one side."""
+
+    kernel: str
+    prop: LaunchProperty | None = None
+    base: Any = None
+    head: Any = None
+    only: Side | None = None
+
+
+@dataclass(frozen=True)
+class RegressionReason:
+    """One reason a cell fails: ``SLOWER`` (see the cell's ``estimate`` and ``threshold``), ``CORRECTNESS``
+    (``reason``: the head's failure message) or ``BROKE`` (``head_status`` and the head's ``reason``)."""
+
+    kind: RegressionKind
+    head_status: CellStatus | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class WinnerChange:
     """A workload's winner in both runs; ``close_*``: the winner was within noise of the runner-up there."""
 
-    workload: str
-    label: str
-    phase: str
+    workload: Workload
     base_winner: str | None
     head_winner: str | None
     close_base: bool
     close_head: bool
 
     @property
+    def phase(self) -> Phase:
+        """The workload's regime."""
+        return self.workload.phase
+
+    @property
     def flipped(self) -> bool:
         return self.base_winner != self.head_winner
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """The verdict differs between the runs: the training winner changed (``workload`` None), or on
+    ``workload`` the training winner stays the winner in one run and not in the other."""
+
+    workload: Workload | None
+    base_winner: str | None
+    head_winner: str | None
+    base_stays: bool | None = None
+    head_stays: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -148,11 +218,11 @@ class Comparison:
     warnings: tuple[str, ...]
     cells: tuple[CellChange, ...]
     winners: tuple[WinnerChange, ...]
-    base_verdict: str
-    head_verdict: str
+    base_verdict: Verdict
+    head_verdict: Verdict
     base_training_winner: str | None
     head_training_winner: str | None
-    verdict_changes: tuple[str, ...]
+    verdict_changes: tuple[VerdictChange, ...]
     forced: bool = False
 
     @property
@@ -164,7 +234,7 @@ class Comparison:
         """Any cell slower beyond the threshold, pass → fail, or ran → error: the CLI exits 1."""
         return bool(self.regressions)
 
-    def count(self, classification: str) -> int:
+    def count(self, classification: CompareClass) -> int:
         return sum(1 for c in self.cells if c.classification == classification)
 
     @property
@@ -193,28 +263,46 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-ENV_FIELDS = ("device_name", "device", "num_sms", "driver", "torch", "cuda", "cudnn", "triton", "python", "platform", "profattn")
+class EnvField(StrEnum):
+    """The fields :func:`environment_diff` compares (the value is the field's name in reports)."""
+
+    DEVICE_NAME = "device_name"
+    DEVICE = "device"
+    NUM_SMS = "num_sms"
+    DRIVER = "driver"
+    TORCH = "torch"
+    CUDA = "cuda"
+    CUDNN = "cudnn"
+    TRITON = "triton"
+    PYTHON = "python"
+    PLATFORM = "platform"
+    PROFATTN = "profattn"
+    PRESET = "preset"
+    SEED = "seed"
+    SAMPLES = "timing samples per cell"
+    COUNTERS = "counters"
+    MEASURED = "measured (UTC)"
+
+
+#: The :class:`EnvField` members read from :class:`profattn.results.Environment` (attribute = value).
+ENV_FIELDS = tuple(EnvField)[:11]
+#: Differences that are expected or already refused/forced, so they are not repeated as warnings.
+_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET)
 
 
 def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     """Environment fields, preset, seed, repeats and counter status of both runs (all, differing or not)."""
     def s(v: object) -> str:
         return "n/a" if v is None else str(v)
-    rows = [EnvDiff(f, s(getattr(base.environment, f)), s(getattr(head.environment, f))) for f in ENV_FIELDS]
+    rows = [EnvDiff(f, s(getattr(base.environment, f.value)), s(getattr(head.environment, f.value))) for f in ENV_FIELDS]
     rows += [
-        EnvDiff("preset", base.preset, head.preset),
-        EnvDiff("seed", str(base.seed), str(head.seed)),
-        EnvDiff("timing samples per cell", base.samples_text(), head.samples_text()),
-        EnvDiff("counters", base.counters_info.status, head.counters_info.status),
-        EnvDiff("measured (UTC)", base.environment.created_utc, head.environment.created_utc),
+        EnvDiff(EnvField.PRESET, base.preset, head.preset),
+        EnvDiff(EnvField.SEED, str(base.seed), str(head.seed)),
+        EnvDiff(EnvField.SAMPLES, base.samples_text(), head.samples_text()),
+        EnvDiff(EnvField.COUNTERS, base.counters_info.status, head.counters_info.status),
+        EnvDiff(EnvField.MEASURED, base.environment.created_utc, head.environment.created_utc),
     ]
     return tuple(rows)
-
-
-def _label(w) -> str:
-    from profattn.analysis.cells import _label as analysis_label
-
-    return analysis_label(w) if w.phase is not Phase.TRAIN else f"train {w.q_len}/{w.kv_len}"
 
 
 def _median(xs: tuple[float, ...]) -> float | None:
@@ -223,50 +311,43 @@ def _median(xs: tuple[float, ...]) -> float | None:
     return median(xs) if xs else None
 
 
-def _kernels(c: CellResult) -> dict[str, dict[str, Any]]:
+def _kernels(c: CellResult) -> dict[str, dict[LaunchProperty, Any]]:
     """Per kernel stem: grid, block, registers, shared memory, launches per call (trace, else counters)."""
-    out: dict[str, dict[str, Any]] = {}
+    P = LaunchProperty
+    out: dict[str, dict[LaunchProperty, Any]] = {}
     if c.trace is not None and c.trace.kernels:
         for k in c.trace.kernels:
             out.setdefault(kernel_stem(k.name), {
-                "grid": k.grid, "block": k.block, "registers": k.registers_per_thread,
-                "shared memory (bytes)": k.shared_mem_bytes, "launches per call": round(k.count_per_call, 3)})
+                P.GRID: k.grid, P.BLOCK: k.block, P.REGISTERS: k.registers_per_thread,
+                P.SHARED_MEMORY: k.shared_mem_bytes, P.LAUNCHES: round(k.count_per_call, 3)})
     elif c.counters is not None:
         for k in c.counters.kernels:
             smem = None if k.shared_mem_dynamic_bytes is None and k.shared_mem_static_bytes is None else \
                 int((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0))
-            out.setdefault(kernel_stem(k.name), {"grid": k.grid, "block": k.block, "registers": k.registers_per_thread,
-                                                 "shared memory (bytes)": smem})
+            out.setdefault(kernel_stem(k.name), {P.GRID: k.grid, P.BLOCK: k.block, P.REGISTERS: k.registers_per_thread,
+                                                 P.SHARED_MEMORY: smem})
     return out
 
 
-def _fmt(v: object) -> str:
-    if isinstance(v, tuple):
-        return "[" + ", ".join(str(x) for x in v) + "]"
-    return "n/a" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def launch_changes(base: CellResult, head: CellResult) -> tuple[str, ...]:
-    """One line per kernel property that differs (``kernel: grid [16, 4, 8] → [1, 4, 8]``), kernels that
-    appear on one side only, in the base's kernel order."""
+def launch_changes(base: CellResult, head: CellResult) -> tuple[LaunchChange, ...]:
+    """One :class:`LaunchChange` per kernel property that differs (e.g. grid (16, 4, 8) → (1, 4, 8)) and per
+    kernel that appears on one side only, in the base's kernel order."""
     kb, kh = _kernels(base), _kernels(head)
     if not kb or not kh:
         return ()
-    lines = []
+    out = []
     for stem in dict.fromkeys([*kb, *kh]):
         if stem not in kh:
-            lines.append(f"{stem}: only in base")
+            out.append(LaunchChange(stem, only=Side.BASE))
         elif stem not in kb:
-            lines.append(f"{stem}: only in head")
+            out.append(LaunchChange(stem, only=Side.HEAD))
         else:
             for prop, v in kb[stem].items():
                 w = kh[stem].get(prop)
                 if v is not None and w is not None and v != w:
-                    lines.append(f"{stem}: {prop} {_fmt(v)} → {_fmt(w)}")
-    return tuple(lines)
+                    out.append(LaunchChange(stem, prop, v, w))
+    return tuple(out)
 
-
-_RAN = (CellStatus.OK, CellStatus.INCORRECT)
 
 
 def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold: float, level: float = LEVEL) -> CellChange:
@@ -276,35 +357,35 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
     bs = base.latency_samples_us if base else ()
     hs = head.latency_samples_us if head else ()
     est = hodges_lehmann_ratio(bs, hs, level=level) if bs and hs else None
+    C = CompareClass
     if base is None:
-        cls = ONLY_HEAD
+        cls = C.ONLY_HEAD
     elif head is None:
-        cls = ONLY_BASE
+        cls = C.ONLY_BASE
     elif est is None:
-        cls = UNTIMED
+        cls = C.UNTIMED
     elif est.lo is None:
-        cls = FEW
+        cls = C.FEW
     elif est.lo > 1 + threshold:
-        cls = SLOWER
+        cls = C.SLOWER
     elif est.hi < 1 / (1 + threshold):  # type: ignore[operator]
-        cls = FASTER
+        cls = C.FASTER
     else:
-        cls = NOISE
-    reasons: list[str] = []
+        cls = C.NOISE
+    reasons: list[RegressionReason] = []
     bp = base.correctness.passed if base and base.correctness else None
     hp = head.correctness.passed if head and head.correctness else None
-    if cls == SLOWER and est is not None:
-        reasons.append(f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{threshold:.0%})")  # type: ignore[operator]
+    if cls is C.SLOWER and est is not None:
+        reasons.append(RegressionReason(RegressionKind.SLOWER))
     if bp is True and hp is False:
-        reasons.append(f"correctness pass → fail ({head.reason or 'failed'})")  # type: ignore[union-attr]
-    if (base is not None and base.status in _RAN and head is not None
-            and head.status not in (*_RAN, CellStatus.PENDING)):
+        reasons.append(RegressionReason(RegressionKind.CORRECTNESS, head.status, head.reason))  # type: ignore[union-attr]
+    if (base is not None and base.status.ran and head is not None
+            and not head.status.ran and head.status is not CellStatus.PENDING):
         # the head's kernel broke or now refuses the workload; a cell the head never reached (pending, or
         # outside its --regime/--backend selection) says nothing about the kernel and is no regression
-        reasons.append(f"ran in the base run, {head.status} in the head run" + (f": {head.reason}" if head.reason else ""))
+        reasons.append(RegressionReason(RegressionKind.BROKE, head.status, head.reason))
     return CellChange(
-        cell_id=ref.cell_id, workload=ref.workload.tag, label=_label(ref.workload), phase=ref.workload.phase.value,
-        backend=ref.backend, classification=cls,
+        cell_id=ref.cell_id, workload=ref.workload, backend=ref.backend, classification=cls,
         base_status=base.status if base else None, head_status=head.status if head else None,
         base_latency_us=_median(bs), head_latency_us=_median(hs), estimate=est,
         base_samples_us=bs, head_samples_us=hs, base_passed=bp, head_passed=hp,
@@ -313,13 +394,11 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
         launch_changes=launch_changes(base, head) if base and head else (),
         base_dram_bytes=base.counters.dram_bytes if base and base.counters else None,
         head_dram_bytes=head.counters.dram_bytes if head and head.counters else None,
-        regression_reasons=tuple(reasons),
+        regression_reasons=tuple(reasons), threshold=threshold,
     )
 
 
 def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...]:
-    from profattn.analysis.cells import runner_up
-
     wb, wh = winners(base), winners(head)
     workloads = {c.workload.tag: c.workload for c in (*base.cells, *head.cells)}
     out = []
@@ -329,7 +408,7 @@ def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...
         def close(run: RunResult, win: CellResult | None, tag: str = tag) -> bool:
             second = runner_up(run, tag, win) if win else None
             return bool(win and second and within_noise(win, second))
-        out.append(WinnerChange(tag, _label(w), w.phase.value, wb[tag].backend if wb[tag] else None,
+        out.append(WinnerChange(w, wb[tag].backend if wb[tag] else None,
                                 wh[tag].backend if wh[tag] else None, close(base, wb[tag]), close(head, wh[tag])))
     return tuple(out)
 
@@ -369,7 +448,7 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
                                  "; those cells are not compared.")
     env = environment_diff(base, head)
     for d in env:
-        if d.differs and d.field not in ("measured (UTC)", "device_name", "device", "preset"):
+        if d.differs and d.field not in _NOT_WARNED:
             warnings.append(f"{d.field} differs: {d.base} → {d.head}")
     fewest = min((t[0] for t in (base.samples_taken(), head.samples_taken()) if t), default=0)
     if fewest < 3:
@@ -389,123 +468,21 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
         if only:
             warnings.append(f"{only} cell(s) only in the {side} run (a different --regime or --backend selection): "
                             "listed, not compared")
-    phase_order = [p.value for p in Phase]
+    phase_order = list(Phase)
     cells = sorted((compare_cell(bmap.get(k), hmap.get(k), threshold=threshold, level=level) for k in keys),
-                   key=lambda c: (phase_order.index(c.phase), keys.index((c.workload, c.backend))))
+                   key=lambda c: (phase_order.index(c.phase), keys.index((c.workload.tag, c.backend))))
     vb, vh = verdict(base), verdict(head)
     changes = []
     if vb.training_winner != vh.training_winner:
-        changes.append(f"training winner: {vb.training_winner or 'none'} → {vh.training_winner or 'none'}")
+        changes.append(VerdictChange(None, vb.training_winner, vh.training_winner))
     hrows = {r.workload_tag: r for r in vh.rows}
     for r in vb.rows:
         h = hrows.get(r.workload_tag)
         if h is not None and r.stays is not None and h.stays is not None and r.stays != h.stays:
-            word = {True: "stays the winner", False: "does not stay the winner"}
-            changes.append(f"{r.label}: the training winner {word[r.stays]} → {word[h.stays]} ({r.winner} → {h.winner})")
+            changes.append(VerdictChange(r.workload, r.winner_backend, h.winner_backend, r.stays, h.stays))
     return Comparison(
         base_label=base_label, head_label=head_label, threshold=threshold, level=level, environment=env,
         warnings=tuple(warnings), cells=tuple(cells), winners=_winner_changes(base, head),
-        base_verdict=vb.summary, head_verdict=vh.summary, base_training_winner=vb.training_winner,
+        base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
     )
-
-
-def run_label(path: str | os.PathLike[str]) -> str:
-    """A short name for a run given on the command line: its directory's name (never an absolute path)."""
-    p = Path(path)
-    if p.name == "results.json":
-        p = p.parent
-    return p.resolve().name or "run"
-
-
-# ---- rows and HTML -------------------------------------------------------------------------------
-
-
-def fmt_change(est: RatioEstimate | None) -> str:
-    """``+10.2 % [+8.1, +11.5] (97 %)``-style text of a ratio estimate; "–" without one."""
-    if est is None:
-        return "–"
-    s = f"{est.change:+.1%}"
-    if est.lo is not None and est.hi is not None and est.confidence is not None:
-        s += f" [{(est.lo - 1) * 100:+.1f}, {(est.hi - 1) * 100:+.1f}] ({est.confidence:.0%})"
-    return s
-
-
-def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
-    """Display-ready rows of the cell table (regressions first, then by |change|)."""
-    from profattn.report.format import fmt_bytes, fmt_us
-
-    def order(c: CellChange) -> tuple:
-        return (not c.regression, CLASSES.index(c.classification), -abs(c.estimate.change) if c.estimate else 0)
-
-    rows = []
-    for c in sorted(cmp.cells, key=order):
-        br = c.bytes_ratio
-        rows.append({
-            "cell_id": c.cell_id, "label": c.label, "phase": c.phase, "backend": c.backend,
-            "classification": c.classification, "regression": c.regression,
-            "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us), "change": fmt_change(c.estimate),
-            "samples": f"{len(c.base_samples_us)} / {len(c.head_samples_us)}",
-            "correctness": c.correctness_change, "status": c.base_status if c.base_status == c.head_status else f"{c.base_status} → {c.head_status}",
-            "launch": "; ".join(c.launch_changes), "bytes": (f"{fmt_bytes(c.base_dram_bytes)} → {fmt_bytes(c.head_dram_bytes)} ({br - 1:+.1%})"
-                                                              if br is not None else ""),
-            "reasons": "; ".join(c.regression_reasons),
-        })
-    return rows
-
-
-def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
-    return [{"label": w.label, "phase": w.phase, "base": (w.base_winner or "none") + (" (tie)" if w.close_base else ""),
-             "head": (w.head_winner or "none") + (" (tie)" if w.close_head else ""), "flipped": w.flipped,
-             "noise_flip": w.flipped and (w.close_base or w.close_head)} for w in cmp.winners]
-
-
-def summary_line(cmp: Comparison) -> str:
-    """One sentence: counts per class and whether the comparison fails."""
-    parts = [f"{cmp.count(k)} {k}" for k in CLASSES if cmp.count(k)]
-    head = f"{len(cmp.regressions)} regression(s)" if cmp.regression else "no regression"
-    return f"{head} beyond ±{cmp.threshold:.0%} — " + ", ".join(parts) + "."
-
-
-def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
-    """Plotly figure (JSON-ready): head/base ratio with its interval per timed cell, the threshold band."""
-    import plotly.graph_objects as go
-
-    cells = [c for c in cmp.cells if c.estimate is not None]
-    if not cells:
-        return None
-    colors = {SLOWER: "#c0392b", FASTER: "#1e8449", NOISE: "#7f8c8d", FEW: "#b9770e"}
-    fig = go.Figure()
-    for cls in (SLOWER, FASTER, NOISE, FEW):
-        sel = [c for c in cells if c.classification == cls]
-        if not sel:
-            continue
-        est = [c.estimate for c in sel]
-        fig.add_scatter(
-            x=[e.ratio for e in est], y=[f"{c.label} · {c.backend}" for c in sel], mode="markers", name=cls,
-            marker={"color": colors[cls], "size": 8},
-            error_x={"type": "data", "symmetric": False, "array": [(e.hi - e.ratio) if e.hi else 0 for e in est],
-                         "arrayminus": [(e.ratio - e.lo) if e.lo else 0 for e in est]},
-            hovertemplate="%{y}<br>head/base %{x:.3f}<extra>" + cls + "</extra>")
-    for x, dash in ((1.0, "solid"), (1 + cmp.threshold, "dash"), (1 / (1 + cmp.threshold), "dash")):
-        fig.add_vline(x=x, line_dash=dash, line_color="black", line_width=1)
-    fig.update_layout(title=f"Latency head / base with {cmp.level:.0%} intervals (Hodges–Lehmann, Mann–Whitney); dashed: ±{cmp.threshold:.0%}",
-                      xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
-                      yaxis={"autorange": "reversed"})
-    return json.loads(fig.to_json())
-
-
-def render_html(cmp: Comparison) -> str:
-    """The comparison as one self-contained HTML page (plotly.js inline)."""
-    from profattn.report.render import environment as template_env, plotly_js as _plotly_js
-
-    return template_env().get_template("compare.html.j2").render(
-        cmp=cmp, summary=summary_line(cmp), rows=cell_rows(cmp), winners=winner_rows(cmp),
-        env=[d for d in cmp.environment], chart=forest_figure(cmp), plotly_js=_plotly_js(),
-    )
-
-
-def write_html(cmp: Comparison, path: str | os.PathLike[str]) -> Path:
-    from profattn.report.render import write_html_file
-
-    return write_html_file(render_html(cmp), path)

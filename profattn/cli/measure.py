@@ -85,9 +85,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
         sys.exit(130)
     path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
-    from profattn.analysis.cells import verdict
+    from profattn.analysis.verdict import verdict
+    from profattn.report.verdict import summary as verdict_summary
 
-    console.print(f"verdict: {verdict(run).summary}", soft_wrap=True)
+    console.print(f"verdict: {verdict_summary(verdict(run))}", soft_wrap=True)
     console.print(f"report: {path}")
 
 

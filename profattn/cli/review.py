@@ -24,13 +24,15 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
     from profattn.analysis import compare as comparison
+    from profattn.report import compare as compare_report
+    from profattn.report.verdict import workload_label
 
     out_path = output_file(out_path, default_name="compare.html")
     markdown_path = output_file(markdown_path, "--markdown", default_name="compare.md") if markdown_path is not None else None
 
     t = comparison.parse_threshold(threshold)
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)
-    bl, hl = comparison.run_label(base_run), comparison.run_label(head_run)
+    bl, hl = compare_report.run_label(base_run), compare_report.run_label(head_run)
     if base_run.resolve() == head_run.resolve():
         click.echo("warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise", err=True)
     if bl == hl:
@@ -39,9 +41,9 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     for w in cmp.warnings:
         click.echo(f"warning: {w}", err=True)
     for c in cmp.regressions:
-        click.echo(f"regression: {c.label} · {c.backend}: {'; '.join(c.regression_reasons)}")
-    click.echo(comparison.summary_line(cmp))
-    click.echo(f"compare: {comparison.write_html(cmp, out_path)}")
+        click.echo(f"regression: {workload_label(c.workload)} · {c.backend}: {'; '.join(compare_report.regression_texts(c))}")
+    click.echo(compare_report.summary_line(cmp))
+    click.echo(f"compare: {compare_report.write_html(cmp, out_path)}")
     if markdown_path is not None:
         from profattn.report.markdown import comparison_markdown
         from profattn.report.render import write_html_file

@@ -3,7 +3,7 @@
 GitHub-flavoured Markdown (pipe tables), under GitHub's 65,536-character comment limit: every table is
 rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10, 5) until the whole text
 fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". Rows come from the same records
-the HTML uses (:mod:`profattn.report.run`, :mod:`profattn.analysis.compare`).
+the HTML uses (:mod:`profattn.analysis.verdict`, :mod:`profattn.report.compare`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from profattn.analysis.compare import CLASSES, Comparison, cell_rows, summary_line, winner_rows
+from profattn.analysis.compare import CompareClass, Comparison, EnvField
+from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
+from profattn.report.verdict import summary as verdict_summary
 from profattn.results import RunResult
 
 #: GitHub rejects comments of 65,536 characters or more; stay a little below.
@@ -55,18 +57,23 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
 
 def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown: environment line, verdict, the result matrix (winners in bold)."""
-    from profattn.analysis.cells import verdict
-    from profattn.report.run import matrix_rows
+    from profattn.analysis.verdict import ranked_cells, verdict
+    from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
+    from profattn.report.verdict import render_verdict
 
-    v = verdict(run)
+    v = render_verdict(verdict(run))
     e = run.environment
-    matrix = matrix_rows(run)
-    table = [
-        [("**" + r["backend"] + "** 🏆") if r["winner"] else r["backend"], r["workload"], r["status"],
-         r["latency"] + (" (graph)" if r["latency_kind"] == "graph" else ""), r["eager"], r["gbps"], r["tflops"],
-         r["out_err"], r["reason"][:120]]
-        for r in matrix
-    ]
+    copy = run.ceilings.copy_gbps if run.ceilings else None
+    mm = run.ceilings.matmul_tflops if run.ceilings else None
+    table = []
+    for rc in ranked_cells(run):
+        c = rc.cell
+        t = c.graph_timing or c.timing
+        table.append([
+            ("**" + c.backend + "** 🏆") if rc.winner else c.backend, c.workload.tag, c.status.value,
+            (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
+            fmt_us(c.eager_latency_us), fmt_rate(c.achieved_gbps, "GB/s", copy), fmt_flops_rate(c.achieved_tflops, mm),
+            fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
 
     def render(cap: int | None) -> str:
@@ -90,13 +97,13 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
     """A comparison as Markdown: the outcome, warnings, environment differences, the verdict in both runs,
     flipped winners, the ``top`` largest changes, then every cell."""
     rows = cell_rows(cmp)
-    top_rows = [r for r in rows if r["regression"] or r["classification"] in ("slower", "faster") or r["launch"] or r["correctness"] and "→" in r["correctness"]][:top]
-    env = [[d.field, d.base, d.head] for d in cmp.environment if d.differs or d.field == "device_name"]
+    top_rows = [r for r in rows if r["top"]][:top]
+    env = [[d.field, d.base, d.head] for d in cmp.environment if d.differs or d.field is EnvField.DEVICE_NAME]
     flips = [[w["label"], w["base"], w["head"], "yes (tie in one run)" if w["noise_flip"] else "yes"] for w in winner_rows(cmp) if w["flipped"]]
 
     def cells_table(rs: list[dict[str, Any]], cap: int | None) -> str:
         return md_table(["workload", "backend", "result", "base", "head", "change [interval] (coverage)", "correctness", "launch shape", "DRAM bytes", "why it fails"],
-                        [[r["label"], r["backend"], ("**" + r["classification"] + "**") if r["regression"] else r["classification"],
+                        [[r["label"], r["backend"], ("**" + r["classification"].value + "**") if r["regression"] else r["classification"].value,
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
     def render(cap: int | None) -> str:
@@ -109,13 +116,14 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
             f"{cmp.level:.0%}); *slower* = interval entirely above +{cmp.threshold:.0%}, *faster* = entirely below "
             f"1/(1+{cmp.threshold:.0%}) − 1, else *within noise*.")
         parts += ["### Environment", md_table(["field", cmp.base_label, cmp.head_label], env, cap) if env else "No differences."]
-        parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(cmp.base_verdict)}",
-                  f"- **{md_text(cmp.head_label)}**: {md_text(cmp.head_verdict)}"]
-        parts.append("Verdict changes: " + "; ".join(cmp.verdict_changes) if cmp.verdict_changes else "The verdict did not change.")
+        parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(verdict_summary(cmp.base_verdict))}",
+                  f"- **{md_text(cmp.head_label)}**: {md_text(verdict_summary(cmp.head_verdict))}"]
+        parts.append("Verdict changes: " + "; ".join(verdict_change_text(v) for v in cmp.verdict_changes)
+                     if cmp.verdict_changes else "The verdict did not change.")
         if flips:
             parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]
         parts += ["### Top changes", cells_table(top_rows, cap) if top_rows else "None beyond noise."]
-        counts = ", ".join(f"{cmp.count(k)} {k}" for k in CLASSES if cmp.count(k))
+        counts = ", ".join(f"{cmp.count(k)} {k.value}" for k in CompareClass if cmp.count(k))
         parts += [f"### All cells ({counts})", cells_table(rows, cap)]
         return "\n\n".join(parts) + "\n"
 

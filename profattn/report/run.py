@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.cells import Verdict, kernel_stem, verdict, winners
+from profattn.analysis.cells import kernel_stem
+from profattn.analysis.ledgers import ByteLedger, FlopLedger, byte_ledger, flop_ledger
+from profattn.analysis.verdict import ranked_cells, runner_up, verdict, winners, within_noise
 from profattn.report.format import (
     fmt_bytes,
     fmt_count,
@@ -56,20 +58,20 @@ def workload_rows(run: RunResult) -> list[dict[str, Any]]:
 
 
 def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
-    """The result matrix: one row per cell, display-ready, winners marked."""
-    win = winners(run)
+    """The result matrix: one row per cell, display-ready, winners marked (from
+    :func:`profattn.analysis.verdict.ranked_cells`, which the Markdown summary formats too)."""
     copy = run.ceilings.copy_gbps if run.ceilings else None
     mm = run.ceilings.matmul_tflops if run.ceilings else None
     rows = []
-    for c in sorted(run.cells, key=lambda c: (PHASE_ORDER.index(c.workload.phase.value), c.workload.kv_len)):
+    for rc in ranked_cells(run):
+        c = rc.cell
         t = c.graph_timing or c.timing
         corr = c.correctness
         grad = ", ".join(f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()) if corr else ""
-        w_cell = win.get(c.workload.tag)
         rows.append({
             "cell_id": c.cell_id, "workload": c.workload.tag, "phase": c.workload.phase.value,
-            "kv_len": c.workload.kv_len, "backend": c.backend, "status": c.status, "reason": c.reason,
-            "winner": w_cell is not None and w_cell.cell_id == c.cell_id,
+            "kv_len": c.workload.kv_len, "backend": c.backend, "status": c.status.value, "reason": c.reason,
+            "winner": rc.winner,
             "latency": fmt_us(t.median_us) if t else "–",
             "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
             "eager": fmt_us(c.eager_latency_us),
@@ -114,29 +116,31 @@ def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     return {p: rows for p, rows in out.items() if rows}
 
 
+def ledger_entries(run: RunResult) -> dict[Phase, list[tuple[CellResult, ByteLedger, FlopLedger]]]:
+    """Per regime (only those with entries): every timed cell with its byte and FLOP ledgers."""
+    out: dict[Phase, list[tuple[CellResult, ByteLedger, FlopLedger]]] = {p: [] for p in Phase}
+    for c in run.cells:
+        if _ok(c):
+            out[c.workload.phase].append((c, byte_ledger(c), flop_ledger(c, run)))
+    return {p: rows for p, rows in out.items() if rows}
+
+
 def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     """Per regime: the byte ledger (requested vs DRAM vs L2→SM) and the FLOP ledger of every timed cell.
     Transferred columns stay "not measured" unless counters were read for that cell."""
-    from profattn.analysis.cells import byte_ledger, flop_ledger
+    from profattn.report.verdict import ledger_note
 
-    out: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASE_ORDER}
-    for c in run.cells:
-        if not _ok(c):
-            continue
-        bl, fl = byte_ledger(c), flop_ledger(c, run)
-        out[c.workload.phase.value].append({
-            "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend,
-            "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
-            "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
-            "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
-            "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",
-            "l2_ratio": f"{bl.l2_ratio:.2f}×" if bl.l2_ratio is not None else "–",
-            "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": bl.note if c.counters else "",
-            "flops": fmt_count(fl.flops), "tflops": fmt_flops_rate(fl.achieved_tflops),
-            "tflops_frac": f"{fl.fraction_of_ceiling:.1%}" if fl.fraction_of_ceiling is not None else "–",
-            "requested_b": bl.requested_bytes, "dram_b": bl.dram_bytes, "l2_b": bl.l2_to_sm_bytes,
-        })
-    return {p: rows for p, rows in out.items() if rows}
+    return {phase.value: [{
+        "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend,
+        "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
+        "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
+        "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
+        "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",
+        "l2_ratio": f"{bl.l2_ratio:.2f}×" if bl.l2_ratio is not None else "–",
+        "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": ledger_note(bl) if c.counters else "",
+        "flops": fmt_count(fl.flops), "tflops": fmt_flops_rate(fl.achieved_tflops),
+        "tflops_frac": f"{fl.fraction_of_ceiling:.1%}" if fl.fraction_of_ceiling is not None else "–",
+    } for c, bl, fl in entries] for phase, entries in ledger_entries(run).items()}
 
 
 def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
@@ -170,8 +174,6 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
 def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
     """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len (with the
     runner-up when the two are within noise) and the kv_len where the winner changes."""
-    from profattn.analysis.cells import runner_up, winners, within_noise
-
     win = winners(run)
     series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, str | None]]] = {}
     for c in run.cells:
@@ -315,18 +317,18 @@ def ledger_figures(run: RunResult) -> list[dict[str, Any]]:
     import plotly.graph_objects as go
 
     out = []
-    for phase, rows in ledger_rows(run).items():
-        rows = [r for r in rows if r["dram_b"] is not None]
-        if not rows:
+    for phase, entries in ledger_entries(run).items():
+        measured = [(c, bl) for c, bl, _ in entries if bl.measured]
+        if not measured:
             continue
         fig = go.Figure()
-        labels = [f"{r['backend']} · {r['workload'].split('_')[0]} kv{r['workload'].split('_kv')[1].split('_')[0]}" for r in rows]
-        fig.add_bar(name="requested", x=labels, y=[r["requested_b"] for r in rows])
-        fig.add_bar(name="DRAM (read + write)", x=labels, y=[r["dram_b"] for r in rows])
-        fig.add_bar(name="L2 → SM reads", x=labels, y=[r["l2_b"] for r in rows])
+        labels = [f"{c.backend} · {c.workload.phase.value} kv{c.workload.kv_len}" for c, _ in measured]
+        fig.add_bar(name="requested", x=labels, y=[bl.requested_bytes for _, bl in measured])
+        fig.add_bar(name="DRAM (read + write)", x=labels, y=[bl.dram_bytes for _, bl in measured])
+        fig.add_bar(name="L2 → SM reads", x=labels, y=[bl.l2_to_sm_bytes for _, bl in measured])
         fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="bytes per call (log)",
-                          title=f"{phase}: requested vs transferred bytes (Nsight Compute, cold caches)")
-        out.append({"id": f"bytes-{phase}", "title": f"{phase} bytes", "figure": json.loads(fig.to_json())})
+                          title=f"{phase.value}: requested vs transferred bytes (Nsight Compute, cold caches)")
+        out.append({"id": f"bytes-{phase.value}", "title": f"{phase.value} bytes", "figure": json.loads(fig.to_json())})
     return out
 
 
@@ -377,7 +379,9 @@ def _roofline(run: RunResult):
 
 def render_html(run: RunResult, *, title: str = "profattn report") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline, no network access)."""
-    v: Verdict = verdict(run)
+    from profattn.report.verdict import render_verdict
+
+    v = render_verdict(verdict(run))
     ctx = {
         "title": title,
         "run": run,

@@ -1,0 +1,186 @@
+"""``profattn compare`` on the page: rows, sentences, the forest chart and the HTML of a
+:class:`profattn.analysis.compare.Comparison` (the typed result; this module only displays it).
+
+The Markdown comment (:func:`profattn.report.markdown.comparison_markdown`) uses the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from profattn.analysis.compare import (
+    CellChange,
+    CompareClass,
+    Comparison,
+    LaunchChange,
+    RegressionKind,
+    RegressionReason,
+    VerdictChange,
+)
+from profattn.analysis.stats import RatioEstimate
+from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.render import render, write_html_file
+from profattn.report.verdict import summary as verdict_summary
+from profattn.report.verdict import workload_label
+
+
+def run_label(path: str | os.PathLike[str]) -> str:
+    """A short name for a run given on the command line: its directory's name (never an absolute path)."""
+    p = Path(path)
+    if p.name == "results.json":
+        p = p.parent
+    return p.resolve().name or "run"
+
+
+def fmt_change(est: RatioEstimate | None) -> str:
+    """``+10.2 % [+8.1, +11.5] (97 %)``-style text of a ratio estimate; "–" without one."""
+    if est is None:
+        return "–"
+    s = f"{est.change:+.1%}"
+    if est.lo is not None and est.hi is not None and est.confidence is not None:
+        s += f" [{(est.lo - 1) * 100:+.1f}, {(est.hi - 1) * 100:+.1f}] ({est.confidence:.0%})"
+    return s
+
+
+def _fmt_value(v: object) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return "n/a" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def launch_change_text(ch: LaunchChange) -> str:
+    """``"_paged_decode_split_kernel: grid [8, 4, 16] → [8, 4, 5]"`` or ``"kernel: only in base"``."""
+    if ch.only is not None:
+        return f"{ch.kernel}: only in {ch.only.value}"
+    return f"{ch.kernel}: {ch.prop.value} {_fmt_value(ch.base)} → {_fmt_value(ch.head)}"  # type: ignore[union-attr]
+
+
+def correctness_text(c: CellChange) -> str:
+    """``pass → fail``-style text; "" when neither side was checked."""
+    def word(p: bool | None) -> str:
+        return "–" if p is None else ("pass" if p else "fail")
+    if c.base_passed is None and c.head_passed is None:
+        return ""
+    return word(c.base_passed) if c.base_passed == c.head_passed else f"{word(c.base_passed)} → {word(c.head_passed)}"
+
+
+def regression_text(c: CellChange, r: RegressionReason) -> str:
+    """One reason ``c`` fails the comparison, as a sentence."""
+    if r.kind is RegressionKind.SLOWER:
+        est = c.estimate
+        return f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{c.threshold:.0%})"  # type: ignore[union-attr,operator]
+    if r.kind is RegressionKind.CORRECTNESS:
+        return f"correctness pass → fail ({r.reason or 'failed'})"
+    return f"ran in the base run, {r.head_status} in the head run" + (f": {r.reason}" if r.reason else "")
+
+
+def regression_texts(c: CellChange) -> tuple[str, ...]:
+    """Every reason ``c`` fails, as sentences (empty when it does not)."""
+    return tuple(regression_text(c, r) for r in c.regression_reasons)
+
+
+def verdict_change_text(ch: VerdictChange) -> str:
+    """``"training winner: a → b"`` or ``"decode kv 512: the training winner stays the winner → does not ..."``."""
+    if ch.workload is None:
+        return f"training winner: {ch.base_winner or 'none'} → {ch.head_winner or 'none'}"
+    word = {True: "stays the winner", False: "does not stay the winner"}
+    return (f"{workload_label(ch.workload)}: the training winner {word[ch.base_stays]} → {word[ch.head_stays]} "  # type: ignore[index]
+            f"({ch.base_winner} → {ch.head_winner})")
+
+
+def _order(c: CellChange) -> tuple:
+    return (not c.regression, list(CompareClass).index(c.classification), -abs(c.estimate.change) if c.estimate else 0)
+
+
+def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
+    """Display-ready rows of the cell table (regressions first, then by class and |change|).
+    ``classification`` stays the :class:`CompareClass` (the renderers print its value)."""
+    rows = []
+    for c in sorted(cmp.cells, key=_order):
+        br = c.bytes_ratio
+        rows.append({
+            "cell_id": c.cell_id, "label": workload_label(c.workload), "phase": c.phase.value, "backend": c.backend,
+            "classification": c.classification, "regression": c.regression,
+            "faster": c.classification is CompareClass.FASTER,
+            "top": c.regression or c.classification in (CompareClass.SLOWER, CompareClass.FASTER)
+                   or bool(c.launch_changes) or c.correctness_changed,
+            "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us), "change": fmt_change(c.estimate),
+            "samples": f"{len(c.base_samples_us)} / {len(c.head_samples_us)}",
+            "correctness": correctness_text(c),
+            "status": _status(c),
+            "launch": "; ".join(launch_change_text(x) for x in c.launch_changes),
+            "bytes": (f"{fmt_bytes(c.base_dram_bytes)} → {fmt_bytes(c.head_dram_bytes)} ({br - 1:+.1%})" if br is not None else ""),
+            "reasons": "; ".join(regression_texts(c)),
+        })
+    return rows
+
+
+def _status(c: CellChange) -> str:
+    b = c.base_status.value if c.base_status is not None else None
+    h = c.head_status.value if c.head_status is not None else None
+    return f"{b}" if b == h else f"{b} → {h}"
+
+
+def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
+    """Display-ready rows of the winner table: each workload's winner in both runs, ties marked."""
+    return [{"label": workload_label(w.workload), "phase": w.phase.value,
+             "base": (w.base_winner or "none") + (" (tie)" if w.close_base else ""),
+             "head": (w.head_winner or "none") + (" (tie)" if w.close_head else ""), "flipped": w.flipped,
+             "noise_flip": w.flipped and (w.close_base or w.close_head)} for w in cmp.winners]
+
+
+def summary_line(cmp: Comparison) -> str:
+    """One sentence: counts per class and whether the comparison fails."""
+    parts = [f"{cmp.count(k)} {k.value}" for k in CompareClass if cmp.count(k)]
+    head = f"{len(cmp.regressions)} regression(s)" if cmp.regression else "no regression"
+    return f"{head} beyond ±{cmp.threshold:.0%} — " + ", ".join(parts) + "."
+
+
+def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
+    """Plotly figure (JSON-ready): head/base ratio with its interval per timed cell, the threshold band."""
+    import plotly.graph_objects as go
+
+    cells = [c for c in cmp.cells if c.estimate is not None]
+    if not cells:
+        return None
+    C = CompareClass
+    colors = {C.SLOWER: "#c0392b", C.FASTER: "#1e8449", C.NOISE: "#7f8c8d", C.FEW: "#b9770e"}
+    fig = go.Figure()
+    for cls in (C.SLOWER, C.FASTER, C.NOISE, C.FEW):
+        sel = [c for c in cells if c.classification is cls]
+        if not sel:
+            continue
+        est = [c.estimate for c in sel]
+        fig.add_scatter(
+            x=[e.ratio for e in est], y=[f"{workload_label(c.workload)} · {c.backend}" for c in sel], mode="markers",
+            name=cls.value, marker={"color": colors[cls], "size": 8},
+            error_x={"type": "data", "symmetric": False, "array": [(e.hi - e.ratio) if e.hi else 0 for e in est],
+                     "arrayminus": [(e.ratio - e.lo) if e.lo else 0 for e in est]},
+            hovertemplate="%{y}<br>head/base %{x:.3f}<extra>" + cls.value + "</extra>")
+    for x, dash in ((1.0, "solid"), (1 + cmp.threshold, "dash"), (1 / (1 + cmp.threshold), "dash")):
+        fig.add_vline(x=x, line_dash=dash, line_color="black", line_width=1)
+    fig.update_layout(title=f"Latency head / base with {cmp.level:.0%} intervals (Hodges–Lehmann, Mann–Whitney); dashed: ±{cmp.threshold:.0%}",
+                      xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
+                      yaxis={"autorange": "reversed"})
+    return json.loads(fig.to_json())
+
+
+def render_html(cmp: Comparison) -> str:
+    """The comparison as one self-contained HTML page (plotly.js inline)."""
+    return render("compare", dict(
+        cmp=cmp, summary=summary_line(cmp), rows=cell_rows(cmp), winners=winner_rows(cmp),
+        env=[d for d in cmp.environment], chart=forest_figure(cmp),
+        base_verdict=verdict_summary(cmp.base_verdict), head_verdict=verdict_summary(cmp.head_verdict),
+        verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes],
+    ))
+
+
+def write_html(cmp: Comparison, path: str | os.PathLike[str]) -> Path:
+    """Render ``cmp`` and write it to ``path`` atomically; returns the path.
+
+    Raises:
+        ProfattnError: the file cannot be written (names the path)."""
+    return write_html_file(render_html(cmp), path)

@@ -1,0 +1,60 @@
+"""results.json records: the closed status set survives a round trip; an unknown status is refused."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from factories import SEED, cell, run
+
+from profattn.errors import ResultsError
+from profattn.results import CellStatus, read_results, run_from_dict, run_to_dict, write_results
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cell_status_round_trip(tmp_path: Path):
+    statuses = list(CellStatus)
+    cells = [cell(w, f"b{i}", 10.0 if s.ran else None, status=s) for i, (w, s) in enumerate(zip([*SEED.workloads] * 2, statuses))]
+    r = run(cells)
+    data = json.loads(json.dumps(run_to_dict(r)))
+    assert [c["status"] for c in data["cells"]] == ["ok", "incorrect", "unsupported", "error", "pending"]
+    back = read_results(write_results(r, tmp_path / "results.json"))
+    assert [c.status for c in back.cells] == statuses and all(type(c.status) is CellStatus for c in back.cells)
+    assert run_from_dict(data) == back
+    assert CellStatus.OK == "ok" and str(CellStatus.PENDING) == "pending" and f"{CellStatus.ERROR}" == "error"
+    assert [s for s in CellStatus if s.ran] == [CellStatus.OK, CellStatus.INCORRECT]
+
+
+def test_committed_run_statuses_are_enum_members():
+    r = read_results(REPO / "examples" / "h200-seed")
+    counts = {s: sum(c.status is s for c in r.cells) for s in CellStatus}
+    assert counts == {CellStatus.OK: 34, CellStatus.INCORRECT: 0, CellStatus.UNSUPPORTED: 11, CellStatus.ERROR: 0, CellStatus.PENDING: 0}
+
+
+def test_unknown_status_is_refused_with_the_field_named(tmp_path: Path):
+    data = run_to_dict(run([cell(SEED.workloads[0], "eager", 10.0)]))
+    data["cells"][0]["status"] = "skipped"
+    with pytest.raises(ResultsError, match=r"field 'status' is 'skipped', not one of ok, incorrect, unsupported, error, pending"):
+        run_from_dict(data)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"results\.json: cell '.*\.eager': field 'status'"):
+        read_results(path)
+    with pytest.raises(ValueError):
+        replace(run([cell(SEED.workloads[0], "eager", 10.0)]).cells[0], status="skipped")
+
+
+def test_counters_status_is_a_closed_set():
+    from profattn.results import CountersInfo, CountersStatus
+
+    r = read_results(REPO / "examples" / "h200-seed")
+    assert r.counters_info.status is CountersStatus.MEASURED and r.counters_info.status == "measured"
+    assert CountersInfo("unavailable", "CPU run").status is CountersStatus.UNAVAILABLE
+    assert run_to_dict(r)["counters_info"]["status"] == "measured"
+    data = run_to_dict(r)
+    data["counters_info"]["status"] = "maybe"
+    with pytest.raises(ResultsError, match=r"field 'counters_info.status' is 'maybe', not one of measured, unavailable, not requested"):
+        run_from_dict(data)

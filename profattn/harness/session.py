@@ -23,8 +23,8 @@ from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, run_cell, time_again
 from profattn.harness.ceilings import measure_ceilings
-from profattn.harness.environment import collect_environment
-from profattn.harness.inputs import make_inputs, reference
+from profattn.harness.environment import collect_environment, load_average
+from profattn.harness.inputs import make_inputs, memory_reason, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
 from profattn.privacy import scrub
@@ -87,8 +87,18 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
         to_profile: list[ProfiledCall] = []
         keep_alive = []  # inputs must outlive the profiler pass
         for i, w in enumerate(regime_workloads):
-            inputs = make_inputs(w, cfg.device, seed=cfg.seed * 1000 + workloads.index(w))
-            ref = reference(w, inputs)
+            inputs, ref, status, reason = _prepare_workload(w, cfg, seed=cfg.seed * 1000 + workloads.index(w))
+            if inputs is None:  # too large, or out of memory while allocating: every cell of it says why
+                for b in cfg.backends:
+                    cell = replace(_pending(w, b), status=status, reason=reason)
+                    if not cfg.keep_host_info:
+                        cell = scrub(cell)
+                    done += 1
+                    run = run.with_cell(cell)
+                    if progress:
+                        progress("done", cell, done, total)
+                write_results(run, results_path)
+                continue
             keep_alive.append(inputs)
             for b in cfg.backends:
                 if progress:
@@ -129,8 +139,34 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
                   else (find_ncu()[1] or "counters turned off (--no-counters)") if cfg.counters is None
                   else "counters turned off (--no-counters)")
         run = replace(run, counters_info=CountersInfo("unavailable" if cfg.counters is None else "not requested", reason))
+    run = replace(run, environment=replace(run.environment, load_avg_end=load_average()))
     write_results(run, results_path)
     return run
+
+
+def _prepare_workload(w: Workload, cfg: SessionConfig, *, seed: int):
+    """``(inputs, reference, None, "")`` for workload ``w``, or ``(None, None, status, reason)`` when it
+    cannot be measured here: ``unsupported`` when its inputs and reference would not fit in the device's
+    free memory (checked before allocating), ``error`` when allocating or computing them failed (out of
+    memory included). Never raises for either, so one workload never loses the others."""
+    reason = memory_reason(w, cfg.device)
+    if reason:
+        return None, None, CellStatus.UNSUPPORTED, reason
+    inputs = None
+    try:
+        inputs = make_inputs(w, cfg.device, seed=seed)
+        return inputs, reference(w, inputs), None, ""
+    except (RuntimeError, MemoryError) as exc:  # torch raises OOM as RuntimeError subclasses on CPU and CUDA
+        del inputs
+        gc.collect()
+        if cfg.device.type == "cuda":
+            torch.cuda.synchronize(cfg.device)
+            torch.cuda.empty_cache()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        oom = isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) or "out of memory" in first.lower() \
+            or "can't allocate memory" in first.lower()
+        what = "out of memory" if oom else type(exc).__name__
+        return None, None, CellStatus.ERROR, f"inputs/reference failed: {what}: {first}"
 
 
 def add_counters(run: RunResult, run_dir: Path) -> RunResult:

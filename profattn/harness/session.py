@@ -59,37 +59,79 @@ def _pending(w: Workload, b: Backend) -> CellResult:
     return CellResult(cell_id=cell_id(w, b.name), workload=w, backend=b.name, family=b.family.name, status=CellStatus.PENDING)
 
 
-def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResult:
-    """Run every cell, write ``out_dir/results.json`` after each, return the final :class:`RunResult`."""
+def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profile_calls: int = 3,
+                  counters: bool | None = None, keep_host_info: bool = False) -> SessionConfig:
+    """The :class:`SessionConfig` that continues ``run`` (read from ``out_dir``): its workloads, backends,
+    seed and repeat count, on ``device``.
+
+    Raises:
+        ProfattnError: the run was measured on another kind of device or another GPU model, or names a
+            backend this installation does not have (e.g. a plugin that is not installed).
+    """
+    env = run.environment
+    if env.device != device.type:
+        raise ProfattnError(f"--resume: {out_dir} was measured on {env.device}, this run would use {device.type}")
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if name != env.device_name:
+            raise ProfattnError(f"--resume: {out_dir} was measured on {env.device_name}, this GPU is {name}")
+    workloads = tuple(dict.fromkeys(c.workload for c in run.cells))
+    backends = tuple(get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
+    regimes = tuple(p for p in Phase if any(w.phase is p for w in workloads))
+    return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
+                         backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
+                         seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info)
+
+
+def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
+    """Run every cell, write ``out_dir/results.json`` after each, return the final :class:`RunResult`.
+
+    With ``resume`` (an interrupted run read from ``out_dir``, and ``cfg`` from :func:`resume_config`), cells
+    that were measured are kept as they are (their traces stay where they are) and only pending cells run;
+    their profiler pass writes a new trace file beside the earlier one.
+    """
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     workloads = [w for p in cfg.regimes for w in cfg.preset.regime(p)]
     if not workloads:
         raise ProfattnError(f"preset {cfg.preset.name!r} has no workloads for regimes {[str(r) for r in cfg.regimes]}")
-    run = RunResult(
-        environment=collect_environment(cfg.device, keep_host_info=cfg.keep_host_info),
-        preset=cfg.preset.name,
-        preset_description=cfg.preset.description,
-        cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
-        seed=cfg.seed,
-        repeat=cfg.repeat,
-    )
     if cfg.repeat < 1:
         raise ProfattnError(f"--repeat must be at least 1, got {cfg.repeat}")
+    if resume is None:
+        run = RunResult(
+            environment=collect_environment(cfg.device, keep_host_info=cfg.keep_host_info),
+            preset=cfg.preset.name,
+            preset_description=cfg.preset.description,
+            cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
+            seed=cfg.seed,
+            repeat=cfg.repeat,
+        )
+    else:
+        run = resume
     write_results(run, results_path)
-    if cfg.measure_ceilings and cfg.device.type == "cuda":
+    if cfg.measure_ceilings and cfg.device.type == "cuda" and run.ceilings is None:
         run = replace(run, ceilings=measure_ceilings(cfg.device))
         write_results(run, results_path)
-    total, done = len(run.cells), 0
+    stored = {c.cell_id: c for c in run.cells}
+
+    def pending(w: Workload, b: Backend) -> bool:
+        c = stored.get(cell_id(w, b.name))
+        return c is None or c.status == CellStatus.PENDING
+
+    total = len(run.cells)
+    done = sum(1 for c in run.cells if c.status != CellStatus.PENDING)
     for phase in cfg.regimes:
         regime_workloads = cfg.preset.regime(phase)
         to_profile: list[ProfiledCall] = []
         keep_alive = []  # inputs must outlive the profiler pass
         for i, w in enumerate(regime_workloads):
+            todo = [b for b in cfg.backends if pending(w, b)]
+            if not todo:
+                continue
             inputs, ref, status, reason = _prepare_workload(w, cfg, seed=cfg.seed * 1000 + workloads.index(w))
             if inputs is None:  # too large, or out of memory while allocating: every cell of it says why
-                for b in cfg.backends:
+                for b in todo:
                     cell = replace(_pending(w, b), status=status, reason=reason)
                     if not cfg.keep_host_info:
                         cell = scrub(cell)
@@ -100,7 +142,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
                 write_results(run, results_path)
                 continue
             keep_alive.append(inputs)
-            for b in cfg.backends:
+            for b in todo:
                 if progress:
                     progress("start", _pending(w, b), done, total)
                 cell, profiled = run_cell(w, b, inputs, ref, cfg.device)

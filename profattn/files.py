@@ -40,3 +40,23 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def inside_run(run_dir: str | os.PathLike[str], relative: str) -> Path | None:
+    """The file a results.json names, ``run_dir / relative``, or None when that path would leave the run
+    directory: an absolute path, a ``..`` that climbs out, or a symbolic link (anywhere along the path) that
+    resolves outside it. A run directory is a sandbox: a results.json attached to a pull request must never
+    make a reviewer's machine read ``/etc/passwd``. The returned path may not exist (callers decide).
+    """
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        return None
+    rel = Path(relative)
+    if rel.is_absolute() or rel.drive:
+        return None
+    root = Path(run_dir).resolve()
+    target = (root / rel).resolve()
+    try:
+        target.relative_to(root)
+    except ValueError:
+        return None
+    return root / rel

@@ -329,6 +329,17 @@ class Environment:
     created_utc: str
     hostname: str | None = None  #: only with ``--keep-host-info``
     user: str | None = None  #: only with ``--keep-host-info``
+    #: The machine's state: logical CPUs, torch's intra-op threads, ``$OMP_NUM_THREADS`` as set (None: unset),
+    #: the 1/5/15-minute load averages at the start and the end of the run (``os.getloadavg``), and on a
+    #: GPU the SM and memory clocks (MHz) and temperature (°C) at the start (``nvidia-smi``), where readable.
+    cpu_count: int | None = None
+    torch_threads: int | None = None
+    omp_num_threads: str | None = None
+    load_avg_start: tuple[float, float, float] | None = None
+    load_avg_end: tuple[float, float, float] | None = None
+    gpu_sm_clock_mhz: int | None = None
+    gpu_mem_clock_mhz: int | None = None
+    gpu_temperature_c: int | None = None
 
 
 @dataclass(frozen=True)
@@ -597,6 +608,14 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
     )
 
 
+def _environment(d: dict[str, Any]) -> Environment:
+    d = dict(d)
+    for key in ("load_avg_start", "load_avg_end"):
+        if d.get(key) is not None:
+            d[key] = tuple(float(x) for x in d[key])
+    return Environment(**d)
+
+
 def run_from_dict(data: dict[str, Any]) -> RunResult:
     """Inverse of :func:`run_to_dict`.
 
@@ -613,7 +632,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
         raise ResultsError(f"results schema_version {version!r} is not supported (this profattn reads versions {readable}, as integers)")
     try:
         return RunResult(
-            environment=Environment(**data["environment"]),
+            environment=_environment(data["environment"]),
             preset=data["preset"],
             preset_description=data.get("preset_description", ""),
             cells=tuple(_cell_from_dict(c) for c in data["cells"]),

@@ -40,3 +40,47 @@ def test_cpu_environment_names_the_model():
     if not models:
         pytest.skip("no 'model name' in /proc/cpuinfo here")
     assert env.device_name == " ".join(models[0].split())
+
+
+def test_machine_state_is_recorded_and_read_back(tmp_path):
+    """Threads, load average and (on a GPU) clocks/temperature are part of the result."""
+    import dataclasses
+
+    import torch
+
+    from profattn.harness.environment import collect_environment, load_average
+    from profattn.results import RunResult, read_results, write_results
+
+    env = collect_environment(torch.device("cpu"))
+    assert env.cpu_count and env.cpu_count >= 1
+    assert env.torch_threads == torch.get_num_threads()
+    la = load_average()
+    assert la is not None and len(la) == 3 and env.load_avg_start is not None
+    env = dataclasses.replace(env, load_avg_end=(9.5, 3.0, 1.0))
+    path = write_results(RunResult(environment=env, preset="p", preset_description="", cells=()), tmp_path / "results.json")
+    back = read_results(path).environment
+    assert back.load_avg_end == (9.5, 3.0, 1.0) and back.load_avg_start == env.load_avg_start
+    assert back.torch_threads == env.torch_threads
+
+
+def test_noise_findings_from_spread_and_load():
+    """A loaded 2-core machine: many cells with p90/p10 > 1.5 and a load above the cores are both findings;
+    a quiet run has none."""
+    import dataclasses
+
+    from factories import SEED, cell, environment, run
+    from profattn.analysis.noise import NoiseKind, noise_findings
+    from profattn.results import Timing
+
+    w = SEED.workloads
+    quiet = run([cell(w[0], "a", 100.0), cell(w[1], "a", 50.0), cell(w[2], "a", 10.0)])
+    assert noise_findings(quiet) == ()
+    # the issue's medians on a loaded CPU: 7,993 / 7,998 / 23,994 µs with wide spreads
+    noisy_cells = [dataclasses.replace(cell(wl, "a", m), timing=Timing(m, m / 2, m * 1.5, m / 2, 20, "t"))
+                   for wl, m in zip(w, (7993.0, 7998.0, 23994.0))]
+    env = dataclasses.replace(environment("cpu", None), cpu_count=2, load_avg_start=(3.9, 2.0, 1.0), load_avg_end=(1.0, 1.0, 1.0))
+    noisy = dataclasses.replace(run(noisy_cells, device="cpu"), environment=env)
+    found = {f.kind: f for f in noise_findings(noisy)}
+    assert found[NoiseKind.SPREAD].count == 3 and found[NoiseKind.SPREAD].of == 3
+    assert found[NoiseKind.SPREAD].worst == pytest.approx(3.0)
+    assert found[NoiseKind.LOAD].worst == 3.9 and found[NoiseKind.LOAD].threshold == 2.0

@@ -32,3 +32,24 @@ def test_device_targets_are_written_in_place():
     with pytest.raises(ProfattnError, match="cannot write /dev/full"):
         write_text_atomic("/dev/full", "x" * 100_000)
     assert Path("/dev/full").is_char_device()  # never replaced by a regular file
+
+
+def test_paths_from_a_results_file_stay_inside_the_run(tmp_path):
+    """Absolute paths, ``..`` escapes and symlinks out of the run are refused; paths inside are kept."""
+    import os
+
+    from profattn.files import inside_run
+
+    run = tmp_path / "run"
+    (run / "traces" / "decode").mkdir(parents=True)
+    (run / "traces" / "decode" / "t.json.gz").write_bytes(b"x")
+    assert inside_run(run, "traces/decode/t.json.gz") == run.resolve() / "traces/decode/t.json.gz"
+    assert inside_run(run, "traces/decode/missing.json.gz") is not None  # inside, merely absent
+    assert inside_run(run, "traces/../traces/decode/t.json.gz") is not None
+    for bad in ("/etc/passwd", "../../../../etc/passwd", "traces/../../outside", "", "a\x00b"):
+        assert inside_run(run, bad) is None, bad
+    (tmp_path / "secret").write_text("s")
+    os.symlink(tmp_path / "secret", run / "traces" / "link.json.gz")
+    os.symlink(tmp_path, run / "up")
+    assert inside_run(run, "traces/link.json.gz") is None
+    assert inside_run(run, "up/secret") is None

@@ -114,3 +114,27 @@ def test_schedule_settings_from_the_environment(monkeypatch):
         with pytest.raises(Unsupported, match=var):
             TritonPagedDecode().prepare(w, torch.device(DEVICE))
         monkeypatch.setenv(var, "fused" if var.endswith("COMBINE") else "4")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's bf16 path is a CPU-only concern")
+def test_bf16_cell_under_the_interpreter_runs_in_fp16_and_says_so():
+    """The README's example (``TRITON_INTERPRET=1 profattn profile --regime decode --backend
+    triton-paged-decode``) used to report every bf16 cell incorrect (rel err ~4e9): the interpreter's bf16
+    dot is wrong, not the kernel. The cell now runs in fp16 (cast outside the timed call), passes, and says so."""
+    from profattn.backends import get_backend
+    from profattn.backends.triton_paged import interpreter_dtype
+    from profattn.harness.cell import run_cell
+    from profattn.harness.inputs import make_inputs, reference as high_precision
+    from profattn.results import CellStatus
+    from profattn.workload import Workload
+
+    cpu = torch.device("cpu")
+    assert interpreter_dtype(cpu, "bfloat16") == "float16"
+    assert interpreter_dtype(cpu, "float32") == "float32"
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=100, num_q_heads=8, num_kv_heads=2, head_dim=16,
+                 kv_layout="paged", page_size=16, dtype="bfloat16")
+    inputs = make_inputs(w, cpu, seed=1)
+    cell, _ = run_cell(w, get_backend("triton-paged-decode"), inputs, high_precision(w, inputs), cpu)
+    assert cell.status == CellStatus.OK, cell.reason
+    assert cell.correctness.out_rel_err < 1e-2
+    assert any("ran in float16 under TRITON_INTERPRET=1" in n for n in cell.notes)

@@ -11,9 +11,10 @@ import math
 import torch
 
 from profattn.backends.base import Prepared
-from profattn.families import DENSE
 from profattn.backends.masks import dense_mask
-from profattn.workload import Workload
+from profattn.backends.memory import fit_reason
+from profattn.families import DENSE
+from profattn.workload import Phase, Workload
 
 
 def eager_attention(
@@ -47,6 +48,27 @@ def eager_attention(
     return torch.matmul(probs.to(v.dtype), v)
 
 
+def dense_path_bytes(workload: Workload) -> int:
+    """Peak bytes the explicit (eager / SDPA math) path allocates beyond its inputs, in bytes.
+
+    K and V repeated to ``Hq`` heads (``2·B·Hq·Lk·d`` elements in the input dtype), the score matrix
+    ``B·Hq·Lq·Lk`` in fp32 held three times (scores, masked scores, probabilities; the boolean mask once),
+    and for train twice that again (the autograd graph keeps them, and the backward pass builds gradients of
+    the same size). An estimate that errs high: used to refuse a cell before it allocates, never to time.
+    """
+    w = workload
+    repeated_kv = 2 * w.batch * w.num_q_heads * w.kv_len * w.head_dim * w.itemsize
+    scores = w.batch * w.num_q_heads * w.q_len * w.kv_len * 4
+    peak = repeated_kv + 3 * scores + w.batch * w.q_len * w.kv_len
+    return 2 * peak if w.phase is Phase.TRAIN else peak
+
+
+def dense_path_reason(workload: Workload, device: torch.device) -> str | None:
+    """None when the eager/math path's intermediates (:func:`dense_path_bytes`) fit next to the cell's
+    inputs on ``device``, else why not (with the estimate)."""
+    return fit_reason(dense_path_bytes(workload), device, "the explicit score matrix and repeated K/V")
+
+
 class EagerBackend:
     """Explicit matmul/softmax in PyTorch eager mode; K/V materialized at Hq heads (rereads for GQA)."""
 
@@ -55,7 +77,7 @@ class EagerBackend:
     description = "explicit matmul + masked softmax + matmul in eager PyTorch (K/V repeated to Hq heads)"
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        return None
+        return dense_path_reason(workload, device)
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         mask = dense_mask(workload, device)

@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from profattn.backends.base import KernelFamily, Prepared, Unsupported
 from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH
+from profattn.backends.eager import dense_path_reason
 from profattn.backends.masks import sdpa_mask_args
 from profattn.workload import Workload
 
@@ -39,6 +40,8 @@ class SdpaBackend:
             return f"{self.sdpa_backend.name} runs on CUDA only (device is {device.type})"
         if self.sdpa_backend is SDPBackend.CUDNN_ATTENTION and device.type == "cuda" and not torch.backends.cudnn.is_available():
             return "cuDNN is not available in this torch build"
+        if self.sdpa_backend is SDPBackend.MATH:
+            return dense_path_reason(workload, device)
         return None
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:

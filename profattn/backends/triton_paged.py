@@ -299,6 +299,15 @@ def triton_available(device: torch.device) -> str | None:
     return None
 
 
+def interpreter_dtype(device: torch.device, dtype: str) -> str:
+    """The dtype a Triton kernel runs in: ``dtype``, except ``float16`` for ``bfloat16`` under Triton's CPU
+    interpreter, whose bf16 ``tl.dot`` gives wrong results (relative errors ~1e9 seen with triton 3.6) —
+    the kernel is then checked in fp16, and the cell says so, instead of being blamed for the interpreter."""
+    if dtype == "bfloat16" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        return "float16"
+    return dtype
+
+
 #: Environment variable that overrides :data:`CTAS_PER_SM` for the split rule (e.g. ``1``: about one program
 #: per SM, so 5 splits instead of 16 at the seed's kv 8192) — a real schedule change to review with
 #: ``profattn compare``; the cell's notes record it.
@@ -370,18 +379,26 @@ class TritonPagedDecode:
                                  max_kv_len=workload.kv_len, num_sms=sms, ctas_per_sm=ctas_per_sm)
         workspace: dict = {}
 
+        run_dtype = interpreter_dtype(device, workload.dtype)
+
         def bind(inputs: AttentionInputs):
             cache = inputs.paged
-            q = inputs.q[:, :, 0, :]
+            q, k_pages, v_pages = inputs.q[:, :, 0, :], cache.k_pages, cache.v_pages
+            out_dtype = q.dtype
+            if run_dtype != workload.dtype:  # cast once, outside the timed call
+                cast = getattr(torch, run_dtype)
+                q, k_pages, v_pages = q.to(cast), k_pages.to(cast), v_pages.to(cast)
 
             def call() -> torch.Tensor:
-                return paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens,
+                return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
                                     max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
-                                    combine=combine).unsqueeze(2)
+                                    combine=combine).unsqueeze(2).to(out_dtype)
 
             return call
 
-        return Prepared(forward=paged_only_forward, bind=bind, notes=(
+        interp_note = (f"ran in {run_dtype} under TRITON_INTERPRET=1 (the interpreter's bf16 dot is wrong); "
+                       "output cast back to bfloat16",) if run_dtype != workload.dtype else ()
+        return Prepared(forward=paged_only_forward, bind=bind, notes=interp_note + (
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
             + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",

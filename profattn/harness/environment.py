@@ -34,23 +34,48 @@ def cpu_name(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str:
     return processor if processor and processor != machine else (machine or processor or "cpu")
 
 
+def load_average() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15-minute load averages (``os.getloadavg``), None where the platform has none."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (OSError, AttributeError):
+        return None
+    return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+def _nvidia_smi(device: torch.device) -> dict[str, str]:
+    """``nvidia-smi --query-gpu`` fields of ``device`` (driver, SM/memory clocks in MHz, temperature in °C);
+    empty where nvidia-smi is missing or fails."""
+    import subprocess
+
+    keys = ("driver_version", "clocks.sm", "clocks.mem", "temperature.gpu")
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(keys)}", "--format=csv,noheader,nounits", f"--id={device.index or 0}"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    values = [v.strip() for v in out[0].split(",")] if out else []
+    return dict(zip(keys, values)) if len(values) == len(keys) else {}
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text is not None else None
+    except ValueError:
+        return None
+
+
 def collect_environment(device: torch.device, *, keep_host_info: bool = False) -> Environment:
     """GPU name (the CPU's model name on a CPU, :func:`cpu_name`), SM count, L2 size, memory, driver and
     torch/CUDA/cuDNN/triton versions; the host and user names only when ``keep_host_info`` (``--keep-host-info``)."""
-    name, sms, l2, mem, driver = cpu_name(), None, None, None, None
+    name, sms, l2, mem, smi = cpu_name(), None, None, None, {}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         name, sms, mem = props.name, props.multi_processor_count, props.total_memory
         l2 = getattr(props, "L2_cache_size", None)
-        try:
-            import subprocess
-
-            driver = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10, check=False,
-            ).stdout.strip().splitlines()[0] or None
-        except (OSError, IndexError, subprocess.SubprocessError):
-            driver = None
+        smi = _nvidia_smi(device)
     try:
         import triton
 
@@ -64,7 +89,7 @@ def collect_environment(device: torch.device, *, keep_host_info: bool = False) -
         num_sms=sms,
         l2_cache_bytes=l2,
         total_memory_bytes=mem,
-        driver=driver,
+        driver=smi.get("driver_version") or None,
         torch=torch.__version__,
         cuda=torch.version.cuda,
         cudnn=str(cudnn) if cudnn else None,
@@ -75,4 +100,11 @@ def collect_environment(device: torch.device, *, keep_host_info: bool = False) -
         created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         hostname=platform.node() if keep_host_info else None,
         user=getpass.getuser() if keep_host_info else None,
+        cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+        load_avg_start=load_average(),
+        gpu_sm_clock_mhz=_int(smi.get("clocks.sm")),
+        gpu_mem_clock_mhz=_int(smi.get("clocks.mem")),
+        gpu_temperature_c=_int(smi.get("temperature.gpu")),
     )

@@ -13,15 +13,73 @@ import torch
 from profattn.backends.base import AttentionInputs
 from profattn.backends.eager import eager_attention
 from profattn.backends.masks import dense_mask
+from profattn.backends.memory import fit_reason
 from profattn.results import Correctness
-from profattn.workload.paged import PagedKVCache
 from profattn.workload import KVLayout, Phase, Workload
+from profattn.workload.paged import PagedKVCache
 
 #: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention
 #: outputs from bf16 kernels land near 3e-3–8e-3 and their gradients near 1e-2, so 2e-2 / 3e-2 leaves
 #: room for accumulation order without letting a wrong kernel (errors ~1) through. fp16 has 11 bits.
 OUT_TOLERANCE: dict[str, float] = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}
 GRAD_TOLERANCE: dict[str, float] = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
+
+
+#: Upper bound on the reference's score-matrix chunk (bytes in the reference precision, times the
+#: intermediates it keeps): larger workloads are checked in chunks of batch, KV heads and query rows.
+REFERENCE_CHUNK_BYTES = 1 << 30
+
+
+def _hi_itemsize(device: torch.device) -> int:
+    return 8 if device.type == "cpu" else 4
+
+
+def inputs_bytes_needed(workload: Workload) -> int:
+    """Bytes :func:`make_inputs` allocates for ``workload``: Q, K, V (and dO plus the gradients of Q, K, V for
+    train) in the workload's dtype, the fp32 draw of the largest tensor before its cast, and for a paged
+    layout the page pool (K/V again, rounded up to whole pages per sequence)."""
+    w = workload
+    q = w.batch * w.num_q_heads * w.q_len * w.head_dim
+    kv = w.batch * w.num_kv_heads * w.kv_len * w.head_dim
+    n = q + 2 * kv
+    if w.phase is Phase.TRAIN:
+        n *= 2  # gradients of q, k, v
+        n += q  # dO
+    total = n * w.itemsize + 4 * max(q, kv)
+    if w.kv_layout is KVLayout.PAGED:
+        pages = sum(-(-length // w.page_size) for length in w.kv_lens)
+        total += 2 * pages * w.page_size * w.num_kv_heads * w.head_dim * w.itemsize
+    return total
+
+
+def reference_bytes_needed(workload: Workload, device: torch.device) -> int:
+    """Bytes :func:`reference` allocates: Q, K, V (and dO and three gradients for train) and the output in
+    the reference precision (fp64 on CPU, fp32 on CUDA), the dense boolean mask, and one score-matrix
+    chunk (at most :data:`REFERENCE_CHUNK_BYTES`)."""
+    w = workload
+    hi = _hi_itemsize(device)
+    q = w.batch * w.num_q_heads * w.q_len * w.head_dim
+    kv = w.batch * w.num_kv_heads * w.kv_len * w.head_dim
+    n = 2 * q + 2 * kv  # q, out, k, v
+    if w.phase is Phase.TRAIN:
+        n += 2 * q + 2 * kv  # dO, dq, dk, dv
+    mask = w.q_len * w.kv_len * (w.batch if w.is_ragged else 1)
+    unit = _score_row_bytes(w, hi)
+    return n * hi + mask + min(REFERENCE_CHUNK_BYTES, w.batch * w.num_kv_heads * w.q_len * unit)
+
+
+def memory_reason(workload: Workload, device: torch.device) -> str | None:
+    """None when the workload's inputs and its reference fit in the free memory of ``device``, else why
+    not, e.g. ``"inputs and reference need ~4.4 TB; cuda has 139 GiB free"`` (checked before allocating)."""
+    need = inputs_bytes_needed(workload) + reference_bytes_needed(workload, device)
+    return fit_reason(need, device, "inputs and reference")
+
+
+def _score_row_bytes(workload: Workload, itemsize: int) -> int:
+    """Bytes the reference keeps per (sequence, KV head, query row): the GQA group's score, probability
+    and (train) gradient rows over all keys, plus the group's boolean mask row."""
+    rows = workload.group_size * workload.kv_len
+    return rows * itemsize * (4 if workload.phase is Phase.TRAIN else 2) + rows
 
 
 @dataclass
@@ -65,18 +123,42 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
     return AttentionInputs(q, k, v, draw(workload.q_shape) if train else None, paged)
 
 
-def reference(workload: Workload, inputs: AttentionInputs) -> Reference:
-    """Eager attention with an explicit mask on inputs upcast to fp32 (CUDA) or fp64 (CPU)."""
+def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int = REFERENCE_CHUNK_BYTES) -> Reference:
+    """Eager attention with an explicit mask on inputs upcast to fp32 (CUDA) or fp64 (CPU).
+
+    The score matrix is built in chunks of whole sequences, then KV heads, then query rows, each chunk at
+    most ``chunk_bytes`` of intermediates (one chunk when the whole call fits), so long prefills stay
+    checkable: rows of a softmax are independent, and the gradients of K and V accumulate over the chunks
+    (autograd sums into the leaves' ``.grad``).
+    """
     hi = torch.float64 if inputs.q.device.type == "cpu" else torch.float32
-    q, k, v = (t.detach().to(hi).requires_grad_(inputs.grad_out is not None) for t in (inputs.q, inputs.k, inputs.v))
+    train = inputs.grad_out is not None
+    q, k, v = (t.detach().to(hi).requires_grad_(train) for t in (inputs.q, inputs.k, inputs.v))
+    d_out = inputs.grad_out.to(hi) if train else None
     mask = dense_mask(workload, q.device)
+    b, hq, lq, _ = q.shape
+    hkv = k.shape[1]
+    g = hq // hkv
+    unit = _score_row_bytes(workload, torch.finfo(hi).bits // 8)
+    rows = max(1, min(lq, chunk_bytes // unit))
+    heads = max(1, min(hkv, chunk_bytes // (unit * lq))) if rows == lq else 1
+    seqs = max(1, min(b, chunk_bytes // (unit * lq * hkv))) if heads == hkv else 1
+    out = torch.empty(q.shape, dtype=hi, device=q.device)
     with torch.autocast(device_type=q.device.type, enabled=False):
-        out = grouped_attention(q, k, v, mask=mask)
-        grads = None
-        if inputs.grad_out is not None:
-            out.backward(inputs.grad_out.to(hi))
-            grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()}
-    return Reference(out.detach(), grads, "fp64" if hi is torch.float64 else "fp32")
+        for b0 in range(0, b, seqs):
+            bs = slice(b0, b0 + seqs)
+            for h0 in range(0, hkv, heads):
+                hs, qh = slice(h0, h0 + heads), slice(h0 * g, (h0 + heads) * g)
+                for r0 in range(0, lq, rows):
+                    rs = slice(r0, r0 + rows)
+                    m = None if mask is None else mask[rs] if mask.dim() == 2 else mask[bs, :, rs]
+                    o = grouped_attention(q[bs, qh, rs], k[bs, hs], v[bs, hs], mask=m)
+                    out[bs, qh, rs] = o.detach()
+                    if train:
+                        o.backward(d_out[bs, qh, rs])
+                    del o
+    grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()} if train else None
+    return Reference(out, grads, "fp64" if hi is torch.float64 else "fp32")
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None) -> torch.Tensor:

@@ -24,8 +24,8 @@ from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, run_cell, time_again
 from profattn.harness.ceilings import measure_ceilings
-from profattn.harness.environment import collect_environment
-from profattn.harness.inputs import make_inputs, reference
+from profattn.harness.environment import collect_environment, load_average
+from profattn.harness.inputs import make_inputs, memory_reason, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
 from profattn.privacy import scrub
@@ -60,38 +60,90 @@ def _pending(w: Workload, b: Backend) -> CellResult:
     return CellResult(cell_id=cell_id(w, b.name), workload=w, backend=b.name, family=b.family.name, status=CellStatus.PENDING)
 
 
-def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResult:
-    """Run every cell, write ``out_dir/results.json`` after each, return the final :class:`RunResult`."""
+def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profile_calls: int = 3,
+                  counters: bool | None = None, keep_host_info: bool = False) -> SessionConfig:
+    """The :class:`SessionConfig` that continues ``run`` (read from ``out_dir``): its workloads, backends,
+    seed and repeat count, on ``device``.
+
+    Raises:
+        ProfattnError: the run was measured on another kind of device or another GPU model, or names a
+            backend this installation does not have (e.g. a plugin that is not installed).
+    """
+    env = run.environment
+    if env.device != device.type:
+        raise ProfattnError(f"--resume: {out_dir} was measured on {env.device}, this run would use {device.type}")
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if name != env.device_name:
+            raise ProfattnError(f"--resume: {out_dir} was measured on {env.device_name}, this GPU is {name}")
+    workloads = tuple(dict.fromkeys(c.workload for c in run.cells))
+    backends = tuple(get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
+    regimes = tuple(p for p in Phase if any(w.phase is p for w in workloads))
+    return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
+                         backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
+                         seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info)
+
+
+def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
+    """Run every cell, write ``out_dir/results.json`` after each, return the final :class:`RunResult`.
+
+    With ``resume`` (an interrupted run read from ``out_dir``, and ``cfg`` from :func:`resume_config`), cells
+    that were measured are kept as they are (their traces stay where they are) and only pending cells run;
+    their profiler pass writes a new trace file beside the earlier one.
+    """
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     workloads = [w for p in cfg.regimes for w in cfg.preset.regime(p)]
     if not workloads:
         raise ProfattnError(f"preset {cfg.preset.name!r} has no workloads for regimes {[str(r) for r in cfg.regimes]}")
-    run = RunResult(
-        environment=collect_environment(cfg.device, keep_host_info=cfg.keep_host_info),
-        preset=cfg.preset.name,
-        preset_description=cfg.preset.description,
-        cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
-        seed=cfg.seed,
-        repeat=cfg.repeat,
-    )
     if cfg.repeat < 1:
         raise ProfattnError(f"--repeat must be at least 1, got {cfg.repeat}")
+    if resume is None:
+        run = RunResult(
+            environment=collect_environment(cfg.device, keep_host_info=cfg.keep_host_info),
+            preset=cfg.preset.name,
+            preset_description=cfg.preset.description,
+            cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
+            seed=cfg.seed,
+            repeat=cfg.repeat,
+        )
+    else:
+        run = resume
     write_results(run, results_path)
-    if cfg.measure_ceilings and cfg.device.type == "cuda":
+    if cfg.measure_ceilings and cfg.device.type == "cuda" and run.ceilings is None:
         run = replace(run, ceilings=measure_ceilings(cfg.device))
         write_results(run, results_path)
-    total, done = len(run.cells), 0
+    stored = {c.cell_id: c for c in run.cells}
+
+    def pending(w: Workload, b: Backend) -> bool:
+        c = stored.get(cell_id(w, b.name))
+        return c is None or c.status == CellStatus.PENDING
+
+    total = len(run.cells)
+    done = sum(1 for c in run.cells if c.status != CellStatus.PENDING)
     for phase in cfg.regimes:
         regime_workloads = cfg.preset.regime(phase)
         to_profile: list[ProfiledCall] = []
         keep_alive = []  # inputs must outlive the profiler pass
         for i, w in enumerate(regime_workloads):
-            inputs = make_inputs(w, cfg.device, seed=cfg.seed * 1000 + workloads.index(w))
-            ref = reference(w, inputs)
+            todo = [b for b in cfg.backends if pending(w, b)]
+            if not todo:
+                continue
+            inputs, ref, status, reason = _prepare_workload(w, cfg, seed=cfg.seed * 1000 + workloads.index(w))
+            if inputs is None:  # too large, or out of memory while allocating: every cell of it says why
+                for b in todo:
+                    cell = replace(_pending(w, b), status=status, reason=reason)
+                    if not cfg.keep_host_info:
+                        cell = scrub(cell)
+                    done += 1
+                    run = run.with_cell(cell)
+                    if progress:
+                        progress("done", cell, done, total)
+                write_results(run, results_path)
+                continue
             keep_alive.append(inputs)
-            for b in cfg.backends:
+            for b in todo:
                 if progress:
                     progress("start", _pending(w, b), done, total)
                 cell, profiled = run_cell(w, b, inputs, ref, cfg.device)
@@ -130,8 +182,34 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None) -> RunResu
                   else (find_ncu()[1] or "counters turned off (--no-counters)") if cfg.counters is None
                   else "counters turned off (--no-counters)")
         run = replace(run, counters_info=CountersInfo("unavailable" if cfg.counters is None else "not requested", reason))
+    run = replace(run, environment=replace(run.environment, load_avg_end=load_average()))
     write_results(run, results_path)
     return run
+
+
+def _prepare_workload(w: Workload, cfg: SessionConfig, *, seed: int):
+    """``(inputs, reference, None, "")`` for workload ``w``, or ``(None, None, status, reason)`` when it
+    cannot be measured here: ``unsupported`` when its inputs and reference would not fit in the device's
+    free memory (checked before allocating), ``error`` when allocating or computing them failed (out of
+    memory included). Never raises for either, so one workload never loses the others."""
+    reason = memory_reason(w, cfg.device)
+    if reason:
+        return None, None, CellStatus.UNSUPPORTED, reason
+    inputs = None
+    try:
+        inputs = make_inputs(w, cfg.device, seed=seed)
+        return inputs, reference(w, inputs), None, ""
+    except (RuntimeError, MemoryError) as exc:  # torch raises OOM as RuntimeError subclasses on CPU and CUDA
+        del inputs
+        gc.collect()
+        if cfg.device.type == "cuda":
+            torch.cuda.synchronize(cfg.device)
+            torch.cuda.empty_cache()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        oom = isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) or "out of memory" in first.lower() \
+            or "can't allocate memory" in first.lower()
+        what = "out of memory" if oom else type(exc).__name__
+        return None, None, CellStatus.ERROR, f"inputs/reference failed: {what}: {first}"
 
 
 def add_counters(run: RunResult, run_dir: Path) -> RunResult:

@@ -356,6 +356,12 @@ class Ceilings:
     matmul_n: int
     dtype: str
     method: str
+    #: Read-only streaming bandwidth (bytes read per second / 1e9): the roof for decode, which reads its K/V
+    #: and writes almost nothing. The fastest of :data:`profattn.harness.read_stream.DEFAULT_CONFIGS`
+    #: over ``read_bytes``; ``read_method`` names the variant. None in runs made before it was measured.
+    read_gbps: float | None = None
+    read_bytes: int | None = None
+    read_method: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,16 @@ from pathlib import Path
 from profattn.errors import ProfattnError
 
 
+def check_parents(path: Path, option: str) -> None:
+    """Raise :class:`ProfattnError` when the nearest existing ancestor of ``path`` is not a directory (so a
+    path below a file is refused before any work is done; ``option`` names the flag in the message)."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ProfattnError(f"{option} {path}: parent {parent} is not a directory")
+            return
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path``: into a temp file beside it, then ``os.replace`` — a full disk or
     an interrupt leaves the previous file (or none), never a truncated one. Parents are created. A target

@@ -53,3 +53,32 @@ def test_paths_from_a_results_file_stay_inside_the_run(tmp_path):
     os.symlink(tmp_path, run / "up")
     assert inside_run(run, "traces/link.json.gz") is None
     assert inside_run(run, "up/secret") is None
+
+
+def test_report_of_a_results_file_pointing_outside_or_at_a_truncated_trace(tmp_path):
+    """issue: `profattn report` followed a cell's trace_file to /etc/passwd or ../../etc/passwd, and a
+    truncated trace stopped the report from rendering. Now neither is read; the cells say why; it renders."""
+    import gzip
+    import json
+    import shutil
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from profattn.cli import main
+
+    seed = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    run = tmp_path / "run"
+    shutil.copytree(seed, run, ignore=shutil.ignore_patterns("counters", "report.html"))
+    data = json.loads((run / "results.json").read_text())
+    traced = [c for c in data["cells"] if c.get("trace")]
+    traced[0]["trace"]["trace_file"] = "/etc/passwd"
+    traced[1]["trace"]["trace_file"] = "../../../../etc/passwd"
+    (run / "results.json").write_text(json.dumps(data))
+    decode = next((run / "traces" / "decode").glob("*.json.gz"))
+    decode.write_bytes(gzip.compress(gzip.decompress(decode.read_bytes())[:5000]))  # truncated mid-document
+    res = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "r.html").read_text()
+    assert "root:x:0:0" not in html
+    assert "is outside the run directory: not read" in html and "trace unreadable, stored summary kept" in html

@@ -48,10 +48,12 @@ def byte_ledger(cell: CellResult) -> ByteLedger:
     c = cell.counters
     if c is None:
         return ByteLedger(req, w.kv_bytes, None, None, None, None, None, None, None)
-    dram_ratio = c.dram_bytes / req
-    l2_ratio = c.l2_to_sm_read_bytes / req
-    redundant = dram_ratio > REDUNDANT_DRAM_RATIO
-    l2_rereads = (not redundant) and l2_ratio > L2_REREAD_RATIO
+    # A counter some kernel lacks stays missing (None), so its ratio and flag are unknown, never a partial sum.
+    dram_ratio = c.dram_bytes / req if c.dram_bytes is not None else None
+    l2_ratio = c.l2_to_sm_read_bytes / req if c.l2_to_sm_read_bytes is not None else None
+    redundant = dram_ratio > REDUNDANT_DRAM_RATIO if dram_ratio is not None else None
+    l2_rereads = ((not redundant) and l2_ratio > L2_REREAD_RATIO
+                  if redundant is not None and l2_ratio is not None else None)
     return ByteLedger(req, w.kv_bytes, c.dram_bytes, c.dram_read_bytes, c.l2_to_sm_read_bytes, dram_ratio, l2_ratio,
                       redundant, l2_rereads)
 

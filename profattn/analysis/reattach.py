@@ -7,12 +7,19 @@ knows the families of installed plugins (:func:`profattn.harness.session.reattac
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from profattn.analysis.cells import attach_trace
+from profattn.errors import TraceError
 from profattn.families import KernelFamily, builtin_family
+from profattn.files import inside_run
 from profattn.results import CellResult, RunResult
 from profattn.trace.kineto import Trace, load_trace
+
+
+#: Beginnings of the notes :func:`reattach_traces` leaves on a cell whose trace it did not read.
+NOT_READ_NOTES = ("trace_file ", "trace unreadable")
 
 
 def stored_family(cell: CellResult) -> KernelFamily | None:
@@ -26,23 +33,37 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
     :class:`~profattn.results.TraceSummary`; each trace file is parsed once.
 
     Cells without a trace, whose trace file is missing, or whose family ``family_of`` does not know
-    (None: e.g. a plugin this install lacks) keep their stored summary.
-
-    Raises:
-        TraceError: a trace that exists but cannot be parsed.
+    (None: e.g. a plugin this install lacks) keep their stored summary. A run directory is a sandbox: a
+    ``trace_file`` that leaves it (absolute, ``..``, a symbolic link out; :func:`profattn.files.inside_run`)
+    is not opened, and a trace that cannot be parsed (truncated, not JSON) is not used; in both cases the
+    cell keeps its stored summary and gets a note saying why, and the rest of the run is still rebuilt.
     """
     run_dir = Path(run_dir)
-    cache: dict[Path, Trace] = {}
+    cache: dict[Path, Trace | TraceError] = {}
     for c in run.cells:
         if c.trace is None:
             continue
-        path = run_dir / c.trace.trace_file
-        if not path.exists():
+        path = inside_run(run_dir, c.trace.trace_file)
+        if path is None:
+            run = run.with_cell(_noted(c, f"trace_file {c.trace.trace_file!r} is outside the run directory: not read"))
+            continue
+        if not path.is_file():
             continue
         if path not in cache:
-            cache[path] = load_trace(path)
+            try:
+                cache[path] = load_trace(path)
+            except TraceError as exc:
+                cache[path] = exc
+        trace = cache[path]
+        if isinstance(trace, TraceError):
+            run = run.with_cell(_noted(c, f"trace unreadable, stored summary kept: {trace}"))
+            continue
         family = family_of(c)
         if family is None:
             continue
-        run = run.with_cell(attach_trace(c, cache[path], c.trace.trace_file, family))
+        run = run.with_cell(attach_trace(c, trace, c.trace.trace_file, family))
     return run
+
+
+def _noted(cell: CellResult, note: str) -> CellResult:
+    return cell if note in cell.notes else replace(cell, notes=(*cell.notes, note))

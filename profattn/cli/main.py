@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from profattn.errors import ProfattnError
+from profattn.files import check_parents
 
 REGIMES = ("train", "prefill", "decode", "all")
 
@@ -50,33 +51,6 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def check_run_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """Validate ``--out`` of a run without touching the file system: it must be named (click turns ``""``
-    into ``.``, so pass the raw string), not be a file, and be new, empty or a profattn run directory.
-
-    Raises:
-        ProfattnError: empty path, a non-directory (or one below a file), a foreign non-empty directory.
-    """
-    if not os.fspath(out_dir).strip():
-        raise ProfattnError("--out must name a directory")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProfattnError(f"--out {out_dir} exists and is not a directory")
-    _check_parents(out_dir, "--out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "results.json").exists():
-        raise ProfattnError(f"--out {out_dir} is a non-empty directory that holds no profattn run; choose another")
-    return out_dir
-
-
-def _check_parents(path: Path, option: str) -> None:
-    """Raise :class:`ProfattnError` when the nearest existing ancestor of ``path`` is not a directory."""
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ProfattnError(f"{option} {path}: parent {parent} is not a directory")
-            return
-
-
 def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None) -> Path:
     """Validate an output file path before any work is done and return it.
 
@@ -95,61 +69,8 @@ def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_n
         path = path / default_name
     elif path.is_dir():
         raise ProfattnError(f"{option} {path} is a directory")
-    _check_parents(path, option)
+    check_parents(path, option)
     return path
-
-
-def prepare_run_dir(out_dir: str | os.PathLike[str]) -> None:
-    """Make ``out_dir`` ready for a new run (after :func:`check_run_dir`): create it; refuse a non-empty
-    directory that is not a profattn run; in an old run directory, remove the previous traces and counters
-    so runs never mix.
-
-    Raises:
-        ProfattnError: empty path, a non-directory, a foreign non-empty directory, or not writable.
-    """
-    import shutil
-
-    out_dir = check_run_dir(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
-    _lock_run_dir(out_dir)
-    if any(out_dir.iterdir()):
-        for sub in ("traces", "counters"):
-            shutil.rmtree(out_dir / sub, ignore_errors=True)
-    try:
-        probe = out_dir / ".profattn-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ProfattnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
-
-
-_RUN_DIR_LOCKS: list[int] = []
-
-
-def _lock_run_dir(out_dir: Path) -> None:
-    """Hold an exclusive ``flock`` on the run directory itself for the rest of this process, so a second
-    ``profattn profile`` into the same ``--out`` is refused instead of silently replacing the first's
-    results (released by the OS when the process ends, however it ends).
-
-    Raises:
-        ProfattnError: another process holds the lock."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        return
-    fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ProfattnError(f"--out {out_dir} is in use by another profattn run; wait for it or choose another --out") from None
-    _RUN_DIR_LOCKS.append(fd)
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:  # released when the command ends (in-process callers such as tests run many)
-        ctx.call_on_close(lambda: (_RUN_DIR_LOCKS.remove(fd), os.close(fd)))
 
 
 def resolve_device(name: str | None):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import REGIMES, check_run_dir, main, prepare_run_dir, resolve_device
+from profattn.cli.main import REGIMES, main, resolve_device
 from profattn.errors import ProfattnError
 
 
@@ -20,16 +20,20 @@ from profattn.errors import ProfattnError
                    "phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,"
                    "dtype=bfloat16,kv_layout=paged,page_size=16 (what `profattn analyze` suggests for a traced call).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-run", show_default=True,
-              help="Run directory (results.json, traces/, report.html); created when the run starts.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Run directory (results.json, traces/, report.html); default: a new profattn-runs/run-<UTC time>. "
+                   "A directory that holds a run is refused unless --resume or --force.")
+@click.option("--resume", is_flag=True, help="Continue the interrupted run in --out: measured cells are kept, pending ones are measured.")
+@click.option("--force", is_flag=True, help="--out holds a run: rename it aside (<name>.replaced-<UTC time>; nothing is deleted) and start anew.")
 @click.option("--profile-calls", default=3, show_default=True, type=click.IntRange(1, 100), help="Calls per cell inside the profiler pass.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="Seed of the random inputs.")
 @click.option("--counters/--no-counters", default=None, help="Nsight Compute counter pass (default: on when a GPU and ncu are present).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 100),
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
-def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path, profile_calls: int, seed: int,
-            counters: bool | None, repeat: int = 1, keep_host_info: bool = False, workload_specs: tuple[str, ...] = ()) -> None:
+def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path | None,
+            profile_calls: int, seed: int, counters: bool | None, repeat: int = 1, keep_host_info: bool = False,
+            workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run") -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
@@ -43,10 +47,26 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
 
+    from profattn.harness import rundir
+
     # Validate everything before the run directory is touched or anything is printed.
-    out_dir = check_run_dir(out_dir)
+    out_dir, mode = rundir.check_run_dir(rundir.default_run_dir(kind=kind) if out_dir is None else out_dir,
+                                         force=force, resume=resume)
     device = resolve_device(device_name)
-    if workload_specs:
+    stored = None
+    if mode is rundir.RunDirMode.RESUME:
+        from profattn.harness.session import resume_config
+        from profattn.results import read_results
+
+        if workload_specs or preset or backend_names or regime != "all" or repeat != 1 or seed != 0:
+            raise ProfattnError("--resume continues the run as it was planned: give no --preset, --workload, "
+                                "--backend, --regime, --repeat or --seed with it")
+        stored = read_results(out_dir)
+    if stored is not None:
+        cfg = resume_config(stored, out_dir, device, profile_calls=profile_calls, counters=counters,
+                            keep_host_info=keep_host_info)
+        preset_obj, backends, regimes = cfg.preset, cfg.backends, cfg.regimes
+    elif workload_specs:
         from profattn.workload import Preset, parse_workload_spec
 
         if preset:
@@ -54,14 +74,21 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         preset_obj = Preset("custom", "from --workload", tuple(dict.fromkeys(parse_workload_spec(t) for t in workload_specs)))
     else:
         preset_obj = get_preset(preset or default_preset_name(device.type))
-    backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
-                if backend_names else all_backends())
-    regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
+    if stored is None:
+        backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
+                    if backend_names else all_backends())
+        regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
     if counters and device.type != "cuda":
         raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
-    prepare_run_dir(out_dir)
+    out_dir, mode, moved = rundir.prepare_run_dir(out_dir, force=force, resume=resume)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # released when the command ends (in-process callers such as tests run many)
+        ctx.call_on_close(lambda: rundir.release_run_dir(out_dir))
     console = Console(stderr=True, highlight=False, emoji=False)
-    console.print(f"profattn: preset [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
+    if moved is not None:
+        console.print(f"--force: the earlier run is now {moved}", markup=False, soft_wrap=True)
+    verb = "resuming" if stored is not None else "preset"
+    console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
 
     def progress(event: str, cell, done: int, total: int) -> None:
         if event == "start":
@@ -77,12 +104,15 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
-    cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
-                        profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat, keep_host_info=keep_host_info)
+    if stored is None:
+        cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
+                            profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat,
+                            keep_host_info=keep_host_info)
     try:
-        run = run_session(cfg, progress)
+        run = run_session(cfg, progress, resume=stored)
     except KeyboardInterrupt:
-        console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished")
+        console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished; "
+                      f"`profattn profile --resume --out {out_dir}` measures the rest", markup=False, soft_wrap=True)
         sys.exit(130)
     path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
     from profattn.analysis.verdict import verdict
@@ -100,11 +130,14 @@ SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", 
 @click.option("--backend", "backend_names", multiple=True, metavar="NAME", help=f"Backend (repeatable; default: {', '.join(SWEEP_BACKENDS)}).")
 @click.option("--preset", default=None, metavar="NAME", help="Sweep preset (default: decode-sweep on CUDA, decode-sweep-small on CPU).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default="profattn-sweep", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Run directory; default: a new profattn-runs/sweep-<UTC time>.")
+@click.option("--resume", is_flag=True, help="Continue the interrupted sweep in --out.")
+@click.option("--force", is_flag=True, help="--out holds a run: rename it aside and start anew.")
 @click.option("--counters/--no-counters", default=False, show_default=True, help="Nsight Compute counter pass over every cell.")
 @click.pass_context
 def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None,
-          out_dir: str, counters: bool) -> None:
+          out_dir: str | None, counters: bool, resume: bool = False, force: bool = False) -> None:
     """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers.
 
     REGIME must be decode (the only regime swept)."""
@@ -114,9 +147,13 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
         raise ProfattnError(f"sweep supports only 'decode', not {regime!r}")
 
     device = resolve_device(device_name)
+    if resume:
+        ctx.invoke(profile, regime="all", backend_names=(), preset=None, device_name=str(device), out_dir=out_dir,
+                   profile_calls=1, seed=0, counters=counters, resume=True, kind="sweep")
+        return
     names = backend_names or tuple(n for n in SWEEP_BACKENDS)
     ctx.invoke(profile, regime="decode", backend_names=names, preset=preset or SWEEP_PRESETS[device.type],
-               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters)
+               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters, force=force, kind="sweep")
 
 
 @main.command()

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from profattn.errors import ProfattnError
+from profattn.files import check_parents
 
 #: Parent of the default per-run directories.
 DEFAULT_PARENT = "profattn-runs"
@@ -40,10 +41,11 @@ def _utc_stamp(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y%m%d-%H%M%S")
 
 
-def default_run_dir(parent: str | os.PathLike[str] = DEFAULT_PARENT, *, now: _dt.datetime | None = None) -> Path:
-    """A directory name no run has used yet: ``<parent>/run-<YYYYmmdd-HHMMSS>`` (UTC), ``-2``, ``-3``… appended
-    while the name exists."""
-    base = Path(parent) / f"run-{_utc_stamp(now)}"
+def default_run_dir(parent: str | os.PathLike[str] = DEFAULT_PARENT, *, kind: str = "run",
+                    now: _dt.datetime | None = None) -> Path:
+    """A directory name no run has used yet: ``<parent>/<kind>-<YYYYmmdd-HHMMSS>`` (UTC; ``kind`` is ``run``
+    or ``sweep``), ``-2``, ``-3``… appended while the name exists."""
+    base = Path(parent) / f"{kind}-{_utc_stamp(now)}"
     path, n = base, 1
     while path.exists():
         n += 1
@@ -54,15 +56,6 @@ def default_run_dir(parent: str | os.PathLike[str] = DEFAULT_PARENT, *, now: _dt
 def holds_run(path: Path) -> bool:
     """True when ``path`` is a directory holding a ``results.json``."""
     return (path / "results.json").is_file()
-
-
-def check_parents(path: Path, option: str) -> None:
-    """Raise :class:`ProfattnError` when the nearest existing ancestor of ``path`` is not a directory."""
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ProfattnError(f"{option} {path}: parent {parent} is not a directory")
-            return
 
 
 def check_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False, resume: bool = False) -> tuple[Path, RunDirMode]:

@@ -259,8 +259,8 @@ def reattach_traces(run: RunResult, run_dir: Path) -> RunResult:
     """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``),
     with each cell's family from the backend registry (installed plugins included).
 
-    Cells whose trace file is missing, or whose backend this install does not have, keep their stored
-    summary. Raises :class:`~profattn.errors.TraceError` for a trace that exists but cannot be parsed.
+    Cells whose trace file is missing, unreadable or outside the run directory, or whose backend this
+    install does not have, keep their stored summary (see :func:`profattn.analysis.reattach.reattach_traces`).
     """
     return reattach(run, run_dir, family_of=_registered_family)
 

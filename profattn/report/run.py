@@ -396,11 +396,19 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "crossovers": crossover_rows(run),
         "counters_info": run.counters_info,
         "ledger_charts": ledger_figures(run),
-        "statuses": CellStatus,
+        "trace_warnings": trace_warnings(run),
         "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
     return render("report", ctx)
+
+
+def trace_warnings(run: RunResult) -> list[str]:
+    """``<cell id>: <note>`` for every cell whose trace could not be read when the report was built
+    (outside the run directory, or unreadable; :data:`profattn.analysis.reattach.NOT_READ_NOTES`)."""
+    from profattn.analysis.reattach import NOT_READ_NOTES
+
+    return [f"{c.cell_id}: {n}" for c in run.cells for n in c.notes if n.startswith(NOT_READ_NOTES)]
 
 
 def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:

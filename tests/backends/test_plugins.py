@@ -21,7 +21,7 @@ from profattn.results import CellStatus, read_results
 from profattn.harness.session import SessionConfig, run_session
 from profattn.workload import Phase, Preset, Workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "examples" / "plugin-decode" / "src"
 #: Interpreter-sized decode (the interpreter runs one program at a time in numpy): GQA group 2, two pages.
 TINY = Preset("tiny-decode", "test", (

@@ -91,3 +91,20 @@ def test_ncu_error_lines_become_the_reason(tmp_path: Path, monkeypatch):
     res = run_counter_pass(tmp_path, ["a"])
     assert res.csv_path is None or res.reason
     assert "ERR_NVGPUCTRPERM" in res.reason and "admin" in res.reason
+
+
+def test_a_missing_counter_gives_unknown_ratios_not_a_crash():
+    """ncu rows lacking a metric leave the sum missing (None); the ledger's ratio and flag are unknown."""
+    from dataclasses import replace
+
+    from profattn.analysis.ledgers import byte_ledger
+    from factories import SEED, cell
+    from profattn.results import CounterSummary
+
+    w = SEED.workloads[-1]
+    c = replace(cell(w, "sdpa-flash", 48.0), counters=CounterSummary(
+        dram_read_bytes=None, dram_write_bytes=1e6, l2_to_sm_read_bytes=2.0 * w.requested_bytes,
+        l1_global_load_bytes=None, gpu_time_us=44.0, kernels=(), kernels_lacking={"dram_read_bytes": 1}))
+    bl = byte_ledger(c)
+    assert bl.dram_bytes is None and bl.dram_ratio is None and bl.redundant is None and bl.l2_rereads is None
+    assert bl.l2_ratio == 2.0 and bl.measured is False

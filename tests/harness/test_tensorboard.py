@@ -8,7 +8,7 @@ import pytest
 
 from profattn.trace.kineto import load_trace
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "traces"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "traces"
 
 
 @pytest.mark.parametrize("regime", ["train", "prefill", "decode"])

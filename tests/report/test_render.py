@@ -19,7 +19,7 @@ from profattn.trace.kineto import load_trace
 
 from factories import SEED, cell, kernel, run
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASE_MARKER = '<meta name="generator" content="profattn">'
 
 

@@ -169,8 +169,8 @@ def test_a_run_directory_in_use_is_refused(small_run: Path):
     fd = os.open(small_run, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running profattn profile holds
     try:
-        res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--regime", "decode", "--backend", "eager",
-                                        "--out", str(small_run)])
+        # a run directory that holds a run is only ever resumed (or moved aside with --force): the lock is checked first
+        res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--out", str(small_run)])
         assert res.exit_code == 2 and "is in use by another profattn run" in res.output
         assert (small_run / "results.json").read_bytes() == before and (small_run / "traces").is_dir()
     finally:
@@ -219,3 +219,35 @@ def test_output_below_a_file_names_the_parent(small_run: Path, tmp_path: Path):
         option = "--markdown" if "--markdown" in args else "--out"
         assert proc.returncode == 2 and proc.stderr == f"profattn: error: {option} {args[-1]}: parent {afile} is not a directory\n", proc.stderr
     assert afile.read_text() == "mine" and not (tmp_path / "c.html").exists()
+
+
+def test_a_second_run_never_overwrites_the_first(tmp_path: Path, monkeypatch):
+    """issue: `profile --out X` twice replaced the first run and deleted traces/ (a user file too). Now the
+    second is refused (exit 2, one line), --force renames the first aside, and the default --out is new per run."""
+    monkeypatch.chdir(tmp_path)
+    args = ["profile", "--device", "cpu", "--regime", "decode", "--backend", "eager", "--preset", "small"]
+    first = CliRunner().invoke(main, [*args, "--out", "X"])
+    assert first.exit_code == 0, first.output
+    (tmp_path / "X" / "traces" / "mine.txt").write_text("a user's note")
+    before = (tmp_path / "X" / "results.json").read_text()
+    again = CliRunner().invoke(main, ["profile", "--device", "cpu", "--regime", "train", "--backend", "eager", "--out", "X"])
+    assert again.exit_code == 2 and "already holds a run; use --resume" in again.output
+    assert (tmp_path / "X" / "results.json").read_text() == before
+    forced = CliRunner().invoke(main, ["profile", "--device", "cpu", "--regime", "train", "--backend", "eager",
+                                       "--preset", "small", "--out", "X", "--force"])
+    assert forced.exit_code == 0, forced.output
+    (aside,) = tmp_path.glob("X.replaced-*")
+    assert (aside / "results.json").read_text() == before and (aside / "traces" / "mine.txt").read_text() == "a user's note"
+    assert {c.workload.phase.value for c in read_results(tmp_path / "X").cells} == {"train"}
+    # the default --out: two runs, two directories
+    for _ in range(2):
+        assert CliRunner().invoke(main, args).exit_code == 0
+    runs = sorted((tmp_path / "profattn-runs").iterdir())
+    assert len(runs) == 2 and all((r / "results.json").is_file() for r in runs)
+
+
+def test_resume_refuses_a_new_plan_and_a_missing_run(tmp_path: Path):
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--out", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "holds no run" in res.output
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--force", "--out", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "exclude each other" in res.output

@@ -13,7 +13,7 @@ from profattn.results import read_results
 from profattn.report.markdown import MAX_CHARS, comparison_markdown, md_table, run_markdown
 from profattn.workload import Workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_md_table_escapes_and_truncates():

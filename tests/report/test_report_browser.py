@@ -63,7 +63,7 @@ def test_synthetic_report_renders(tmp_path: Path):
 
 
 def test_committed_h200_example_renders(tmp_path: Path):
-    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    example = Path(__file__).resolve().parents[2] / "examples" / "h200-seed"
     if not (example / "results.json").exists():
         pytest.skip("no committed H200 example")
     path = write_report(read_results(example), tmp_path / "report.html")
@@ -84,7 +84,7 @@ def test_analyze_and_compare_pages_render(tmp_path: Path):
     assert errors == [] and state["title"] == "profattn trace analysis — 1 file(s)"
     assert [c["id"] for c in state["charts"]] == ["chart-file-0"] and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])
 
-    runs = Path(__file__).resolve().parents[1] / "examples" / "compare" / "runs"
+    runs = Path(__file__).resolve().parents[2] / "examples" / "compare" / "runs"
     cmp = comparison.compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"),
                                   base_label="base-a", head_label="head-fused-combine")
     from profattn.report.compare import write_html as write_compare

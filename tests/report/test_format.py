@@ -23,7 +23,7 @@ from profattn.report.format import (
     launch_cells,
 )
 
-SEED_RUN = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json"
+SEED_RUN = Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "results.json"
 # The ceilings measured in that run (H200): device-to-device copy and bf16 8192³ GEMM.
 COPY_GBPS, GEMM_TFLOPS = 4287.147447570407, 678.2285673273185
 

@@ -651,7 +651,7 @@ def test_results_json_without_kernels_lacking_still_reads(tmp_path: Path) -> Non
     with the field."""
     from profattn.results import read_results, write_results
 
-    run = read_results(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+    run = read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "results.json")
     measured = [c for c in run.cells if c.counters is not None]
     assert len(measured) == 34 and all(c.counters.kernels_lacking == {} for c in measured)
     flash = next(c for c in measured if c.cell_id.startswith("decode_b8_q1_kv8192") and c.backend == "sdpa-flash")

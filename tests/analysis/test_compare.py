@@ -28,7 +28,7 @@ from profattn.results import (
 )
 from profattn.analysis.stats import hodges_lehmann_ratio, u_cdf
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKENDS = {"sdpa-flash": 100.0, "sdpa-cudnn": 90.0, "triton-paged-decode": 80.0}
 
 

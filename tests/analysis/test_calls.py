@@ -16,9 +16,9 @@ from profattn.analysis.call_records import CausalAlignment, TraceCalls
 from profattn.analysis.calls import find_attention_calls
 from profattn.trace import load_trace
 from profattn.workload import Phase, Workload
-from test_analyze import BF16, cpu_op, kernel, launch, sdpa_call, write_trace
+from tracebuild import BF16, cpu_op, kernel, launch, sdpa_call, write_trace
 
-SEED_TRACES = Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "traces"
+SEED_TRACES = Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "traces"
 
 
 @functools.cache

@@ -96,7 +96,7 @@ def test_committed_h200_run_evidence_from_real_traces():
     from profattn.results import read_results
     from profattn.harness.session import reattach_traces
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    example = Path(__file__).resolve().parents[2] / "examples" / "h200-seed"
     if not (example / "results.json").exists():
         pytest.skip("no committed H200 example")
     r = reattach_traces(read_results(example), example)
@@ -130,7 +130,7 @@ def test_committed_h200_run_counters_and_paged_kernel():
     from profattn.results import read_results
     from profattn.harness.session import reattach_traces
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "h200-seed"
+    example = Path(__file__).resolve().parents[2] / "examples" / "h200-seed"
     if not (example / "results.json").exists():
         pytest.skip("no committed H200 example")
     r = reattach_traces(read_results(example), example)
@@ -163,7 +163,7 @@ def _committed_seed_run():
 
     from profattn.results import read_results
 
-    return read_results(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+    return read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "results.json")
 
 
 def _latencies(path) -> dict[str, float]:
@@ -181,7 +181,7 @@ def test_verdict_records_of_the_committed_h200_run():
     import pytest
 
     r = _committed_seed_run()
-    lat = _latencies(Path(__file__).resolve().parents[1] / "examples" / "h200-seed" / "results.json")
+    lat = _latencies(Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "results.json")
     v = verdict(r)
     train = "train_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal"
     assert v.training is TrainingOutcome.WON and (v.training_winner, v.training_tag) == ("sdpa-cudnn", train)

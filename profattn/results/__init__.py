@@ -1,0 +1,31 @@
+"""Typed records of a run and the versioned ``results.json`` that carries them from measuring to rendering.
+
+``results.json`` is the contract between ``profattn profile`` (writes it as cells finish) and
+``profattn report`` (reads it, plus the traces it names). Schema, version 3::
+
+    {"schema": "profattn.results", "schema_version": 3, "repeat": 1,
+     "environment": {...Environment...}, "preset": "seed", "preset_description": "...",
+     "ceilings": {...Ceilings...} | null,
+     "cells": [{...CellResult...}, ...]}
+
+Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/s (GB = 1e9),
+``_tflops`` TFLOP/s (1e12 FLOP/s). Version 2 added ``graph_timing`` (decode cells, CUDA-graph replay)
+and the counter fields; version 3 added the repeated timing samples (``timing_repeats``,
+``graph_timing_repeats`` per cell, ``repeat`` per run: ``profattn profile --repeat N``) and the optional
+``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
+"""
+
+from profattn.results.frame import CELL_COLUMNS, CELL_INT_COLUMNS, cell_row, dominant_launch
+from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
+from profattn.results.records import (
+    READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
+    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RunResult, StrEnum, Timing, TraceSummary,
+    cells_by_workload,
+)
+
+__all__ = [
+    "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
+    "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
+    "KernelLaunch", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
+    "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",
+]

@@ -118,6 +118,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.analysis.verdict import verdict
     from profattn.report.verdict import summary as verdict_summary
 
+    from profattn.report.run import noise_texts
+
+    for warning in noise_texts(run):
+        console.print(f"warning: {warning}", markup=False, soft_wrap=True)
     console.print(f"verdict: {verdict_summary(verdict(run))}", soft_wrap=True)
     console.print(f"report: {path}")
 

@@ -397,6 +397,7 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "counters_info": run.counters_info,
         "ledger_charts": ledger_figures(run),
         "trace_warnings": trace_warnings(run),
+        "noise_warnings": noise_texts(run),
         "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
@@ -409,6 +410,21 @@ def trace_warnings(run: RunResult) -> list[str]:
     from profattn.analysis.reattach import NOT_READ_NOTES
 
     return [f"{c.cell_id}: {n}" for c in run.cells for n in c.notes if n.startswith(NOT_READ_NOTES)]
+
+
+def noise_texts(run: RunResult) -> list[str]:
+    """The run's noise findings (:func:`profattn.analysis.noise.noise_findings`) as warnings."""
+    from profattn.analysis.noise import NoiseKind, noise_findings
+
+    out = []
+    for f in noise_findings(run):
+        if f.kind is NoiseKind.SPREAD:
+            out.append(f"{f.count} of {f.of} timed cells spread widely (p90/p10 > {f.threshold:g}, worst {f.worst:.2f}): "
+                       "the machine was noisy; small differences are not evidence")
+        else:
+            out.append(f"the load average reached {f.worst:g} on {f.threshold:g} logical CPUs during the run: "
+                       "other processes competed for the cores, timings are suspect")
+    return out
 
 
 def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:

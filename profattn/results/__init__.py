@@ -15,12 +15,11 @@ and the counter fields; version 3 added the repeated timing samples (``timing_re
 ``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
 """
 
-from profattn.results.frame import CELL_COLUMNS, CELL_INT_COLUMNS, cell_row, dominant_launch
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
-    READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
+    CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
     CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RunResult, StrEnum, Timing, TraceSummary,
-    cells_by_workload,
+    cell_row, cells_by_workload, dominant_launch,
 )
 
 __all__ = [

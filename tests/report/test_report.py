@@ -52,3 +52,22 @@ def test_html_escapes_trace_and_exception_strings():
 def test_formatters():
     assert fmt_us(55.83) == "55.8 µs" and fmt_us(27270.0) == "27.27 ms" and fmt_us(None) == "–"
     assert fmt_bytes(134_217_728) == "134.2 MB" and fmt_bytes(None) == "n/a"
+
+
+def test_a_noisy_machine_is_named_in_the_report():
+    """issue: on a loaded 2-core machine medians came out in ~8 ms steps and nothing warned."""
+    import dataclasses
+
+    from factories import SEED, cell, environment, run
+    from profattn.report.run import noise_texts, render_html
+    from profattn.results import Timing
+
+    cells = [dataclasses.replace(cell(w, "eager", m), timing=Timing(m, m / 2, m * 1.5, m / 2, 20, "t"))
+             for w, m in zip(SEED.workloads, (7993.0, 7998.0, 23994.0))]
+    env = dataclasses.replace(environment("cpu", None), cpu_count=2, load_avg_start=(3.9, 2.0, 1.0))
+    r = dataclasses.replace(run(cells, device="cpu"), environment=env)
+    texts = noise_texts(r)
+    assert texts[0].startswith("3 of 3 timed cells spread widely (p90/p10 > 1.5, worst 3.00)")
+    assert texts[1].startswith("the load average reached 3.9 on 2 logical CPUs")
+    html = render_html(r)
+    assert html.count("Noisy machine:") == 2

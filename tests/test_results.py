@@ -58,3 +58,26 @@ def test_counters_status_is_a_closed_set():
     data["counters_info"]["status"] = "maybe"
     with pytest.raises(ResultsError, match=r"field 'counters_info.status' is 'maybe', not one of measured, unavailable, not requested"):
         run_from_dict(data)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda cells: cells.__setitem__(0, 5), "cells[0] is int 5, not an object"),
+    (lambda cells: cells.append(dict(cells[1])), "appears twice"),
+    (lambda cells: cells[0].__setitem__("backend", 7), "cells[0]: field 'backend' is 7, not a string"),
+    (lambda cells: cells[0].__setitem__("timing", "fast"), "cells[0] ("),
+    (lambda cells: cells[0].__setitem__("status", "bogus"), "'bogus'"),
+])
+def test_malformed_cells_are_one_line_errors_naming_the_cell(tmp_path, mutate, message):
+    """issue: a cell that is not an object (5) made report/summary/compare traceback; duplicates were accepted."""
+    import json
+
+    from profattn.errors import ResultsError
+    from profattn.results import read_results
+
+    data = json.loads((REPO / "examples" / "h200-seed" / "results.json").read_text())
+    mutate(data["cells"])
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=None) as err:
+        read_results(p)
+    assert message in str(err.value) and "\n" not in str(err.value)

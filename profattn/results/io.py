@@ -152,15 +152,44 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             environment=_environment(data["environment"]),
             preset=data["preset"],
             preset_description=data.get("preset_description", ""),
-            cells=tuple(_cell_from_dict(c) for c in data["cells"]),
+            cells=_cells(data["cells"]),
             ceilings=Ceilings(**data["ceilings"]) if data.get("ceilings") else None,
             schema_version=version,  # as read: a report of a v2 file says v2
             seed=int(data.get("seed", 0)),
             counters_info=_counters_info(data["counters_info"]) if data.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
             repeat=int(data.get("repeat", 1)),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResultsError(f"malformed results.json: {type(exc).__name__}: {exc}") from None
+
+
+def _cells(raw: Any) -> tuple[CellResult, ...]:
+    """The ``cells`` array, each validated: an object with string ``cell_id``, ``backend`` and ``family``,
+    well-typed fields, and a ``cell_id`` no other cell has.
+
+    Raises:
+        ResultsError: naming the cell (index and id) and the field.
+    """
+    if not isinstance(raw, list):
+        raise ResultsError(f"field 'cells' is {type(raw).__name__}, not a list")
+    out: list[CellResult] = []
+    seen: set[str] = set()
+    for i, d in enumerate(raw):
+        if not isinstance(d, dict):
+            raise ResultsError(f"cells[{i}] is {type(d).__name__} {json.dumps(d)[:40]}, not an object")
+        for key in ("cell_id", "backend", "family"):
+            if not isinstance(d.get(key), str):
+                raise ResultsError(f"cells[{i}]: field {key!r} is {d.get(key)!r}, not a string")
+        if d["cell_id"] in seen:
+            raise ResultsError(f"cells[{i}]: cell_id {d['cell_id']!r} appears twice")
+        seen.add(d["cell_id"])
+        try:
+            out.append(_cell_from_dict(d))
+        except ResultsError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ResultsError(f"cells[{i}] ({d['cell_id']}): malformed: {type(exc).__name__}: {exc}") from None
+    return tuple(out)
 
 
 def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:

@@ -48,11 +48,6 @@ PERM_ERROR = (
 LIB_ERROR = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
 
 
-def fixture_path(name: str) -> Path:
-    """Path of an ncu fixture in ``tests/data/ncu``."""
-    return ncu_fixture(name)
-
-
 @functools.cache
 def _parsed(path: Path) -> NcuReport:
     return parse_ncu_csv(path)
@@ -60,7 +55,7 @@ def _parsed(path: Path) -> NcuReport:
 
 def decode_report() -> NcuReport:
     """The parsed decode fixture (parsed once; tests must not mutate it)."""
-    return _parsed(fixture_path(DECODE))
+    return _parsed(ncu_fixture(DECODE))
 
 
 def _number(cell: str) -> float:
@@ -77,7 +72,7 @@ def _hand_rows(path: Path) -> tuple[dict[str, str], tuple[dict[str, str], ...]]:
 
 
 def hand_rows() -> tuple[dict[str, str], tuple[dict[str, str], ...]]:
-    return _hand_rows(fixture_path(DECODE))
+    return _hand_rows(ncu_fixture(DECODE))
 
 
 def innermost_range(row: Mapping[str, str]) -> str | None:

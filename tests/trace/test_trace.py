@@ -34,11 +34,6 @@ SPLITKV = "flash_fwd_splitkv_kernel"
 COMBINE = "flash_fwd_splitkv_combine_kernel"
 
 
-def fixture_path(name: str) -> Path:
-    """Path of a trace fixture in ``tests/data/traces``."""
-    return trace_fixture(name)
-
-
 @functools.cache
 def _load_cached(path: Path) -> Trace:
     return load_trace(path)
@@ -46,7 +41,7 @@ def _load_cached(path: Path) -> Trace:
 
 def fixture_trace(name: str) -> Trace:
     """The parsed fixture (parsed once per session; tests must not mutate it)."""
-    return _load_cached(fixture_path(name))
+    return _load_cached(trace_fixture(name))
 
 
 def cell_summary(trace: Trace, range_name: str) -> TraceSummary:
@@ -440,7 +435,7 @@ def test_nan_and_infinity_timestamps_are_skipped(tmp_path: Path) -> None:
 
 @functools.cache
 def _flash_text() -> bytes:
-    return gzip.decompress(fixture_path(FLASH).read_bytes())
+    return gzip.decompress(trace_fixture(FLASH).read_bytes())
 
 
 @st.composite

@@ -50,6 +50,8 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.harness import rundir
 
     # Validate everything before the run directory is touched or anything is printed.
+    if resume and out_dir is None:
+        raise ProfattnError("--resume needs --out: the run directory to continue")
     out_dir, mode = rundir.check_run_dir(rundir.default_run_dir(kind=kind) if out_dir is None else out_dir,
                                          force=force, resume=resume)
     device = resolve_device(device_name)

@@ -251,3 +251,8 @@ def test_resume_refuses_a_new_plan_and_a_missing_run(tmp_path: Path):
     assert res.exit_code == 2 and "holds no run" in res.output
     res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--force", "--out", str(tmp_path / "none")])
     assert res.exit_code == 2 and "exclude each other" in res.output
+
+
+def test_resume_without_out_names_the_missing_out():
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--backend", "eager"])
+    assert res.exit_code == 2 and "--resume needs --out" in res.output

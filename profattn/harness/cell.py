@@ -31,9 +31,14 @@ def _plugin_prefix(backend: Backend) -> str:
     return f"{label}: " if isinstance(label, str) else ""
 
 
-def _error_reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
+    """One line for a failure: ``out of memory: <first line>`` for a CUDA or CPU allocation failure
+    (``torch.cuda.OutOfMemoryError``, ``MemoryError``, PyTorch's "out of memory" / "can't allocate memory"
+    messages), else ``<ExceptionType>: <first line>`` (400 characters at most)."""
     first = (str(exc).strip().splitlines() or [""])[0][:400]
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+    text = first.lower()
+    if (isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) or "out of memory" in text
+            or "can't allocate memory" in text):
         return f"out of memory: {first}"
     return f"{type(exc).__name__}: {first}"
 
@@ -60,7 +65,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     try:
         reason = backend.unsupported_reason(workload, device)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin may raise anything, exit() included
-        return CellResult(status=CellStatus.ERROR, reason=f"{who}unsupported_reason failed: {_error_reason(exc)}", **base), None
+        return CellResult(status=CellStatus.ERROR, reason=f"{who}unsupported_reason failed: {error_reason(exc)}", **base), None
     if reason:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=reason, **base), None
     try:
@@ -68,8 +73,8 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     except Unsupported as exc:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=str(exc), **base), None
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin or compiler may raise anything
-        _release(device)
-        return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare failed: {_error_reason(exc)}", **base), None
+        release_device(device)
+        return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare failed: {error_reason(exc)}", **base), None
     if not isinstance(prepared, Prepared):
         return CellResult(status=CellStatus.ERROR, reason=f"{who}prepare returned {type(prepared).__name__}, not a "
                           "profattn.backends.Prepared", **base), None
@@ -100,11 +105,11 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
                     graph_timing = time_cuda_graph(call, device)
                 except Exception as exc:  # noqa: BLE001 - not capturable: keep the eager figure only
                     torch.cuda.synchronize(device)
-                    graph_note = f"CUDA-graph capture failed: {_error_reason(exc)}"
+                    graph_note = f"CUDA-graph capture failed: {error_reason(exc)}"
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - OOM, kernel errors, a plugin's exit(): the cell's status
         inputs.zero_grads()
-        _release(device)
-        return CellResult(status=CellStatus.ERROR, reason=who + _error_reason(exc), notes=prepared.notes, **base), None
+        release_device(device)
+        return CellResult(status=CellStatus.ERROR, reason=who + error_reason(exc), notes=prepared.notes, **base), None
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
     reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype)
     result = CellResult(
@@ -134,7 +139,7 @@ def time_again(cell: CellResult, profiled: ProfiledCall, device: torch.device) -
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failed repeat keeps the samples already taken
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return replace(cell, notes=(*cell.notes, f"timing repeat failed: {_error_reason(exc)}"))
+        return replace(cell, notes=(*cell.notes, f"timing repeat failed: {error_reason(exc)}"))
     finally:
         if profiled.before is not None:
             profiled.before()
@@ -149,7 +154,8 @@ def _incorrect_reason(c: Correctness, dtype: str) -> str:
     return "failed correctness: " + ", ".join(parts)
 
 
-def _release(device: torch.device) -> None:
+def release_device(device: torch.device) -> None:
+    """Wait for ``device`` and return PyTorch's cached blocks to it after a failure (no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()

@@ -45,7 +45,11 @@ def default_run_dir(parent: str | os.PathLike[str] = DEFAULT_PARENT, *, kind: st
                     now: _dt.datetime | None = None) -> Path:
     """A directory name no run has used yet: ``<parent>/<kind>-<YYYYmmdd-HHMMSS>`` (UTC; ``kind`` is ``run``
     or ``sweep``), ``-2``, ``-3``… appended while the name exists."""
-    base = Path(parent) / f"{kind}-{_utc_stamp(now)}"
+    return _unused(Path(parent) / f"{kind}-{_utc_stamp(now)}")
+
+
+def _unused(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``… — the first name that does not exist."""
     path, n = base, 1
     while path.exists():
         n += 1
@@ -96,11 +100,7 @@ def move_aside(path: Path, *, now: _dt.datetime | None = None) -> Path:
     Raises:
         ProfattnError: the rename failed (e.g. no permission on the parent).
     """
-    base = path.with_name(f"{path.name}.replaced-{_utc_stamp(now)}")
-    target, n = base, 1
-    while target.exists():
-        n += 1
-        target = base.with_name(f"{base.name}-{n}")
+    target = _unused(path.with_name(f"{path.name}.replaced-{_utc_stamp(now)}"))
     try:
         path.rename(target)
     except OSError as exc:

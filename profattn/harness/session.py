@@ -22,7 +22,7 @@ from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
-from profattn.harness.cell import cell_id, run_cell, time_again
+from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.environment import collect_environment, load_average
 from profattn.harness.inputs import make_inputs, memory_reason, reference
@@ -202,14 +202,8 @@ def _prepare_workload(w: Workload, cfg: SessionConfig, *, seed: int):
     except (RuntimeError, MemoryError) as exc:  # torch raises OOM as RuntimeError subclasses on CPU and CUDA
         del inputs
         gc.collect()
-        if cfg.device.type == "cuda":
-            torch.cuda.synchronize(cfg.device)
-            torch.cuda.empty_cache()
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        oom = isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) or "out of memory" in first.lower() \
-            or "can't allocate memory" in first.lower()
-        what = "out of memory" if oom else type(exc).__name__
-        return None, None, CellStatus.ERROR, f"inputs/reference failed: {what}: {first}"
+        release_device(cfg.device)
+        return None, None, CellStatus.ERROR, f"inputs/reference failed: {error_reason(exc)}"
 
 
 def add_counters(run: RunResult, run_dir: Path) -> RunResult:

@@ -196,8 +196,9 @@ class WinnerChange:
 
 @dataclass(frozen=True)
 class VerdictChange:
-    """The verdict differs between the runs: the training winner changed (``workload`` None), or on
-    ``workload`` the training winner stays the winner in one run and not in the other."""
+    """The verdict differs between the runs: the training winner changed beyond noise (``workload`` None; two
+    backends that tie in training and swap places are no change), or on ``workload`` the training winner is
+    not beaten beyond noise in one run and is in the other (``*_stays``: :attr:`WorkloadVerdict.stays`)."""
 
     workload: Workload | None
     base_winner: str | None
@@ -473,7 +474,8 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
                    key=lambda c: (phase_order.index(c.phase), keys.index((c.workload.tag, c.backend))))
     vb, vh = verdict(base), verdict(head)
     changes = []
-    if vb.training_winner != vh.training_winner:
+    swapped_within_noise = vh.training_winner in vb.training_tied or vb.training_winner in vh.training_tied
+    if vb.training_winner != vh.training_winner and not swapped_within_noise:
         changes.append(VerdictChange(None, vb.training_winner, vh.training_winner))
     hrows = {r.workload_tag: r for r in vh.rows}
     for r in vb.rows:

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
+from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase, Workload
 
 #: A cell whose kernels run for less than this fraction of its latency is launch-bound.
 LAUNCH_BOUND_FRACTION = 0.6
-#: Medians closer than this relative difference are within noise (see :func:`within_noise`).
+#: Medians closer than this relative difference are within noise (the first part of :func:`margin`'s rule).
 NOISE_FRACTION = 0.02
 
 
@@ -32,13 +33,77 @@ def winners(run: RunResult) -> dict[str, CellResult | None]:
     return out
 
 
+class TieReason(Enum):
+    """Which part of :func:`margin`'s rule made two cells a tie (None when the slower is clearly slower)."""
+
+    CLOSE_MEDIANS = "medians under 2 % apart"  #: (slower − faster) / faster < :data:`NOISE_FRACTION`
+    SPREADS_OVERLAP = "spreads overlap"  #: the faster cell's p90 reaches the slower cell's median
+    INTERVAL_REACHES_ONE = "interval reaches a tie"  #: with repeats, the 95 % interval of the ratio reaches 1 + NOISE_FRACTION
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far ``behind`` (the slower cell) trails ``ahead`` (the faster), and whether that is noise.
+
+    ``ratio`` = behind latency / ahead latency (≥ 1); ``lo``/``hi``: the Hodges–Lehmann 95 % interval of
+    that ratio from the cells' repeat medians (None without ≥ 3 repeats a side, :mod:`profattn.analysis.stats`);
+    ``tie``: the difference is within noise, ``why`` says by which part of the rule.
+    """
+
+    ahead: str
+    behind: str
+    ahead_us: float
+    behind_us: float
+    ratio: float
+    tie: bool
+    why: TieReason | None = None
+    lo: float | None = None
+    hi: float | None = None
+
+    @property
+    def percent(self) -> float:
+        """The slower cell's extra time in % of the faster's (``(ratio − 1) · 100``)."""
+        return (self.ratio - 1.0) * 100.0
+
+
+def margin(a: CellResult, b: CellResult) -> Margin:
+    """Compare two timed cells with the one noise rule every "wins" in profattn uses.
+
+    The slower of the two is *clearly* slower only when all of these hold: its median is at least
+    :data:`NOISE_FRACTION` (2 %) above the faster's; the faster cell's p90 stays below the slower's median (the
+    spreads of the judged timing — graph replay where captured — do not overlap); and, when both cells have
+    ≥ 3 repeat samples (``--repeat``), the 95 % Hodges–Lehmann interval of the ratio lies wholly above
+    1 + NOISE_FRACTION. Otherwise the two tie.
+
+    Raises:
+        ValueError: either cell has no latency.
+    """
+    if a.latency_us is None or b.latency_us is None:
+        raise ValueError(f"margin needs two timed cells ({a.cell_id}, {b.cell_id})")
+    fast, slow = (a, b) if a.latency_us <= b.latency_us else (b, a)
+    tf, ts = fast.graph_timing or fast.timing, slow.graph_timing or slow.timing
+    ratio = slow.latency_us / fast.latency_us  # type: ignore[operator]
+    lo = hi = None
+    sf, ss = fast.latency_samples_us, slow.latency_samples_us
+    if min(len(sf), len(ss)) >= MIN_SAMPLES:
+        est = hodges_lehmann_ratio(sf, ss)
+        lo, hi = est.lo, est.hi
+    why = None
+    if ratio - 1.0 < NOISE_FRACTION:
+        why = TieReason.CLOSE_MEDIANS
+    elif tf is not None and ts is not None and tf.p90_us >= ts.median_us:
+        why = TieReason.SPREADS_OVERLAP
+    elif lo is not None and lo <= 1.0 + NOISE_FRACTION:
+        why = TieReason.INTERVAL_REACHES_ONE
+    return Margin(fast.backend, slow.backend, fast.latency_us, slow.latency_us, ratio,  # type: ignore[arg-type]
+                  why is not None, why, lo, hi)
+
+
 def within_noise(a: CellResult, b: CellResult) -> bool:
-    """Is ``b`` (slower) indistinguishable from ``a``? True when the medians differ by under 2 %, or the
-    faster cell's p90 reaches past the slower one's median (their spreads overlap substantially)."""
-    ta, tb = a.graph_timing or a.timing, b.graph_timing or b.timing
-    if ta is None or tb is None:
+    """Are ``a`` and ``b`` indistinguishable by :func:`margin`'s rule? False when either is untimed."""
+    if a.latency_us is None or b.latency_us is None:
         return False
-    return (tb.median_us - ta.median_us) / ta.median_us < NOISE_FRACTION or ta.p90_us >= tb.median_us
+    return margin(a, b).tie
 
 
 def runner_up(run: RunResult, tag: str, winner: CellResult | None) -> CellResult | None:
@@ -46,6 +111,16 @@ def runner_up(run: RunResult, tag: str, winner: CellResult | None) -> CellResult
     ranked = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and (winner is None or c.backend != winner.backend)),
                     key=lambda c: c.latency_us)
     return ranked[0] if ranked else None
+
+
+def tied_with(run: RunResult, tag: str, winner: CellResult | None) -> tuple[str, ...]:
+    """The backends of workload ``tag`` whose eligible cells tie ``winner`` by :func:`margin`'s rule, fastest
+    first (``winner`` itself excluded; empty without a winner)."""
+    if winner is None:
+        return ()
+    others = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and c.backend != winner.backend),
+                    key=lambda c: c.latency_us)
+    return tuple(c.backend for c in others if margin(winner, c).tie)
 
 
 @dataclass(frozen=True)
@@ -136,13 +211,14 @@ def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
 
 
 class Standing(Enum):
-    """How a non-training workload's winner relates to the training winner."""
+    """How a non-training workload's winner relates to the training winner (by :func:`margin`'s rule)."""
 
     NOT_RUN = "not run"  #: every cell is pending (the run was interrupted)
     NO_WINNER = "no winner"  #: no cell passed
     UNCOMPARED = "uncompared"  #: a winner, but no training winner to compare it with
-    STAYS = "stays"  #: the training winner wins here too
-    CHANGES = "changes"  #: another backend wins here
+    STAYS = "stays"  #: the training winner is the fastest here too
+    TIES = "ties"  #: another backend is fastest, but within noise of the training winner's cell here
+    CHANGES = "changes"  #: another backend wins beyond noise (or the training winner has no eligible cell here)
 
 
 class TrainingOutcome(Enum):
@@ -155,26 +231,24 @@ class TrainingOutcome(Enum):
 
 @dataclass(frozen=True)
 class WorkloadVerdict:
-    """One non-training workload: its winner against the training winner, and the evidence.
+    """One non-training workload: its winner against the runner-up and against the training winner.
 
-    ``runner_up_ratio`` = runner-up latency / winner latency; ``training_here``: the training winner's
-    backend on this workload (None when absent); ``training_here_ratio`` = its latency / the winner's
-    (eligible cells only); ``explained``: the cells the reasons cover (the winner, then the training
-    winner's cell when another backend won, else the runner-up); ``close_call``: the winner and that
-    second cell are within noise.
+    ``margin``: the runner-up against the winner (None with fewer than two eligible cells);
+    ``tied``: every backend within noise of the winner, fastest first; ``training_here``: the training
+    winner's cell on this workload (None when absent); ``training_margin``: that cell against this winner
+    when another backend is fastest (eligible cells only); ``explained``: the cells the reasons cover (the
+    winner, then the training winner's cell when another backend won, else the runner-up).
     """
 
     workload: Workload
     standing: Standing
     winner: CellEvidence | None
     runner_up: CellEvidence | None
-    runner_up_within_noise: bool
-    runner_up_ratio: float | None
+    margin: Margin | None
+    tied: tuple[str, ...]
     training_here: CellEvidence | None
-    training_here_ratio: float | None
-    training_here_within_noise: bool
+    training_margin: Margin | None
     explained: tuple[CellEvidence, ...]
-    close_call: bool = False
 
     @property
     def workload_tag(self) -> str:
@@ -193,9 +267,10 @@ class WorkloadVerdict:
 
     @property
     def stays(self) -> bool | None:
-        """True: the training winner stays the winner; False: it does not; None: undecided (no winner or
+        """True: the training winner is not beaten beyond noise here (:attr:`Standing.STAYS` or
+        :attr:`Standing.TIES`); False: it is (:attr:`Standing.CHANGES`); None: undecided (no winner, or
         nothing to compare with)."""
-        return {Standing.STAYS: True, Standing.CHANGES: False}.get(self.standing)
+        return {Standing.STAYS: True, Standing.TIES: True, Standing.CHANGES: False}.get(self.standing)
 
     @property
     def winner_backend(self) -> str | None:
@@ -205,28 +280,42 @@ class WorkloadVerdict:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The run's answer: the training winner, and for every other workload whether it still wins and why."""
+    """The run's answer: the training winner (and who ties it), and for every other workload whether it
+    still wins and why. ``training_margin``: the training runner-up against the winner; ``training_tied``:
+    the backends within noise of the training winner."""
 
     training: TrainingOutcome
     training_winner: str | None
     training_tag: str | None
     training_evidence: CellEvidence | None
     rows: tuple[WorkloadVerdict, ...]
+    training_margin: Margin | None = None
+    training_tied: tuple[str, ...] = ()
 
     @property
     def decode_rows(self) -> tuple[WorkloadVerdict, ...]:
         """The rows of decode workloads, in run order."""
         return tuple(r for r in self.rows if r.phase is Phase.DECODE)
 
+    def phase_rows(self, phase: Phase) -> tuple[WorkloadVerdict, ...]:
+        """The rows of ``phase``'s workloads, in run order."""
+        return tuple(r for r in self.rows if r.phase is phase)
+
 
 def verdict(run: RunResult) -> Verdict:
-    """Training winner vs every prefill and decode winner, with the evidence of each comparison."""
+    """Training winner vs every prefill and decode winner, each "wins" tested with :func:`margin`'s rule.
+
+    The training winner is the fastest eligible training cell; a backend whose cell is within noise of it is
+    listed in ``training_tied``. On another workload the training winner *stays* when it is fastest there,
+    *ties* when a faster backend is within noise of its cell, and *changes* otherwise.
+    """
     win = winners(run)
     by_tag = {c.workload.tag: c.workload for c in run.cells}
     train_tags = [t for t, w in by_tag.items() if w.phase is Phase.TRAIN]
     tw = win.get(train_tags[0]) if train_tags else None
     training = (TrainingOutcome.NO_WORKLOAD if not train_tags else
                 TrainingOutcome.NO_ELIGIBLE_CELL if tw is None else TrainingOutcome.WON)
+    t_second = runner_up(run, tw.workload.tag, tw) if tw is not None else None
     rows: list[WorkloadVerdict] = []
     for tag, w in by_tag.items():
         if w.phase is Phase.TRAIN:
@@ -235,32 +324,31 @@ def verdict(run: RunResult) -> Verdict:
         cells_here = [c for c in run.cells if c.workload.tag == tag]
         t_here = next((c for c in cells_here if tw is not None and c.backend == tw.backend), None)
         second = runner_up(run, tag, cw)
-        second_noise = bool(cw and second and within_noise(cw, second))
+        t_margin = (margin(cw, t_here) if cw is not None and t_here is not None and t_here.eligible
+                    and t_here.backend != cw.backend else None)
         if cw is None:
             standing = Standing.NOT_RUN if all(c.status == CellStatus.PENDING for c in cells_here) else Standing.NO_WINNER
         elif tw is None:
             standing = Standing.UNCOMPARED
+        elif cw.backend == tw.backend:
+            standing = Standing.STAYS
         else:
-            standing = Standing.STAYS if cw.backend == tw.backend else Standing.CHANGES
-        t_ratio = t_noise = None
-        if standing is Standing.CHANGES and t_here is not None and t_here.eligible:
-            t_ratio = t_here.latency_us / cw.latency_us  # type: ignore[operator,union-attr]
-            t_noise = within_noise(cw, t_here)  # type: ignore[arg-type]
+            standing = Standing.TIES if t_margin is not None and t_margin.tie else Standing.CHANGES
         other = t_here if (cw is not None and t_here is not None and t_here.backend != cw.backend) else second
-        explained = tuple(evidence(c, run) for c in (cw, other) if c is not None)
         rows.append(WorkloadVerdict(
             workload=w, standing=standing,
             winner=evidence(cw, run) if cw else None,
             runner_up=evidence(second, run) if second else None,
-            runner_up_within_noise=second_noise,
-            runner_up_ratio=second.latency_us / cw.latency_us if cw and second else None,  # type: ignore[operator]
+            margin=margin(cw, second) if cw and second else None,
+            tied=tied_with(run, tag, cw),
             training_here=evidence(t_here, run) if t_here else None,
-            training_here_ratio=t_ratio, training_here_within_noise=bool(t_noise),
-            explained=explained,
-            close_call=bool(cw and other and other.eligible and within_noise(cw, other)),
+            training_margin=t_margin,
+            explained=tuple(evidence(c, run) for c in (cw, other) if c is not None),
         ))
     return Verdict(training, tw.backend if tw else None, tw.workload.tag if tw else None,
-                   evidence(tw, run) if tw else None, tuple(rows))
+                   evidence(tw, run) if tw else None, tuple(rows),
+                   training_margin=margin(tw, t_second) if tw and t_second else None,
+                   training_tied=tied_with(run, tw.workload.tag, tw) if tw else ())
 
 
 @dataclass(frozen=True)

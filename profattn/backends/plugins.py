@@ -23,7 +23,9 @@ This module only *produces* backends; :mod:`profattn.backends.registry` register
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +114,31 @@ def interface_problems(obj: Any) -> list[str]:
     return problems
 
 
+def factory_problem(obj: Any) -> str | None:
+    """Why ``obj`` cannot be a backend class or factory to call with no arguments (None when it can, or when
+    it is not meant to be called: an object that already has the backend interface).
+
+    Nothing is called to find out: a builtin (``os:system``, ``os:fork``) is never a factory, and a class
+    or function whose signature requires arguments is refused before it runs.
+    """
+    if not interface_problems(obj) and not isinstance(obj, type):
+        return None
+    if not callable(obj):
+        return None
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)) or (
+            isinstance(obj, type) and obj.__module__ == "builtins"):
+        return f"a builtin ({getattr(obj, '__qualname__', type(obj).__name__)}), not a backend class or factory"
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None  # no signature to read (a C extension type): let the call tell
+    required = [p.name for p in sig.parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if required:
+        return f"{getattr(obj, '__qualname__', type(obj).__name__)} needs arguments ({', '.join(required)}); a backend factory takes none"
+    return None
+
+
 def _instantiate(obj: Any) -> Any:
     if isinstance(obj, type):  # a backend class
         return obj()
@@ -142,7 +169,8 @@ def load_spec(spec: str) -> Backend:
 
     Raises:
         PluginSpecError: ``spec`` is not of the form ``module:object``; no module of that name exists; the
-            module has no such attribute; or the object is not a backend.
+            module has no such attribute; the object is a builtin or a callable that needs arguments
+            (:func:`factory_problem`, checked before anything is called); or the object is not a backend.
     """
     if not _SPEC.match(spec):
         raise PluginSpecError(f"--backend {spec!r}: expected a backend name or package.module:object")
@@ -161,6 +189,9 @@ def load_spec(spec: str) -> Backend:
         if not hasattr(obj, part):
             raise PluginSpecError(f"--backend {spec!r}: {module_name} has no attribute {attr!r}")
         obj = getattr(obj, part)
+    problem = factory_problem(obj)
+    if problem:
+        raise PluginSpecError(f"--backend {spec!r}: not a profattn backend: {problem} (see profattn.backends.Backend)")
     try:
         obj = _instantiate(obj)
     except Exception as exc:  # noqa: BLE001 - the plugin's class or factory raised

@@ -83,10 +83,10 @@ def regression_texts(c: CellChange) -> tuple[str, ...]:
 
 
 def verdict_change_text(ch: VerdictChange) -> str:
-    """``"training winner: a → b"`` or ``"decode kv 512: the training winner stays the winner → does not ..."``."""
+    """``"training winner: a → b"`` or ``"decode kv 512: the training winner stays the winner (or ties) → is beaten beyond noise (a → b)"``."""
     if ch.workload is None:
         return f"training winner: {ch.base_winner or 'none'} → {ch.head_winner or 'none'}"
-    word = {True: "stays the winner", False: "does not stay the winner"}
+    word = {True: "stays the winner (or ties)", False: "is beaten beyond noise"}
     return (f"{workload_label(ch.workload)}: the training winner {word[ch.base_stays]} → {word[ch.head_stays]} "  # type: ignore[index]
             f"({ch.base_winner} → {ch.head_winner})")
 

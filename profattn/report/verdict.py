@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profattn.analysis.ledgers import ByteLedger
-from profattn.analysis.verdict import CellEvidence, Standing, TrainingOutcome, Verdict, WorkloadVerdict
+from profattn.analysis.verdict import NOISE_FRACTION, CellEvidence, Margin, Standing, TieReason, TrainingOutcome, Verdict, WorkloadVerdict
 from profattn.report.format import fmt_us
 from profattn.workload import Phase, Workload
 
@@ -113,60 +113,146 @@ def reasons(row: WorkloadVerdict, v: Verdict) -> tuple[str, ...]:
     return tuple(out)
 
 
+def margin_text(m: Margin) -> str:
+    """How far the slower cell of ``m`` trails: ``"1.47×"`` from 1.10× up, ``"4.2 %"`` below (``"0.0 %"`` for
+    an exact tie)."""
+    return f"{m.ratio:.2f}×" if m.ratio >= 1.10 else f"{m.percent:.1f} %"
+
+
+def noise_text(m: Margin) -> str:
+    """``"within noise"``, naming the part of the rule when it is not the 2 % threshold (a 2.9 % gap whose
+    spreads overlap reads ``"within noise: the spreads overlap"``)."""
+    why = {TieReason.SPREADS_OVERLAP: ": the spreads overlap",
+           TieReason.INTERVAL_REACHES_ONE: f": the repeats' 95 % interval reaches {1 + NOISE_FRACTION:g}×"}.get(m.why, "")  # type: ignore[arg-type]
+    return "within noise" + why
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _tie_phrase(row: WorkloadVerdict) -> str:
+    """``"a tie with b (12.4 µs, 0.3 % slower, within noise)"`` for the runner-up; more names when several tie."""
+    m = row.margin
+    assert m is not None and m.tie
+    more = [b for b in row.tied if b != m.behind]
+    extra = f"; {_names(more)} also within noise" if more else ""
+    return f"a tie with {m.behind} ({fmt_us(m.behind_us)}, {margin_text(m)} slower, {noise_text(m)}{extra})"
+
+
+def _vs_runner_up(row: WorkloadVerdict) -> str:
+    m = row.margin
+    if m is None:
+        return ", the only eligible cell"
+    if m.tie:
+        return f" — {_tie_phrase(row)}"
+    return f", {margin_text(m)} ahead of {m.behind} ({fmt_us(m.behind_us)})"
+
+
 def headline(row: WorkloadVerdict, v: Verdict) -> str:
-    """The one-line answer for ``row``: who wins, at what latency, against the training winner."""
+    """The one-line answer for ``row``: who is fastest, by how much over the runner-up (or a tie, with both
+    names and the margin), and what that means for the training winner. A tie never reads as a win."""
     label = workload_label(row.workload)
-    cw, second, tw = row.winner, row.runner_up, v.training_winner
-    noise = f" — within noise of {second.backend} ({fmt_us(second.latency_us)})" if cw and second and row.runner_up_within_noise else ""
-    margin = f", {row.runner_up_ratio:.2f}× ahead of {second.backend}" if cw and second and not noise else ""
+    cw, tw = row.winner, v.training_winner
     if row.standing is Standing.NOT_RUN:
         return f"{label}: not run (the run was interrupted)"
     if row.standing is Standing.NO_WINNER:
         return f"{label}: no cell passed, so there is no winner"
     assert cw is not None
+    tied = row.margin is not None and row.margin.tie
+    verb = "is fastest" if tied else "wins"
     if row.standing is Standing.UNCOMPARED:
         why = "this run has no training workload" if v.training is TrainingOutcome.NO_WORKLOAD else "no training cell passed"
-        return f"{label}: {cw.backend} wins at {fmt_us(cw.latency_us)}{margin}{noise} ({why} to compare with)"
+        return f"{label}: {cw.backend} {verb} at {fmt_us(cw.latency_us)}{_vs_runner_up(row)} ({why} to compare with)"
     if row.standing is Standing.STAYS:
-        return f"{label}: the training winner {tw} stays the winner ({fmt_us(cw.latency_us)}{margin}){noise}"
+        if tied:
+            return f"{label}: the training winner {tw} is fastest here too ({fmt_us(cw.latency_us)}) — {_tie_phrase(row)}"
+        return f"{label}: the training winner {tw} stays the winner ({fmt_us(cw.latency_us)}{_vs_runner_up(row)})"
+    tm = row.training_margin
+    if row.standing is Standing.TIES:
+        assert tm is not None
+        return (f"{label}: {cw.backend} is fastest ({fmt_us(cw.latency_us)}) but only {margin_text(tm)} ahead of the "
+                f"training winner {tw} ({fmt_us(tm.behind_us)}), {noise_text(tm)}: a tie — the training winner is not beaten here")
     t = row.training_here
-    if t is not None and t.eligible:
-        near = " (within noise)" if row.training_here_within_noise else ""
-        cmp = f"{row.training_here_ratio:.2f}× faster than {tw} ({fmt_us(t.latency_us)}){near}"
+    if tm is not None:
+        cmp = f"{margin_text(tm)} faster than {tw} ({fmt_us(tm.behind_us)})"
     else:
         status = t.status.value if t is not None else "absent"
         cmp = f"{tw} did not produce an eligible cell here ({status}{': ' + t.reason if t is not None and t.reason else ''})"
-    return f"{label}: the training winner {tw} does not stay the winner — {cw.backend} wins at {fmt_us(cw.latency_us)}, {cmp}"
+    others = [b for b in row.tied if b != tw]
+    tie_note = f"; {cw.backend} ties {_names(others)} (within noise)" if others else ""
+    return f"{label}: the training winner {tw} does not stay the winner — {cw.backend} wins at {fmt_us(cw.latency_us)}, {cmp}{tie_note}"
+
+
+def _kv_list(rows: list[WorkloadVerdict]) -> str:
+    return "kv " + ", ".join(str(r.kv_len) for r in rows)
+
+
+def _phase_sentence(phase: Phase, rows: tuple[WorkloadVerdict, ...], tw: str) -> str | None:
+    """One sentence on whether ``tw`` stays the winner of ``phase``'s workloads (None when none is decided)."""
+    decided = [r for r in rows if r.stays is not None]
+    if not decided:
+        return None
+    name = phase.value
+    kept = [r for r in decided if r.standing is Standing.STAYS]
+    tied = [r for r in decided if r.standing is Standing.TIES]
+    lost = [r for r in decided if r.standing is Standing.CHANGES]
+
+    def kept_text(rs: list[WorkloadVerdict]) -> str:
+        return ", ".join(f"kv {r.kv_len}" + (f" ({_names(r.tied)} within noise)" if r.tied else "") for r in rs)
+
+    def tied_text(rs: list[WorkloadVerdict]) -> str:
+        return ", ".join(f"kv {r.kv_len} ({r.winner_backend} {margin_text(r.training_margin)} faster)" for r in rs)  # type: ignore[arg-type]
+
+    def lost_text(rs: list[WorkloadVerdict]) -> str:
+        return ", ".join(f"kv {r.kv_len} ({r.winner_backend}" + (f", {margin_text(r.training_margin)} faster" if r.training_margin else
+                                                                 f"; {tw} had no eligible cell") + ")" for r in rs)
+
+    if not lost and not tied:
+        return f"It stays the {name} winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
+    if not lost:
+        won = f"fastest at {kept_text(kept)}; " if kept else ""
+        return (f"At {name} it is never beaten beyond noise: {won}at {tied_text(tied)} another backend is faster "
+                f"only within noise — {'a tie' if len(tied) == 1 else 'ties'}.")
+    if not kept and not tied:
+        return f"It does not stay the {name} winner: beaten beyond noise at {lost_text(lost)}."
+    held = ", ".join(x for x in (kept_text(kept), tied_text(tied) + " within noise" if tied else "") if x)
+    return (f"At {name} it holds at {held}, but is beaten beyond noise at {lost_text(lost)}: "
+            f"the verdict depends on context length.")
+
+
+def _winner_text(row: WorkloadVerdict) -> str:
+    m = row.margin
+    if m is not None and m.tie:
+        return f"{workload_label(row.workload)} → {row.winner_backend} ≈ {_names(row.tied)} (a tie)"
+    return f"{workload_label(row.workload)} → {row.winner_backend}"
 
 
 def summary(v: Verdict) -> str:
-    """The run's verdict in one or two sentences (the report's bold line, ``profattn profile``'s last line)."""
-    decode = v.decode_rows
-    decided = [r for r in decode if r.stays is not None]
+    """The run's verdict in a few sentences (the report's bold line, ``profattn profile``'s last line),
+    derived from the typed standings: "depends on context length" only when some KV length is held and
+    another is lost beyond noise; a tie is never called a win."""
     tw = v.training_winner
     if v.training is TrainingOutcome.NO_WORKLOAD:
-        won_rows = [r for r in decode if r.winner]
-        won = "; ".join(f"{workload_label(r.workload)} → {r.winner_backend}" for r in won_rows[:12]) + (
+        won_rows = [r for r in v.rows if r.winner]
+        won = "; ".join(_winner_text(r) for r in won_rows[:12]) + (
             f"; and {len(won_rows) - 12} more" if len(won_rows) > 12 else "")
-        text = "This run has no training workload" + (f"; decode winners: {won}." if won else ".")
-    elif v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
-        text = "No training cell passed, so the question has no answer in this run."
-    elif not decided:
-        text = f"{tw} wins training; no decode workload has a winner in this run."
+        return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.")
+    if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
+        return "No training cell passed, so the question has no answer in this run."
+    m = v.training_margin
+    if m is None:
+        text = f"{tw} wins training (the only eligible training cell)."
+    elif m.tie:
+        text = (f"{_names((tw, *v.training_tied))} tie in training ({margin_text(m)} apart, within noise); "  # type: ignore[arg-type]
+                f"the comparisons below use {tw}, the faster median.")
     else:
-        kept = [r for r in decided if r.stays]
-        lost = [r for r in decided if not r.stays]
-        if not lost:
-            text = f"{tw} wins training and stays the decode winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
-        elif not kept:
-            text = f"{tw} wins training but not decode: " + "; ".join(f"kv {r.kv_len} → {r.winner_backend}" for r in lost) + "."
-        else:
-            text = (f"{tw} wins training; it stays the decode winner at kv {', '.join(str(r.kv_len) for r in kept)}, "
-                    f"but not at " + ", ".join(f"kv {r.kv_len} ({r.winner_backend} wins)" for r in lost) + ": the verdict depends on context length.")
-    close = [r for r in decided if r.close_call]
-    if close and tw is not None:
-        text += " Within noise at " + ", ".join(f"kv {r.kv_len}" for r in close) + ": there the ranking is a tie."
-    return text
+        text = f"{tw} wins training, {margin_text(m)} ahead of {m.behind}."
+    sentences = [s for s in (_phase_sentence(p, v.phase_rows(p), tw) for p in (Phase.PREFILL, Phase.DECODE)) if s]  # type: ignore[arg-type]
+    if not sentences:
+        sentences = ["No other workload has a winner in this run."]
+    return " ".join([text, *sentences])
 
 
 @dataclass(frozen=True)

@@ -152,11 +152,19 @@ def test_failing_plugins_become_cell_errors_with_their_name(tmp_path: Path, monk
 
 def test_malformed_backend_spec_is_a_usage_error(tmp_path: Path, monkeypatch, clean_registry):
     """What the command line got wrong exits 2 before anything runs (and leaves no --out behind)."""
-    _module(tmp_path, monkeypatch, "byok_spec", "not_a_backend = object()\nimport json\n")
+    _module(tmp_path, monkeypatch, "byok_spec", "not_a_backend = object()\nimport json\n"
+            "def needs_args(path):\n    raise AssertionError('called')\n")
     for spec, msg in (("a:b:c", "expected a backend name or package.module:object"),
                       ("nosuch.module:obj", "no module named 'nosuch'"),
                       ("byok_spec:missing", "byok_spec has no attribute 'missing'"),
-                      ("byok_spec:not_a_backend", "object is not a profattn backend (missing: name (str)")):
+                      ("byok_spec:not_a_backend", "object is not a profattn backend (missing: name (str)"),
+                      # callables that are not backend factories are refused before anything calls them (os:system
+                      # was called with no arguments and every cell errored, exit 0)
+                      ("os:system", "not a profattn backend: a builtin (system), not a backend class or factory"),
+                      ("os:fork", "not a profattn backend: a builtin (fork)"),
+                      ("builtins:dict", "not a profattn backend: a builtin (dict)"),
+                      ("shutil:rmtree", "not a profattn backend: rmtree needs arguments (path"),
+                      ("byok_spec:needs_args", "needs_args needs arguments (path); a backend factory takes none")):
         out = tmp_path / "never"
         res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", spec, "--out", str(out)])
         assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output, (spec, res.output)

@@ -51,7 +51,9 @@ EFFICIENT = KernelFamily(
 )
 CUDNN = KernelFamily(
     "cudnn",
-    kernel_patterns=(r"cudnn", r"sm\d+_flash_(fprop|bprop)", r"fmha_.*(fprop|bprop)"),
+    # "fmha_ ... fprop": written so that no character is scanned from two "fmha_" starts (``fmha_.*(fprop|bprop)``
+    # took time quadratic in the name's length on a name repeating "fmha_")
+    kernel_patterns=(r"cudnn", r"sm\d+_flash_(fprop|bprop)", r"fmha_(?:(?!fmha_).)*?(fprop|bprop)"),
     op_patterns=(r"_scaled_dot_product_cudnn_attention",),
 )
 #: The general dense path: explicit GEMMs and a softmax kernel (SDPA's math backend, our eager path).

@@ -43,17 +43,22 @@ class CausalAlignment(str, enum.Enum):
 class AttentionShape:
     """Shapes of one attention call as recorded: q ``[batch, num_q_heads, q_len, head_dim]``, k/v
     ``[batch, num_kv_heads, kv_len, head_dim]``; ``dtype`` is q's (``bfloat16``, ``float16``,
-    ``float32``, or the trace's own type name when it is none of those; None when not recorded)."""
+    ``float32``, or the trace's own type name when it is none of those; None when not recorded).
 
-    batch: int
-    num_q_heads: int
-    num_kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
+    A dimension recorded beyond its plausible limit (:data:`profattn.analysis.call_shapes.SHAPE_LIMITS`,
+    e.g. a batch of 1e19) is None (unknown) and listed in ``beyond_limits`` as ``(field, recorded value)``:
+    nothing is sized by it."""
+
+    batch: int | None
+    num_q_heads: int | None
+    num_kv_heads: int | None
+    q_len: int | None
+    kv_len: int | None
+    head_dim: int | None
     dtype: str | None
+    beyond_limits: tuple[tuple[str, int], ...] = ()
 
-    def key(self) -> tuple[int, int, int, int, int, int]:
+    def key(self) -> tuple[int | None, ...]:
         """The dimensions alone, to match a forward call with its backward."""
         return (self.batch, self.num_q_heads, self.num_kv_heads, self.q_len, self.kv_len, self.head_dim)
 

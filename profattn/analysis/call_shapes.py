@@ -26,6 +26,7 @@ __all__ = [
     "ATTENTION_OPS",
     "FLASHINFER",
     "OpSignature",
+    "SHAPE_LIMITS",
     "attention_family",
     "is_attention_op",
     "kernel_direction",
@@ -56,6 +57,13 @@ _ATTENTION_KERNEL = re.compile(
     r"|Single(Decode|Prefill)With|_paged_decode",
     re.IGNORECASE,
 )
+#: The largest plausible value of each recorded dimension. A trace is any user's file: a recorded batch of
+#: 1e19 would size a per-sequence list of that length (:attr:`Workload.kv_lens`). A value beyond its limit
+#: is read as unknown (None) with a warning. Batch: 65,536 sequences per call (windowed attention folds
+#: windows into it: thousands); lengths: 16,777,216 tokens; heads and head_dim: 65,536.
+SHAPE_LIMITS: dict[str, int] = {
+    "batch": 2**16, "q_len": 2**24, "kv_len": 2**24, "num_q_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
+}
 _DTYPES = {"c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "float32", "double": "float64"}
 _AUTOGRAD_SDPA_BACKWARD = re.compile(r"ScaledDotProduct(Flash|Efficient|Cudnn)Attention\w*Backward", re.IGNORECASE)
 
@@ -168,7 +176,9 @@ def op_dims(op: Mapping[str, Any], index: int) -> list[Any] | None:
 
 
 def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
-    """The call's shapes from ``Input Dims``/``Input type``; None unless q and k are 4-D int lists that agree."""
+    """The call's shapes from ``Input Dims``/``Input type``; None unless q and k are 4-D lists of positive
+    ints that agree (batch, head_dim). A dimension beyond :data:`SHAPE_LIMITS` is None in the shape and
+    listed in its ``beyond_limits``."""
     q, k = op_dims(op, sig.q_index), op_dims(op, sig.k_index)
     if q is None or k is None or len(q) != 4 or len(k) != 4:
         return None
@@ -183,7 +193,11 @@ def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
     types = op.get("input_types")
     raw = types[sig.q_index] if isinstance(types, list) and sig.q_index < len(types) else None
     dtype = _DTYPES.get(raw, raw) if isinstance(raw, str) and raw else None
-    return AttentionShape(batch=b, num_q_heads=hq, num_kv_heads=hkv, q_len=lq, kv_len=lk, head_dim=d, dtype=dtype)
+    dims = {"batch": b, "num_q_heads": hq, "num_kv_heads": hkv, "q_len": lq, "kv_len": lk, "head_dim": d}
+    beyond = tuple((f, v) for f, v in dims.items() if v > SHAPE_LIMITS[f])
+    for f, _ in beyond:
+        dims[f] = None
+    return AttentionShape(**dims, dtype=dtype, beyond_limits=beyond)
 
 
 def read_causal(concrete: list[Any] | None, sig: OpSignature) -> tuple[bool | None, CausalAlignment]:
@@ -231,6 +245,9 @@ def with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attention
         s = c.shape
         if c.direction == "backward" or (c.backend, s.key()) in backward or (c.backend, None) in backward:
             phase = Phase.TRAIN
+        elif s.q_len is None or s.kv_len is None:  # beyond its limit: the regime is unknown
+            out.append(replace(c, notes=(*c.notes, "phase unknown: a length is beyond its limit")))
+            continue
         elif s.q_len == 1 or (s.q_len <= 16 and s.kv_len >= 8 * s.q_len):
             phase = Phase.DECODE
         else:
@@ -250,7 +267,9 @@ def _workload(call: AttentionCall, phase: Phase) -> tuple[Workload | None, tuple
     s = call.shape
     assert s is not None
     reason = None
-    if s.dtype is None:
+    if s.beyond_limits:
+        reason = f"{', '.join(f for f, _ in s.beyond_limits)} beyond its limit (unknown)"
+    elif s.dtype is None:
         reason = "dtype not recorded"
     elif call.causal is None:
         reason = "mask unknown"

@@ -13,7 +13,8 @@ FlexAttention op — see :data:`~profattn.analysis.call_shapes.ATTENTION_OPS`); 
 (``aten::_scaled_dot_product_flash_attention`` → ``flash``). Attention kernels that no such call launched
 (flash-attn's own extension, FlashInfer, cuDNN or Inductor kernels, kernels replayed from a CUDA graph)
 become *kernel-only* calls, grouped by the CPU op that launched them (``External id``) or, for CUDA graph
-replays, by the graph launch; they have no recorded shapes.
+replays, by the graph launch and kernel family (one replay may run several backends' calls; where one call
+ends and the next starts inside a replay is not in the trace); they have no recorded shapes.
 
 **Workload.** Read from the call op's ``Input Dims`` (``q [B, Hq, Lq, d]``, ``k [B, Hkv, Lk, d]`` for the
 SDPA ops; ``[B, L, H, d]`` for ``_flash_attention_*``/``_efficient_attention_*``) and ``Input type``.
@@ -64,7 +65,8 @@ from profattn.analysis.call_records import (
     AttentionCall, CallKernel, CausalAlignment, KernelTime, LaunchShape, OpTime, StepWindow, TraceCalls,
 )
 from profattn.analysis.call_shapes import (
-    attention_family, is_attention_op, kernel_direction, op_dims, op_shape, read_causal, signature, with_phases,
+    SHAPE_LIMITS, attention_family, is_attention_op, kernel_direction, op_dims, op_shape, read_causal, signature,
+    with_phases,
 )
 from profattn.errors import TraceError
 from profattn.trace.columns import TraceWarning
@@ -118,7 +120,7 @@ def find_attention_calls(trace: Trace) -> TraceCalls:
         steps=_steps(trace, calls),
         calls=tuple(calls),
         notes=tuple(notes),
-        warnings=_warnings(trace),
+        warnings=_warnings(trace, calls),
     )
 
 
@@ -133,11 +135,27 @@ def _rank(metadata: Mapping[str, Any]) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
-def _warnings(trace: Trace) -> tuple[TraceWarning, ...]:
+def _warnings(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[TraceWarning, ...]:
+    out = list(trace.warnings)
+    beyond: dict[str, list[int]] = {}
+    for c in calls:
+        for name, value in c.shape.beyond_limits if c.shape is not None else ():
+            beyond.setdefault(name, []).append(value)
+    if beyond:
+        n = sum(1 for c in calls if c.shape is not None and c.shape.beyond_limits)
+        what = "; ".join(f"{name} up to {max(values):.3g} (limit {SHAPE_LIMITS[name]:,})"
+                         for name, values in beyond.items())
+        out.append(TraceWarning("shape_beyond_limit", n, f"{n:,} attention call(s) record implausible dimensions "
+                                f"({what}): read as unknown, no workload for them"))
     if trace.kernels.empty:
-        return (TraceWarning("no_gpu_kernels", 0, "no GPU kernels in this trace (CPU-only, or recorded without GPU "
-                             "activity): only CPU operators are analyzed"), *trace.warnings)
-    return trace.warnings
+        if any(w.code == "other_accelerator" for w in trace.warnings):
+            text = ("no CUDA/ROCm kernels in this trace (its device events are another accelerator's, see below): "
+                    "only CPU operators are analyzed")
+        else:
+            text = ("no GPU kernels in this trace (CPU-only, or recorded without GPU activity): only CPU operators "
+                    "are analyzed")
+        out.insert(0, TraceWarning("no_gpu_kernels", 0, text))
+    return tuple(out)
 
 
 def _file_notes(trace: Trace) -> list[str]:
@@ -388,7 +406,9 @@ def _kernel_only_calls(
     trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int]
 ) -> list[AttentionCall]:
     """Attention kernels no attention op launched, grouped by launching op (``External id``) or, for CUDA
-    graph replays, by graph launch (``correlation``); other kernels of that op are not included."""
+    graph replays, by graph launch (``correlation``) and kernel family (a graph may hold calls of several
+    backends: one group per family, the per-call boundaries inside one replay are unknown); other kernels
+    of that op are not included."""
     kernels = trace.kernels
     orphans = [i for i, f in enumerate(families) if f is not None and i not in used]
     if not orphans:
@@ -399,13 +419,17 @@ def _kernel_only_calls(
     groups: dict[tuple[str, Any], list[int]] = {}
     for i in orphans:
         if graph[i]:
-            key = ("graph", corr[i] if corr[i] is not pd.NA else i)
+            key = ("graph", (corr[i] if corr[i] is not pd.NA else i, families[i]))
         elif ext[i] is not pd.NA:
             key = ("ext", int(ext[i]))
         else:
             key = ("kernel", i)
         groups.setdefault(key, []).append(i)
     op_by_ext = {int(e): (n, r) for e, n, r in zip(trace.ops["external_id"], trace.ops["name"], trace.ops["range"]) if e is not pd.NA}
+    graph_families: dict[Any, list[str]] = {}
+    for kind, value in groups:
+        if kind == "graph":
+            graph_families.setdefault(value[0], []).append(value[1])
     calls = []
     for (kind, value), members in groups.items():
         ks = tuple(sorted((records[i] for i in members), key=lambda r: r.ts_us))
@@ -414,8 +438,12 @@ def _kernel_only_calls(
         family = next(f for f in (k.family for k in ks) if f is not None)
         notes = ["attention kernels without an attention op: shapes not recorded, no workload"]
         if kind == "graph":
-            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): the calls inside one graph "
-                         "replay cannot be told apart")
+            others = [f for f in graph_families[value[0]] if f != value[1]]
+            split = (f"; the same replay also ran {', '.join(others)} attention kernels, grouped apart by family"
+                     if others else "")
+            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): these {len(ks)} {family} "
+                         f"kernel(s) of one graph replay are grouped as one entry; the per-call boundaries inside "
+                         f"the graph are unknown (one call or several){split}")
         calls.append(AttentionCall(
             index=0, source="kernels", op_name=op_name, backend=family, backend_op=None,
             direction=kernel_direction(k.name for k in ks), ts_us=ks[0].ts_us,

@@ -24,6 +24,7 @@ from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis
 from profattn.files import write_text_atomic
 from profattn.report.format import MISSING, causal_text, fmt_opt, fmt_us, launch_cells
 from profattn.report.render import render, write_html_file
+from profattn.workload import Workload
 
 __all__ = [
     "CHART_TOP",
@@ -114,14 +115,20 @@ def call_rows(fa: TraceCalls) -> list[dict[str, Any]]:
     return [_call_row(c) for c in fa.calls]
 
 
+def _dim(value: int | None) -> int | str:
+    """A recorded dimension as shown: ``?`` when unknown (not recorded, or beyond its limit)."""
+    return "?" if value is None else value
+
+
 def _call_row(c: AttentionCall) -> dict[str, Any]:
     s = c.shape
     return {
         "index": c.index, "source": c.source, "op": c.op_name or "(none)", "backend": c.backend,
         "backend_op": c.backend_op or "", "direction": c.direction,
         "phase": c.phase.value if c.phase else "unknown", "range": c.range or "",
-        "batch": s.batch if s else "?", "q_len": s.q_len if s else "?", "kv_len": s.kv_len if s else "?",
-        "heads": f"{s.num_q_heads}/{s.num_kv_heads}" if s else "?", "head_dim": s.head_dim if s else "?",
+        "batch": _dim(s.batch) if s else "?", "q_len": _dim(s.q_len) if s else "?",
+        "kv_len": _dim(s.kv_len) if s else "?",
+        "heads": f"{_dim(s.num_q_heads)}/{_dim(s.num_kv_heads)}" if s else "?", "head_dim": _dim(s.head_dim) if s else "?",
         "dtype": (s.dtype or "unknown") if s else "?", "causal": causal_text(c.causal), "mask": mask_text(c),
         "gpu_time": fmt_us(c.gpu_time_us) if c.kernels else MISSING, "cpu_time": fmt_us(c.dur_us),
         "kernel_count": len(c.kernels), "families": ", ".join(c.kernel_families),
@@ -221,13 +228,22 @@ def kernel_chart(fa: TraceCalls, top: int = CHART_TOP) -> dict[str, Any] | None:
 # ---- JSON ----------------------------------------------------------------------------------------
 
 
-def _call_dict(c: AttentionCall) -> dict[str, Any]:
+def _workload_dict(w: Workload, memo: dict[Workload, dict[str, Any]]) -> dict[str, Any]:
+    """:meth:`Workload.to_dict` without ``kv_lens`` (a traced call's sequences all have ``kv_len`` keys:
+    the list would be ``[kv_len] * batch``, repeated in every call), computed once per distinct workload."""
+    out = memo.get(w)
+    if out is None:
+        out = memo[w] = {k: v for k, v in w.to_dict().items() if k != "kv_lens"}
+    return out
+
+
+def _call_dict(c: AttentionCall, memo: dict[Workload, dict[str, Any]]) -> dict[str, Any]:
     return {
         "index": c.index, "source": c.source, "op_name": c.op_name, "backend": c.backend, "backend_op": c.backend_op,
         "direction": c.direction, "ts_us": c.ts_us, "dur_us": c.dur_us, "pid": c.pid, "tid": c.tid, "range": c.range,
         "shape": asdict(c.shape) if c.shape else None, "causal": c.causal, "mask": mask_text(c),
         "phase": c.phase.value if c.phase else None,
-        "workload": c.workload.to_dict() if c.workload else None, "workload_constructor": c.workload_constructor,
+        "workload": _workload_dict(c.workload, memo) if c.workload else None, "workload_constructor": c.workload_constructor,
         "gpu_time_us": c.gpu_time_us if c.kernels else None, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,
         "kernels": [{**asdict(k), "launch_shape": k.launch_shape} for k in c.kernels], "notes": list(c.notes),
     }
@@ -238,8 +254,10 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
     "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
     ``warnings`` are about the set of files (files skipped, duplicated ranks); ``skipped`` lists the files of
     a directory that could not be analyzed as ``{"path", "reason"}``; each file's ``warnings`` are ``{"code", "count", "message"}`` objects
-    about that file (:class:`~profattn.trace.TraceWarning`)."""
+    about that file (:class:`~profattn.trace.TraceWarning`). A call's ``workload`` is :meth:`Workload.to_dict`
+    without ``kv_lens`` (``[kv_len] * batch`` for every call read from a trace)."""
     files = []
+    memo: dict[Workload, dict[str, Any]] = {}
     for f in analysis.files:
         files.append({
             "path": f.path, "label": f.label, "rank": f.rank, "device_name": f.device_name, "num_sms": f.num_sms,
@@ -250,7 +268,7 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
             "launch_shapes": [asdict(s) for s in f.launch_shapes],
             "ops": [asdict(o) for o in f.ops],
             "steps": [asdict(s) for s in f.steps],
-            "attention_calls": [_call_dict(c) for c in f.calls],
+            "attention_calls": [_call_dict(c, memo) for c in f.calls],
         })
     return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": set_warnings(analysis),
                     "skipped": [asdict(s) for s in analysis.skipped], "files": files})

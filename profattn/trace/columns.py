@@ -24,8 +24,10 @@ from profattn.trace.reader import Batch, parse_int
 
 __all__ = [
     "EVENT_FIELDS",
+    "ACCELERATOR_CATS",
     "GRAPH_LAUNCHERS",
     "KERNEL_ARG_SPEC",
+    "MAX_NAME_CHARS",
     "NA_INT",
     "KERNEL_COLUMNS",
     "OP_COLUMNS",
@@ -54,7 +56,15 @@ _KNOWN_CATS = frozenset({
     "privateuse1_runtime", "privateuse1_driver", "ac2g", "fwdbwd", "async_gpu", "trace", "memcpy", "memset",
     "python", "gpu_op",
 })
-_KERNEL, _LAUNCHER, _RANGE, _OP, _OTHER, _UNKNOWN = range(6)
+#: Device-side events of accelerators other than CUDA/ROCm GPUs, by category: which accelerator they are
+#: (Kineto's ``MTIA_CCP_EVENTS``, "MTIA on-device CCP events", and ``MTIA_INSIGHT``). They are counted
+#: and named in :attr:`Trace.warnings`; profattn's kernel analysis reads ``kernel`` events only.
+ACCELERATOR_CATS: dict[str, str] = {"mtia_ccp_events": "MTIA", "mtia_insight": "MTIA"}
+_KERNEL, _LAUNCHER, _RANGE, _OP, _OTHER, _UNKNOWN, _DEVICE, _BAD_CAT = range(8)
+#: Longest event name kept (characters): a longer one is cut to this length (and counted in the
+#: warnings), so every later step over names (family patterns, stems, scrubbing, the page) is bounded.
+#: Real kernel names (CUTLASS/CuTe templates) reach a few thousand characters.
+MAX_NAME_CHARS = 65_536
 
 #: Runtime/driver calls that launch a captured CUDA (or HIP) graph rather than a single kernel.
 GRAPH_LAUNCHERS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
@@ -232,6 +242,10 @@ class EventColumns:
         self.o_concrete: list[Any] = []
         self.skipped: Counter[tuple[str, str]] = Counter()  # (event kind, reason)
         self.unknown_cats: Counter[str] = Counter()
+        self.bad_cats: Counter[str] = Counter()  # JSON type of a non-string ``cat`` -> events
+        self.device_events: Counter[str] = Counter()  # accelerator category -> events
+        self.long_names = 0
+        self.bad_launch_dims: Counter[str] = Counter()  # "grid"/"block" -> kernels where it is not [x, y, z]
         self.not_objects = 0
         self.kernels_without_args = 0
         self.bad_arg_values = 0
@@ -292,11 +306,14 @@ class EventColumns:
             concrete_add(None if raw is None else recorded.get(bytes(raw)) or self._recorded(raw))
 
     def _kind(self, cat: Any) -> int:
-        kind = self.kinds.get(cat) if isinstance(cat, str) else _OTHER
+        if not isinstance(cat, str):
+            return _OTHER if cat is None else _BAD_CAT
+        kind = self.kinds.get(cat)
         if kind is None:
             low = cat.lower()
             kind = (_KERNEL if low in _KERNEL_CATS else _LAUNCHER if low in _LAUNCHER_CATS else _RANGE
-                    if low in _RANGE_CATS else _OP if low in _OP_CATS else _OTHER if low in _KNOWN_CATS else _UNKNOWN)
+                    if low in _RANGE_CATS else _OP if low in _OP_CATS else _DEVICE if low in ACCELERATOR_CATS
+                    else _OTHER if low in _KNOWN_CATS else _UNKNOWN)
             self.kinds[cat] = kind
         return kind
 
@@ -305,6 +322,13 @@ class EventColumns:
         kind = self._kind(cat)
         if kind == _UNKNOWN:
             self.unknown_cats[cat] += 1
+            return
+        if kind == _BAD_CAT:
+            self.bad_cats[type(cat).__name__ if not isinstance(cat, (int, float)) or isinstance(cat, bool)
+                          else "number"] += 1
+            return
+        if kind == _DEVICE:
+            self.device_events[cat.lower()] += 1
             return
         if ph != "X" or kind == _OTHER:
             return
@@ -354,17 +378,23 @@ class EventColumns:
                 if raw is not None:
                     break
                 raw = args[alias]
-            if index is not None:
-                raw = raw[index] if type(raw) is list and len(raw) > index else None
+            given = raw is not None
+            if index is not None:  # grid/block: [x, y, z]; an object ({"x": 1}) or a short list is unusable
+                if type(raw) is list and len(raw) > index:
+                    raw = raw[index]
+                else:
+                    if given and (len(raw) if type(raw) is list else 0) == index:  # once per event and key
+                        self.bad_launch_dims[_ARG_KEYS[key]] += 1
+                    raw, given = None, False
             if kind == "int":
                 value = raw if type(raw) is int and _INT64_MIN < raw <= _INT64_MAX else as_int(raw)
                 if value is None or value == NA_INT:
-                    self.bad_arg_values += raw is not None
+                    self.bad_arg_values += given
                     value = NA_INT
             else:
                 value = raw if type(raw) is float else _as_float(raw)
                 if value is None:
-                    self.bad_arg_values += raw is not None
+                    self.bad_arg_values += given
                     value = math.nan
             k_args[column].append(value)
 
@@ -388,10 +418,17 @@ class EventColumns:
         self.o_concrete.append(self._recorded(args[_CONCRETE]))
 
     def _str(self, value: Any) -> str:
-        """An event name, one shared object per distinct name."""
+        """An event name, one shared object per distinct name, cut to :data:`MAX_NAME_CHARS`."""
         if not isinstance(value, str):
             value = "" if value is None else str(value)
-        return self.strings.setdefault(value, value)
+        kept = self.strings.get(value)
+        if kept is None:
+            kept = value
+            if len(value) > MAX_NAME_CHARS:
+                self.long_names += 1
+                kept = value[:MAX_NAME_CHARS]
+            self.strings[value] = kept
+        return kept
 
     def _thread(self, value: Any) -> int | str | None:
         """A ``pid``/``tid`` as written (int or string; Kineto uses strings for some tracks), else None;
@@ -446,10 +483,33 @@ class EventColumns:
             n = self.bad_arg_values
             out.append(TraceWarning("bad_kernel_arg", n, f"{n} kernel args value(s) unusable (not a number, not an "
                                     "integer, beyond 64 bits, or a list too short) read as missing"))
+        if self.bad_launch_dims:
+            n = sum(self.bad_launch_dims.values())
+            which = ", ".join(f"{key} ({k:,})" for key, k in self.bad_launch_dims.most_common())
+            out.append(TraceWarning("bad_launch_dims", n, f"{n:,} kernel grid/block value(s) are not an [x, y, z] list "
+                                    f"(too short, or an object such as {{\"x\": 1}}: {which}): launch shape read as missing"))
         if self.launchers_repeated:
             n = self.launchers_repeated
             out.append(TraceWarning("repeated_correlation", n, f"{n} runtime/driver event(s) repeat an earlier "
                                     "correlation id: the first one launches the kernels"))
+        if self.bad_cats:
+            n = sum(self.bad_cats.values())
+            kinds = ", ".join(f"{what} ({k:,})" for what, k in self.bad_cats.most_common())
+            out.append(TraceWarning("bad_category", n, f"{n:,} event(s) have a 'cat' that is not a string ({kinds}): "
+                                    "ignored, so kernels among them are not counted"))
+        if self.device_events:
+            n = sum(self.device_events.values())
+            by_device: Counter[str] = Counter()
+            for cat, k in self.device_events.items():
+                by_device[ACCELERATOR_CATS[cat]] += k
+            which = ", ".join(f"{k:,} {device}" for device, k in by_device.most_common())
+            cats = ", ".join(sorted(self.device_events))
+            out.append(TraceWarning("other_accelerator", n, f"{which} device event(s) ({cats}): profattn's kernel "
+                                    "analysis covers CUDA/ROCm kernels only; they are not analyzed"))
+        if self.long_names:
+            n = self.long_names
+            out.append(TraceWarning("long_name", n, f"{n:,} distinct event name(s) longer than {MAX_NAME_CHARS:,} "
+                                    f"characters: cut to their first {MAX_NAME_CHARS:,}"))
         if self.unknown_cats:
             n = sum(self.unknown_cats.values())
             shown = ", ".join(f"{str(c)[:40]!r} ({k})" for c, k in self.unknown_cats.most_common(5))

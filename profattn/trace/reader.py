@@ -274,8 +274,9 @@ class TraceReader:
                 pieces.append(block)
                 size += len(block)
 
+        want = BATCH_BYTES
         while True:
-            while size < BATCH_BYTES and not eof:
+            while size < want and not eof:
                 read_block()
             buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if eof:
@@ -284,32 +285,42 @@ class TraceReader:
                 return
             cut = self._boundary(buf)
             batch = self._decode_batch(buf[:cut]) if cut else None
+            ended = False
             if batch is not None:
                 consumed = buf.index(b"{", cut)
             else:
-                batch, consumed, _ = self._exact(buf, offset, final=False)
+                batch, consumed, ended = self._exact(buf, offset, final=False)
             if batch.events:
                 self._count(batch)
                 yield batch
+            if ended:  # the array's ']' is in the buffer (a last element longer than a batch): the metadata follows
+                while not eof:
+                    read_block()
+                rest = b"".join(pieces)
+                self._suffix_keys(prefix_doc, rest[consumed:], offset + consumed)
+                return
             offset += consumed
             buf = buf[consumed:]
             pieces[:] = [buf]
             size = len(buf)
-            if not consumed:  # an element longer than the buffer: read more before trying again
-                read_block()
+            # An element longer than the buffer: read twice as much before trying again, so an element of
+            # n bytes is decoded O(log n) times, not once per block (which took quadratic time).
+            want = BATCH_BYTES if consumed else max(BATCH_BYTES, 2 * size)
 
     @staticmethod
     def _boundary(buf: bytes) -> int:
         """Position just after the ``}`` of the last candidate ``},{`` boundary in ``buf``; 0 if none."""
-        start = max(0, len(buf) - _TAIL_BYTES)
-        while True:
-            last = None
-            for last in _BOUNDARY.finditer(buf, start):
+        end = len(buf)
+        start = max(0, end - _TAIL_BYTES)
+        while True:  # windows further and further back, each scanned once (a boundary across two windows is
+            last = None  # found in the later one: windows overlap by _TAIL_BYTES)
+            for last in _BOUNDARY.finditer(buf, start, end):
                 pass
             if last is not None:
                 return last.start() + 1
             if start == 0:
                 return 0
+            end = start + _TAIL_BYTES
             start = max(0, start - 16 * _TAIL_BYTES)
 
     def _decode_batch(self, elements: bytes) -> Batch | None:

@@ -219,3 +219,68 @@ def test_profiler_step_windows_count_kernels_of_their_process(tmp_path: Path) ->
     assert s1.gpu_time_us == pytest.approx(12.0)
     assert (s2.name, s2.kernels, s2.attention_calls) == ("ProfilerStep#2", 2, 1)
     assert s2.gpu_time_us == pytest.approx(7.0 + 30.0)
+
+
+# ---- hostile but readable traces ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [10**7, 10**19])
+def test_a_recorded_batch_beyond_its_limit_is_unknown_with_a_warning(tmp_path: Path, batch: int) -> None:
+    """A batch of 1e7 built a per-sequence list of 1e7 lengths (10 s, 1 GB for ``analyze --json``); 1e19 an
+    OverflowError traceback. The batch is now unknown, the rest of the call is read."""
+    events = sdpa_call(0, 1, q=[batch, 8, 1, 64], k=[batch, 8, 128, 64], causal=False,
+                       kernel_name="pytorch_flash::flash_fwd_splitkv_kernel")
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "t.json", events)))
+    (call,) = fa.calls
+    s = call.shape
+    assert (s.batch, s.num_q_heads, s.q_len, s.kv_len, s.head_dim) == (None, 8, 1, 128, 64)
+    assert s.beyond_limits == (("batch", batch),)
+    assert call.phase is Phase.DECODE and call.workload is None and len(call.kernels) == 1
+    assert any("batch beyond its limit" in n for n in call.notes)
+    (w,) = [w for w in fa.warnings if w.code == "shape_beyond_limit"]
+    assert w.count == 1 and "limit 65,536" in w.message
+
+
+def test_a_length_beyond_its_limit_leaves_the_phase_unknown(tmp_path: Path) -> None:
+    events = sdpa_call(0, 1, q=[2, 8, 2**30, 64], k=[2, 8, 2**30, 64], causal=True, kernel_name="pytorch_flash::flash_fwd_kernel")
+    (call,) = find_attention_calls(load_trace(write_trace(tmp_path / "t.json", events))).calls
+    assert call.shape.q_len is None and call.shape.kv_len is None and call.phase is None and call.workload is None
+
+
+def test_a_cuda_graph_replay_of_several_backends_is_split_by_family(tmp_path: Path) -> None:
+    """One cudaGraphLaunch replaying 29 flash, 38 cuDNN and 38 FlexAttention kernels was one call labelled
+    flash; now one entry per family, each saying that the calls inside the replay cannot be told apart."""
+    names = (["pytorch_flash::flash_fwd_kernel"] * 29 + ["cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma"] * 38
+             + ["triton_tem_fused_flex_attention_0"] * 38)
+    events = [cpu_op("aten::linear", 0, 5), launch(10, 100, name="cudaGraphLaunch")]
+    events += [kernel(n, 100 + 10 * i, 5, 100) for i, n in enumerate(names)]
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "t.json", events)))
+    assert [(c.backend, len(c.kernels), c.graph_launched) for c in fa.calls] == [
+        ("flash", 29, True), ("cudnn", 38, True), ("flex", 38, True)]
+    note = fa.calls[1].notes[-1]
+    assert "these 38 cudnn kernel(s) of one graph replay" in note and "per-call boundaries inside the graph are unknown" in note
+    assert "also ran flash, flex attention kernels" in note
+
+
+def test_an_mtia_trace_is_not_called_cpu_only(tmp_path: Path) -> None:
+    events = [cpu_op("aten::mm", 0, 5)]
+    events += [{"ph": "X", "cat": "mtia_ccp_events", "name": "job", "ts": i, "dur": 1, "pid": 5, "tid": 1} for i in range(1313)]
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "t.json", events)))
+    codes = [w.code for w in fa.warnings]
+    assert codes[:2] == ["no_gpu_kernels", "other_accelerator"]
+    assert "CPU-only" not in fa.warnings[0].message and "no CUDA/ROCm kernels" in fa.warnings[0].message
+    assert fa.warnings[1].message.startswith("1,313 MTIA device event(s)")
+
+
+def test_family_patterns_take_linear_time_on_a_hostile_name() -> None:
+    """``fmha_.*(fprop|bprop)`` took 25 s on a 64 KiB name repeating ``fmha_`` (quadratic backtracking)."""
+    import time
+
+    from profattn.analysis.call_shapes import attention_family
+    from profattn.families import CUDNN
+
+    name = ("fmha_" * 13_108)[:65_536]
+    start = time.perf_counter()
+    assert attention_family(name) == "attention" and not CUDNN.matches_kernel(name)
+    assert time.perf_counter() - start < 2.0  # generous: about 20 ms now
+    assert CUDNN.matches_kernel("fmha_cudnn_x_fmha_y_FPROP") and not CUDNN.matches_kernel("fprop_fmha_")

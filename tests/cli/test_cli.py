@@ -256,3 +256,23 @@ def test_resume_refuses_a_new_plan_and_a_missing_run(tmp_path: Path):
 def test_resume_without_out_names_the_missing_out():
     res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--backend", "eager"])
     assert res.exit_code == 2 and "--resume needs --out" in res.output
+
+
+def test_analyze_json_reads_past_an_implausible_batch_and_shows_the_warning(tmp_path: Path) -> None:
+    """A recorded batch of 1e19 was an OverflowError traceback from ``analyze --json``; now exit 0, the
+    batch null in the JSON, and the warning on stderr, in the JSON and on the page."""
+    from tracebuild import sdpa_call, write_trace
+
+    events = sdpa_call(0, 1, q=[10**19, 8, 1, 64], k=[10**19, 8, 128, 64], causal=False,
+                       kernel_name="pytorch_flash::flash_fwd_splitkv_kernel")
+    trace = write_trace(tmp_path / "t.json", events)
+    res = invoke("analyze", str(trace), "--out", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"))
+    assert res.exit_code == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (f,) = doc["files"]
+    (call,) = f["attention_calls"]
+    assert call["shape"]["batch"] is None and call["shape"]["num_q_heads"] == 8 and call["workload"] is None
+    (w,) = [w for w in f["warnings"] if w["code"] == "shape_beyond_limit"]
+    assert "batch up to 1e+19 (limit 65,536)" in w["message"]
+    assert w["message"] in res.output  # CliRunner mixes stderr in
+    assert "batch up to 1e+19 (limit 65,536)" in (tmp_path / "r.html").read_text()

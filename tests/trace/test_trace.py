@@ -564,3 +564,67 @@ def test_kernels_in_range_any_depth_any_thread_of_the_process(tmp_path: Path) ->
     assert inside["name"].tolist() == ["k1", "k2", "k5"] and inside["call"].tolist() == [0, 0, 1]
     assert trace.kernels["range"].tolist() == ["## Call CompiledFxGraph x ##", "cell", None, None, "cell"]
     assert ops_in_range(trace, "cell").empty
+
+
+# ---- hostile but readable traces ---------------------------------------------------------------------
+
+
+def _write(path: Path, events: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def _kernel(name: str, ts: float, correlation: int, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": 5, "pid": 0, "tid": 7,
+            "args": {"correlation": correlation, "grid": [4, 2, 1], "block": [128, 1, 1], **args}}
+
+
+def _codes(t: Trace) -> dict[str, int]:
+    return {w.code: w.count for w in t.warnings}
+
+
+def test_a_numeric_cat_is_counted_in_a_warning(tmp_path: Path) -> None:
+    """``"cat": 5`` (Kineto's ActivityType number for kernels) used to drop the event silently."""
+    numeric = _kernel("k_numeric", 10, 2)
+    numeric["cat"] = 5
+    listed = _kernel("k_list", 20, 3)
+    listed["cat"] = ["kernel"]
+    t = load_trace(_write(tmp_path / "t.json", [_kernel("k_ok", 0, 1), numeric, listed]))
+    assert list(t.kernels["name"]) == ["k_ok"]
+    assert _codes(t)["bad_category"] == 2
+    (w,) = [w for w in t.warnings if w.code == "bad_category"]
+    assert "number (1)" in w.message and "list (1)" in w.message
+
+
+def test_grid_as_an_object_or_too_short_is_counted_once_per_kernel(tmp_path: Path) -> None:
+    """``"grid": {"x": 1}`` used to be read as missing without a warning."""
+    events = [_kernel("k_ok", 0, 1), _kernel("k_object", 10, 2, grid={"x": 1}), _kernel("k_short", 20, 3, block=[128, 1])]
+    t = load_trace(_write(tmp_path / "t.json", events))
+    k = t.kernels.set_index("name")
+    assert k.loc["k_ok", "ctas"] == 8 and pd.isna(k.loc["k_object", "grid_x"]) and pd.isna(k.loc["k_short", "block_z"])
+    assert k.loc["k_short", "block_x"] == 128
+    assert _codes(t)["bad_launch_dims"] == 2 and "bad_kernel_arg" not in _codes(t)
+    (w,) = [w for w in t.warnings if w.code == "bad_launch_dims"]
+    assert "grid (1)" in w.message and "block (1)" in w.message
+
+
+def test_mtia_device_events_are_counted_and_named(tmp_path: Path) -> None:
+    """An MTIA trace (device events in ``mtia_ccp_events``) used to look CPU-only."""
+    events = [{"ph": "X", "cat": "mtia_ccp_events", "name": f"job{i % 7}", "ts": i, "dur": 1, "pid": 5, "tid": 1}
+              for i in range(1313)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "pid": 1, "tid": 1, "args": {}})
+    t = load_trace(_write(tmp_path / "t.json", events))
+    assert t.kernels.empty and _codes(t)["other_accelerator"] == 1313
+    (w,) = [w for w in t.warnings if w.code == "other_accelerator"]
+    assert w.message.startswith("1,313 MTIA device event(s) (mtia_ccp_events)") and "CUDA/ROCm kernels only" in w.message
+
+
+def test_a_name_of_megabytes_is_cut_with_a_warning(tmp_path: Path) -> None:
+    """Every later step over names (family patterns, stems, the page) sees at most MAX_NAME_CHARS characters."""
+    from profattn.trace.columns import MAX_NAME_CHARS
+
+    long = "void cutlass::Kernel<" * 300_000  # 6.3 MB
+    t = load_trace(_write(tmp_path / "t.json", [_kernel(long, 0, 1), _kernel(long, 10, 2), _kernel("short", 20, 3)]))
+    names = list(t.kernels["name"])
+    assert [len(n) for n in names] == [MAX_NAME_CHARS, MAX_NAME_CHARS, 5] and names[0] == long[:MAX_NAME_CHARS]
+    assert _codes(t)["long_name"] == 1  # one distinct name

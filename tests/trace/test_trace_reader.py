@@ -205,3 +205,46 @@ def test_a_gz_name_on_plain_json_is_read_by_its_content(tmp_path: Path) -> None:
     junk.write_bytes(b"\x00\x01not a trace")
     with pytest.raises(TraceError, match="named .gz but is neither gzip-compressed nor JSON"):
         load_trace(junk)
+
+
+# ---- elements longer than a batch ------------------------------------------------------------------
+
+
+def _long_last_kernel(path: Path, name_chars: int) -> Path:
+    """A trace whose last event is a kernel with a name of ``name_chars`` characters, metadata after it."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "pid": 1, "tid": 1, "args": {}},
+              {"ph": "X", "cat": "kernel", "name": "k" * name_chars, "ts": 10, "dur": 2, "pid": 0, "tid": 7,
+               "args": {"correlation": 1}}]
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    return path
+
+
+def test_a_last_element_longer_than_a_batch_is_read_with_the_metadata_after_it(tmp_path: Path) -> None:
+    """The element reached the array's ']' in a non-final read; the ']' was then read again as the end of
+    the file and the valid trace was reported as 'JSON ends early (truncated?)'."""
+    t = load_trace(_long_last_kernel(tmp_path / "t.json", 3 * reader.BATCH_BYTES))
+    assert len(t.kernels) == 1 and t.metadata == {"displayTimeUnit": "ms"}
+    assert len(t.kernels["name"][0]) == 65_536  # cut (MAX_NAME_CHARS), with a warning (tests/trace/test_trace.py)
+
+
+def test_an_element_longer_than_a_batch_is_decoded_a_logarithmic_number_of_times(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An element of n bytes used to be decoded again after every 1 MiB block (quadratic time: 45 s for a
+    100 MB kernel name); now the buffer doubles before each new try."""
+    monkeypatch.setattr(reader, "BATCH_BYTES", 4096)
+    monkeypatch.setattr(reader, "_BLOCK_BYTES", 1024)
+    calls = []
+    exact = reader.TraceReader._exact
+
+    def counted(self: reader.TraceReader, buf: bytes, offset: int, *, final: bool) -> Any:
+        calls.append(len(buf))
+        return exact(self, buf, offset, final=final)
+
+    monkeypatch.setattr(reader.TraceReader, "_exact", counted)
+    path = _long_last_kernel(tmp_path / "t.json", 1024 * 1024)  # 1 MiB element: 1024 blocks
+    events = json.loads(path.read_text())["traceEvents"]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 20, "dur": 1, "pid": 1, "tid": 1, "args": {}})
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(path)
+    assert len(t.kernels) == 1 and list(t.ops["name"]) == ["aten::mm", "aten::add"]
+    assert len(calls) <= 12  # log2(1 MiB / 4 KiB) = 8 doublings (+ the final read); was about 1024

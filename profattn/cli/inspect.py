@@ -47,7 +47,9 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     json_file = output_file(json_path, "--json") if json_path is not None else None
     analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
-        gpu = f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else "no GPU kernels"
+        other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
+        gpu = (f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else
+               "no CUDA/ROCm kernels (another accelerator's device events: see the warning)" if other else "no GPU kernels")
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
         for w in f.warnings:
             click.echo(f"warning: {f.label}: {w.message}", err=True)

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 SCHEMA = "profattn.analysis"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  #: 2: a call's workload leaves out kv_lens (always [kv_len] × batch for a traced call)
 #: Most rows a table shows in the HTML (the JSON keeps everything); the table says how many it left out.
 TABLE_LIMIT = 100
 #: Kernels in the GPU-time chart.
@@ -250,7 +250,7 @@ def _call_dict(c: AttentionCall, memo: dict[Workload, dict[str, Any]]) -> dict[s
 
 
 def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
-    """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 1, "warnings": [...],
+    """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 2, "warnings": [...],
     "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
     ``warnings`` are about the set of files (files skipped, duplicated ranks); ``skipped`` lists the files of
     a directory that could not be analyzed as ``{"path", "reason"}``; each file's ``warnings`` are ``{"code", "count", "message"}`` objects

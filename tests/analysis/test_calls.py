@@ -284,3 +284,17 @@ def test_family_patterns_take_linear_time_on_a_hostile_name() -> None:
     assert attention_family(name) == "attention" and not CUDNN.matches_kernel(name)
     assert time.perf_counter() - start < 2.0  # generous: about 20 ms now
     assert CUDNN.matches_kernel("fmha_cudnn_x_fmha_y_FPROP") and not CUDNN.matches_kernel("fprop_fmha_")
+
+
+def test_analyze_summary_line_of_an_mtia_trace(tmp_path: Path) -> None:
+    """The command's one-line summary said "no GPU kernels" for a trace full of MTIA device events."""
+    from click.testing import CliRunner
+
+    from profattn.cli import main
+
+    events = [cpu_op("aten::mm", 0, 5)]
+    events += [{"ph": "X", "cat": "mtia_ccp_events", "name": "job", "ts": i, "dur": 1, "pid": 5, "tid": 1} for i in range(20)]
+    trace = write_trace(tmp_path / "t.json", events)
+    res = CliRunner().invoke(main, ["analyze", str(trace), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 0, res.output
+    assert "no CUDA/ROCm kernels (another accelerator's device events: see the warning)" in res.output

@@ -69,6 +69,14 @@ FLEX = KernelFamily(
 )
 #: Our own Triton kernels (``_paged_decode_split_kernel`` and its combine).
 TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode",), op_patterns=())
+#: FlashInfer's kernels (namespace ``flashinfer::``: ``BatchDecodeWithPagedKVCacheKernel``,
+#: ``BatchPrefillWithPagedKVCacheKernel``, ``BatchPrefillWithRaggedKVCacheKernel``, the split-KV merge
+#: ``…MergeStates…``; ``flashinfer/csrc`` of FlashInfer 0.5.3).
+FLASHINFER = KernelFamily(
+    "flashinfer",
+    kernel_patterns=(r"flashinfer", r"BatchDecodeWithPagedKVCache", r"BatchPrefillWith(Paged|Ragged)KVCache", r"MergeStates"),
+    op_patterns=(r"flashinfer",),
+)
 #: Address translation in PyTorch: gather (index) kernels, then any SDPA kernel on the dense copy.
 PAGED_GATHER = KernelFamily(
     "paged-gather",
@@ -79,11 +87,11 @@ PAGED_GATHER = KernelFamily(
 
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
-ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON)
+ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON, FLASHINFER)
 
 #: Every built-in family by name (the ``family`` a cell records in ``results.json``).
 BUILTIN_FAMILIES: dict[str, KernelFamily] = {
-    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, PAGED_GATHER)
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER)
 }
 
 

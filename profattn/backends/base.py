@@ -33,12 +33,17 @@ class Prepared:
         context: factory of a context manager the harness enters around warm-up, timing and profiling
             (e.g. ``sdpa_kernel([FLASH_ATTENTION])``), so its cost stays out of the per-call time.
         notes: set-up facts worth showing in the report (e.g. "block mask built for causal").
+        bind: builds the zero-argument timed call from the inputs (backends that read their own layout).
+        to_contract: see the attribute's comment.
     """
 
     forward: ForwardFn
     context: Callable[[], ContextManager[object]] = contextlib.nullcontext
     notes: tuple[str, ...] = ()
     bind: Callable[["AttentionInputs"], Callable[[], torch.Tensor]] | None = None
+    #: Converts the timed call's output to the ``[B, Hq, Lq, d]`` contract for the correctness check, outside
+    #: every timing (e.g. a packed ``[Σ q_len, Hq, d]`` output of a variable-length kernel); None: already is.
+    to_contract: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def bound(self, inputs: "AttentionInputs") -> Callable[[], torch.Tensor]:
         """The zero-argument call the harness times: ``bind(inputs)`` when the backend reads its own

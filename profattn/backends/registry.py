@@ -24,6 +24,7 @@ from profattn.backends.base import (
     AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
 )
 from profattn.backends.eager import EagerBackend
+from profattn.backends.flashinfer import FLASHINFER_BACKENDS
 from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.plugins import BrokenPlugin, PluginBackend, PluginSpecError, installed_plugins, load_spec
 from profattn.backends.sdpa import SDPA_BACKENDS
@@ -184,5 +185,6 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     return out
 
 
-for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference(), FlexPagedDecode()):
+for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference(), FlexPagedDecode(),
+           *FLASHINFER_BACKENDS):
     register(_b)

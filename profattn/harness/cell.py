@@ -86,6 +86,8 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
             # Same grad mode as the timed calls (inference inputs need no grad, so no graph is built):
             # a compiled backend would otherwise recompile on a grad-mode change.
             out = fwd()
+            if prepared.to_contract is not None and not train:
+                out = prepared.to_contract(out)
             if train:
                 out.backward(inputs.grad_out)
                 grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}

@@ -1,0 +1,289 @@
+"""FlashInfer's serving kernels: batch decode and batch prefill over the paged KV cache, and batch prefill
+over ragged (packed) K/V. Optional: where ``flashinfer`` is not importable (a CPU machine, no wheel) every
+FlashInfer backend is ``unsupported`` with the reason.
+
+API used (FlashInfer 0.5.3, ``flashinfer/decode.py`` and ``flashinfer/prefill.py``):
+``BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph, use_tensor_cores, ...)`` then
+``plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, ...)`` and
+``run(q[B, Hq, d], (k_pages, v_pages))``; ``BatchPrefillWithPagedKVCacheWrapper.plan(qo_indptr, kv_indptr,
+kv_indices, last_page_len, ..., causal=True)`` and ``BatchPrefillWithRaggedKVCacheWrapper.plan(qo_indptr,
+kv_indptr, ..., causal=True)`` with ``run(q[Σq, Hq, d], ...)``. FlashInfer's ``causal`` aligns the query
+block to the end of the keys (its "append" semantics), which is profattn's bottom-right mask.
+
+Our paged cache is already FlashInfer's NHD layout (``[num_pages, page_size, Hkv, d]`` for K and for V,
+passed as a tuple); the block table becomes FlashInfer's CSR page list (:func:`csr_pages`). ``plan()`` is
+host-side set-up and runs in ``bind`` (outside every timed and profiled window). JIT compilation happens
+in :meth:`prepare`, on a tiny problem with the same configuration, and its wall time is a cell note —
+never inside a timing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
+from profattn.families import FLASHINFER
+from profattn.workload import KVLayout, Phase, Workload
+
+#: FlashInfer's recommended float workspace (its docstrings: "The recommended size is 128MB").
+WORKSPACE_BYTES = 128 << 20
+#: Head dimensions FlashInfer 0.5.3 ships kernels for.
+HEAD_DIMS = (64, 128, 256)
+_DTYPES = ("bfloat16", "float16")
+
+
+def flashinfer_reason(device: torch.device) -> str | None:
+    """None when FlashInfer can run on ``device``, else why not (not CUDA; not importable, with the first
+    line of the import error)."""
+    if device.type != "cuda":
+        return "FlashInfer runs on CUDA GPUs only"
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - a broken install may raise anything on import
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return (f"flashinfer is not importable ({type(exc).__name__}: {first}); install profattn[flashinfer] "
+                "(README: carrying the wheels to a machine without internet)")
+    return None
+
+
+def _shape_reason(w: Workload) -> str | None:
+    if w.dtype not in _DTYPES:
+        return f"FlashInfer kernels take bfloat16 or float16, not {w.dtype}"
+    if w.head_dim not in HEAD_DIMS:
+        return f"head_dim {w.head_dim} has no FlashInfer kernel (it ships {', '.join(map(str, HEAD_DIMS))})"
+    return None
+
+
+def csr_pages(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's page list from a block table: ``indptr`` ``[B + 1]`` (int32), ``indices``
+    ``[indptr[-1]]`` (int32, each sequence's pages in logical order) and ``last_page_len`` ``[B]`` (int32,
+    1 … page_size), on the block table's device.
+
+    ``block_table``: ``[B, max_pages]`` int32 (``-1`` past the last page); ``seq_lens``: ``[B]`` int32 tokens.
+
+    Raises:
+        ValueError: a sequence of length 0 (FlashInfer needs ``1 ≤ last_page_len``).
+    """
+    lens = [int(x) for x in seq_lens.tolist()]
+    if any(n < 1 for n in lens):
+        raise ValueError("every sequence needs at least one token")
+    pages = [-(-n // page_size) for n in lens]
+    table = block_table.tolist()
+    indices = [p for b, n in enumerate(pages) for p in table[b][:n]]
+    indptr = [0]
+    for n in pages:
+        indptr.append(indptr[-1] + n)
+    last = [n - (k - 1) * page_size for n, k in zip(lens, pages)]
+    dev = block_table.device
+    as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=dev)  # noqa: E731
+    return as_int(indptr), as_int(indices), as_int(last)
+
+
+def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32, device=device)
+
+
+def pack_rows(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """``[B, H, L_max, d]`` (rows ``0 … lengths[b]−1`` valid) → packed ``[Σ lengths, H, d]``, contiguous."""
+    if all(n == x.shape[2] for n in lengths):
+        return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]).contiguous()
+    return torch.cat([x[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)]).contiguous()
+
+
+def unpack_rows(o: torch.Tensor, lengths: list[int], l_max: int) -> torch.Tensor:
+    """Packed ``[Σ lengths, H, d]`` → ``[B, H, l_max, d]`` (a view when every length is ``l_max``; else a
+    copy whose padding rows are zero)."""
+    b, h, d = len(lengths), o.shape[1], o.shape[2]
+    if all(n == l_max for n in lengths):
+        return o.view(b, l_max, h, d).transpose(1, 2)
+    out = o.new_zeros(b, h, l_max, d)
+    start = 0
+    for i, n in enumerate(lengths):
+        out[i, :, :n] = o[start:start + n].transpose(0, 1)
+        start += n
+    return out
+
+
+def _jit_warmup(make_call) -> float:  # noqa: ANN001
+    """Run ``make_call()()`` once and return its wall time (s): FlashInfer JIT-compiles on first use."""
+    t0 = time.perf_counter()
+    make_call()()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+class FlashInferDecode:
+    """``flashinfer-decode`` / ``flashinfer-decode-tc``: ``BatchDecodeWithPagedKVCacheWrapper`` on the
+    paged cache, with CUDA cores or (``tensor_cores``) its prefill-kernel path for large GQA groups; planned
+    in CUDA-graph mode (fixed buffers), so the harness's graph replay is what a serving engine runs."""
+
+    family = FLASHINFER
+
+    def __init__(self, tensor_cores: bool) -> None:
+        self.tensor_cores = tensor_cores
+        self.name = "flashinfer-decode-tc" if tensor_cores else "flashinfer-decode"
+        self.description = ("FlashInfer batch decode over the paged cache, "
+                            + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        return paged_decode_reason(workload) or _shape_reason(workload) or flashinfer_reason(device)
+
+    def _wrapper(self, device: torch.device, indptr, indices, last, w: Workload):  # noqa: ANN001
+        import flashinfer
+
+        ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            ws, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
+            paged_kv_indptr_buffer=torch.empty_like(indptr), paged_kv_indices_buffer=torch.empty_like(indices),
+            paged_kv_last_page_len_buffer=torch.empty_like(last))
+        dt = getattr(torch, w.dtype)
+        wrapper.plan(indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
+                     pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt)
+        return wrapper
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        w = workload
+        dt = getattr(torch, w.dtype)
+
+        def tiny():
+            pages = torch.randn(2, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
+            one = torch.tensor([0, 1], dtype=torch.int32, device=device)
+            wr = self._wrapper(device, one, one[:1].clone(), torch.tensor([w.page_size], dtype=torch.int32, device=device), w)
+            q = torch.randn(1, w.num_q_heads, w.head_dim, device=device, dtype=dt)
+            return lambda: wr.run(q, (pages, pages))
+
+        jit_s = _jit_warmup(tiny)
+
+        def bind(inputs: AttentionInputs):
+            cache = inputs.paged
+            indptr, indices, last = csr_pages(cache.block_table, cache.seq_lens, cache.page_size)
+            wrapper = self._wrapper(device, indptr, indices, last, w)
+            q = inputs.q[:, :, 0, :].contiguous()
+            out = torch.empty_like(q)
+
+            def call() -> torch.Tensor:
+                return wrapper.run(q, (cache.k_pages, cache.v_pages), out=out).unsqueeze(2)
+
+            return call
+
+        return Prepared(forward=paged_only_forward, bind=bind, notes=(
+            f"FlashInfer {_version()} BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores={self.tensor_cores}, "
+            "CUDA-graph mode; plan() outside the timed window",
+            f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
+        ))
+
+
+class FlashInferPrefill:
+    """``flashinfer-prefill-paged`` (``paged``) / ``flashinfer-prefill-ragged``: batch prefill with the
+    bottom-right causal mask over the paged cache (chunked prefill, mixed batches, and decode through the
+    prefill kernels) or over packed dense K/V. Variable-length calls are packed to FlashInfer's
+    ``[Σ q_len, Hq, d]`` in ``bind`` and unpacked for the correctness check outside the timing."""
+
+    family = FLASHINFER
+    varlen = True
+
+    def __init__(self, paged: bool) -> None:
+        self.paged = paged
+        self.name = "flashinfer-prefill-paged" if paged else "flashinfer-prefill-ragged"
+        self.description = ("FlashInfer batch prefill over the " + ("paged cache" if paged else "packed (ragged) K/V")
+                            + ", causal bottom-right (optional)")
+
+    def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        w = workload
+        if w.phase is Phase.TRAIN:
+            return "FlashInfer has no backward (forward-only serving kernels)"
+        if self.paged and w.kv_layout is not KVLayout.PAGED:
+            return "reads a paged KV cache; this workload's layout is dense"
+        if not self.paged and w.kv_layout is KVLayout.PAGED:
+            return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
+        if w.shared_prefix_len and not self.paged:
+            return "a shared prefix lives in the paged cache"
+        return _shape_reason(w) or flashinfer_reason(device)
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        reason = self.unsupported_reason(workload, device)
+        if reason:
+            raise Unsupported(reason)
+        import flashinfer
+
+        w = workload
+        dt = getattr(torch, w.dtype)
+        causal = w.mask.value == "causal"
+        q_lens, kv_lens = list(w.q_lens), list(w.kv_lens)
+
+        def wrapper_for(qo: list[int], kv: list[int], pages=None):  # noqa: ANN001
+            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            qo_indptr = _indptr(qo, device)
+            if self.paged:
+                indptr, indices, last = pages
+                wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+                wr.plan(qo_indptr, indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
+                        causal=causal, q_data_type=dt, kv_data_type=dt)
+            else:
+                wr = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
+                wr.plan(qo_indptr, _indptr(kv, device), w.num_q_heads, w.num_kv_heads, w.head_dim,
+                        causal=causal, q_data_type=dt, kv_data_type=dt)
+            return wr
+
+        def tiny():
+            n = min(16, w.page_size or 16)
+            q = torch.randn(n, w.num_q_heads, w.head_dim, device=device, dtype=dt)
+            if self.paged:
+                pages = torch.randn(1, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
+                one = torch.tensor([0, 1], dtype=torch.int32, device=device)
+                wr = wrapper_for([n], [n], (one, one[:1].clone(), torch.tensor([n], dtype=torch.int32, device=device)))
+                return lambda: wr.run(q, (pages, pages))
+            k = torch.randn(n, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
+            wr = wrapper_for([n], [n])
+            return lambda: wr.run(q, k, k)
+
+        jit_s = _jit_warmup(tiny)
+        l_max = w.q_len
+
+        def bind(inputs: AttentionInputs):
+            q = pack_rows(inputs.q, q_lens)
+            if self.paged:
+                cache = inputs.paged
+                wr = wrapper_for(q_lens, kv_lens, csr_pages(cache.block_table, cache.seq_lens, cache.page_size))
+                kv = (cache.k_pages, cache.v_pages)
+                return lambda: wr.run(q, kv)
+            k, v = pack_rows(inputs.k, kv_lens), pack_rows(inputs.v, kv_lens)
+            wr = wrapper_for(q_lens, kv_lens)
+            return lambda: wr.run(q, k, v)
+
+        uniform = all(n == l_max for n in q_lens)
+        return Prepared(
+            forward=paged_only_forward if self.paged else _dense_forward_refused, bind=bind,
+            to_contract=None if uniform else (lambda o: unpack_rows(o, q_lens, l_max)),
+            notes=(
+                f"FlashInfer {_version()} {'BatchPrefillWithPagedKVCacheWrapper' if self.paged else 'BatchPrefillWithRaggedKVCacheWrapper'}"
+                f", causal={causal}; Q{'/K/V' if not self.paged else ''} packed to [Σ len, H, d] and plan() outside the timed window",
+                f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
+            ) + (() if uniform else ("output unpacked to [B, Hq, Lq_max, d] for the correctness check, outside the timing",)),
+        )
+
+
+def _dense_forward_refused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    raise Unsupported("this backend packs its inputs in bind")
+
+
+def _version() -> str:
+    try:
+        import flashinfer
+
+        return str(getattr(flashinfer, "__version__", "?"))
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+#: The FlashInfer backends the registry lists (each says why where FlashInfer cannot run).
+FLASHINFER_BACKENDS = (FlashInferDecode(False), FlashInferDecode(True), FlashInferPrefill(True), FlashInferPrefill(False))

@@ -1,0 +1,77 @@
+"""FlashInfer backends: the block table → CSR page list, Q packing for variable-length calls, and the
+reasons they give where FlashInfer cannot run (CPU; the GPU test runs them against the reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from profattn.backends import get_backend
+from profattn.backends.flashinfer import FLASHINFER_BACKENDS, csr_pages, pack_rows, unpack_rows
+from profattn.workload import Workload, get_preset
+
+
+def test_csr_pages_from_a_block_table():
+    # 3 sequences, page size 4: lengths 9 (3 pages, 1 in the last), 4 (1 full page), 6 (2 pages, 2 in the last)
+    table = torch.tensor([[7, 2, 5, -1], [0, -1, -1, -1], [3, 1, -1, -1]], dtype=torch.int32)
+    indptr, indices, last = csr_pages(table, torch.tensor([9, 4, 6], dtype=torch.int32), 4)
+    assert indptr.tolist() == [0, 3, 4, 6] and indices.tolist() == [7, 2, 5, 0, 3, 1] and last.tolist() == [1, 4, 2]
+    assert indptr.dtype == indices.dtype == last.dtype == torch.int32
+    with pytest.raises(ValueError):
+        csr_pages(table, torch.tensor([9, 0, 6], dtype=torch.int32), 4)
+
+
+def test_pack_and_unpack_rows():
+    x = torch.randn(3, 2, 5, 4)  # [B, H, L_max, d]
+    lens = [5, 1, 3]
+    packed = pack_rows(x, lens)
+    assert packed.shape == (9, 2, 4) and packed.is_contiguous()
+    assert torch.equal(packed[0:5], x[0].transpose(0, 1)) and torch.equal(packed[5], x[1, :, 0])
+    assert torch.equal(packed[6:9], x[2, :, :3].transpose(0, 1))
+    back = unpack_rows(packed, lens, 5)
+    assert torch.equal(back[0], x[0]) and torch.equal(back[2, :, :3], x[2, :, :3]) and back[1, :, 1:].abs().sum() == 0
+    uni = torch.randn(2, 3, 4, 8)
+    p = pack_rows(uni, [4, 4])
+    assert torch.equal(unpack_rows(p, [4, 4], 4), uni) and unpack_rows(p, [4, 4], 4).data_ptr() == p.data_ptr()  # a view
+
+
+def test_cpu_reasons():
+    cpu = torch.device("cpu")
+    seed = get_preset("seed").workloads
+    decode = seed[2]
+    for b in FLASHINFER_BACKENDS:
+        assert get_backend(b.name) is b
+    assert get_backend("flashinfer-decode").unsupported_reason(decode, cpu) == "FlashInfer runs on CUDA GPUs only"
+    assert get_backend("flashinfer-prefill-ragged").unsupported_reason(seed[0], cpu) == \
+        "FlashInfer has no backward (forward-only serving kernels)"
+    assert get_backend("flashinfer-prefill-paged").unsupported_reason(seed[1], cpu) == \
+        "reads a paged KV cache; this workload's layout is dense"
+    odd = Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=96,
+                   kv_layout="paged", page_size=16)
+    assert "head_dim 96 has no FlashInfer kernel" in get_backend("flashinfer-decode-tc").unsupported_reason(odd, cpu)
+    fp32 = odd.with_(head_dim=128, dtype="float32")
+    assert "bfloat16 or float16, not float32" in get_backend("flashinfer-decode").unsupported_reason(fp32, cpu)
+    # a varlen call is offered to the prefill backends only
+    assert getattr(get_backend("flashinfer-prefill-paged"), "varlen", False) is True
+    assert getattr(get_backend("flashinfer-decode"), "varlen", False) is False
+
+
+@pytest.mark.gpu
+def test_flashinfer_matches_the_reference_on_the_gpu(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    pytest.importorskip("flashinfer")
+    from profattn.harness.session import SessionConfig, run_session
+    from profattn.results import CellStatus
+    from profattn.workload import Phase
+
+    w = Workload(phase="decode", batch=4, q_len=1, kv_len=300, num_q_heads=16, num_kv_heads=4, head_dim=128,
+                 kv_layout="paged", page_size=16)
+    p = Workload(phase="prefill", batch=2, q_len=64, kv_len=200, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    from profattn.workload import Preset
+
+    run = run_session(SessionConfig(preset=Preset("t", "t", (w, p)), regimes=(Phase.DECODE, Phase.PREFILL),
+                                    backends=FLASHINFER_BACKENDS, device=torch.device("cuda"), out_dir=tmp_path / "r",
+                                    measure_ceilings=False, profile_calls=1))
+    ok = {c.backend for c in run.cells if c.status == CellStatus.OK}
+    assert {"flashinfer-decode", "flashinfer-decode-tc", "flashinfer-prefill-ragged"} <= ok, [(c.backend, c.reason) for c in run.cells]

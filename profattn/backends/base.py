@@ -121,6 +121,17 @@ class BackendInfo:
     phases: tuple[str, ...] = ()
 
 
+def call_shape_reason(backend: object, workload: Workload) -> str | None:
+    """Why ``backend`` cannot take ``workload``'s call shape (None if it can), checked before the backend's own
+    :meth:`Backend.unsupported_reason`: a variable-length call (per-sequence lengths, phase mixed) or a call
+    that appends to the cache is offered only to backends that declare ``varlen = True`` (plugins that do not
+    say so are never handed per-sequence lengths they might ignore)."""
+    if (workload.is_varlen or workload.append) and not getattr(backend, "varlen", False):
+        what = "per-sequence lengths (a variable-length or mixed call)" if workload.is_varlen else "a cache append"
+        return f"takes one uniform q_len/kv_len per call: no {what}"
+    return None
+
+
 def paged_decode_reason(workload: Workload) -> str | None:
     """Why a paged-decode backend cannot run ``workload`` (None if it can): decode, one query, paged layout."""
     from profattn.workload import KVLayout, Phase

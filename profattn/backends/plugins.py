@@ -74,6 +74,11 @@ class PluginBackend:
         self.family: KernelFamily = inner.family
         self.description: str = f"{inner.description} [{origin.label}]"
 
+    @property
+    def varlen(self) -> bool:
+        """Whether the plugin declares it takes variable-length calls (``varlen = True``; default False)."""
+        return getattr(self.inner, "varlen", False) is True
+
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         return self.inner.unsupported_reason(workload, device)
 

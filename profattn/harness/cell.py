@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from profattn.backends.base import Backend, Prepared, Unsupported
+from profattn.backends.base import Backend, Prepared, Unsupported, call_shape_reason
 from profattn.harness.inputs import GRAD_TOLERANCE, AttentionInputs, Reference, check
 from profattn.harness.profiler import ProfiledCall
 from profattn.harness.timing import peak_memory, time_cpu, time_cuda, time_cuda_graph
@@ -63,7 +63,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name)
     who = _plugin_prefix(backend)
     try:
-        reason = backend.unsupported_reason(workload, device)
+        reason = call_shape_reason(backend, workload) or backend.unsupported_reason(workload, device)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin may raise anything, exit() included
         return CellResult(status=CellStatus.ERROR, reason=f"{who}unsupported_reason failed: {error_reason(exc)}", **base), None
     if reason:

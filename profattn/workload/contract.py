@@ -42,11 +42,14 @@ class _NamedEnum(str, enum.Enum):
 
 
 class Phase(_NamedEnum):
-    """Execution regime: ``train`` (forward + backward), ``prefill`` (forward), ``decode`` (forward, few queries)."""
+    """Execution regime: ``train`` (forward + backward), ``prefill`` (forward, many queries per sequence),
+    ``decode`` (forward, one query per sequence), ``mixed`` (one serving step: some sequences in a prefill
+    chunk, others decoding one token, in one call)."""
 
     TRAIN = "train"
     PREFILL = "prefill"
     DECODE = "decode"
+    MIXED = "mixed"
 
 
 class Mask(_NamedEnum):
@@ -143,6 +146,28 @@ def causal_pairs(q_len: int, kv_len: int) -> int:
     return (first + last) * (q_len - lo) // 2
 
 
+#: Longest run-length text :func:`seqs_tag` spells out before it falls back to a digest.
+SEQS_TAG_MAX = 48
+
+
+def seqs_tag(seqs: "Iterable[tuple[int, int]]") -> str:
+    """File-name-safe name of per-sequence lengths, run-length encoded in order:
+    ``((2048, 8192),) * 2 + ((1, 4096),) * 32`` → ``"s2xq2048kv8192-32xq1kv4096"``; longer than
+    :data:`SEQS_TAG_MAX` characters → ``"s"`` + the first 12 hex digits of its SHA-1 (``"s3f9a…"``)."""
+    import hashlib
+
+    groups: list[list] = []
+    for p in seqs:
+        if groups and groups[-1][0] == tuple(p):
+            groups[-1][1] += 1
+        else:
+            groups.append([tuple(p), 1])
+    text = "s" + "-".join((f"{n}x" if n > 1 else "") + f"q{q}kv{k}" for (q, k), n in groups)
+    if len(text) <= SEQS_TAG_MAX:
+        return text
+    return "s" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class Workload:
     """One attention call's shape contract (frozen; validated on construction).
@@ -164,6 +189,12 @@ class Workload:
         kv_len_seed: seed of the length draw.
         shared_prefix_len: tokens at the start of every sequence stored once in shared pages (paged only;
             a multiple of ``page_size``).
+        seqs: a variable-length call: ``(q_len, kv_len)`` of every sequence (``kv_len`` = cached prefix + the
+            ``q_len`` new tokens, so ``q_len ≤ kv_len``); ``batch``, ``q_len`` and ``kv_len`` are then the
+            count and the longest (use :meth:`Workload.varlen`). Empty for a uniform call.
+        append: the call also writes its new tokens' K/V into the paged cache through the block table, as a
+            serving engine does before attending (paged only); its bytes are :meth:`append_traffic`, kept
+            apart from the attention kernel's ledger.
 
     Raises:
         WorkloadError: a field is out of domain.
@@ -183,6 +214,30 @@ class Workload:
     kv_len_dist: str = "uniform"
     kv_len_seed: int = 0
     shared_prefix_len: int = 0
+    seqs: tuple[tuple[int, int], ...] = ()
+    append: bool = False
+
+    @classmethod
+    def varlen(cls, phase: "Phase | str | None", seqs: "Iterable[tuple[int, int]]", **fields_: object) -> "Workload":
+        """A variable-length call from its per-sequence ``(q_len, kv_len)``: ``batch``, ``q_len`` and
+        ``kv_len`` are derived; ``phase`` None infers it (every q_len 1 → decode; none 1 → prefill; both →
+        mixed). Other fields as for the constructor.
+
+        Raises:
+            WorkloadError: no sequence, a length that is not a positive integer, ``q_len > kv_len``, or any
+                constructor check.
+        """
+        pairs = tuple(tuple(p) for p in seqs)
+        if not pairs:
+            raise WorkloadError("a variable-length call needs at least one sequence")
+        for p in pairs:
+            if len(p) != 2 or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in p):
+                raise WorkloadError(f"sequence {p!r}: (q_len, kv_len) must be two positive integers")
+        if phase is None:
+            ones = sum(q == 1 for q, _ in pairs)
+            phase = Phase.DECODE if ones == len(pairs) else Phase.PREFILL if ones == 0 else Phase.MIXED
+        return cls(phase=phase, batch=len(pairs), q_len=max(q for q, _ in pairs), kv_len=max(k for _, k in pairs),
+                   seqs=pairs, **fields_)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", Phase.parse(self.phase))
@@ -212,6 +267,39 @@ class Workload:
                 )
         if self.is_ragged and self.q_len != 1:
             raise WorkloadError("ragged KV lengths are defined for decode (q_len 1) only")
+        if not isinstance(self.append, bool):
+            raise WorkloadError(f"append must be true or false, got {self.append!r}")
+        if self.append and self.kv_layout is not KVLayout.PAGED:
+            raise WorkloadError("append (writing new K/V into the cache) needs kv_layout='paged'")
+        if self.append and self.phase is Phase.TRAIN:
+            raise WorkloadError("append is a serving-call option; training writes no KV cache")
+        self._check_seqs()
+
+    def _check_seqs(self) -> None:
+        seqs = self.seqs
+        if not isinstance(seqs, tuple):
+            object.__setattr__(self, "seqs", seqs := tuple(tuple(p) for p in seqs))
+        if not seqs:
+            if self.phase is Phase.MIXED:
+                raise WorkloadError("a mixed call needs per-sequence lengths (seqs / mix=...)")
+            return
+        for i, p in enumerate(seqs):
+            if (len(p) != 2 or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in p)):
+                raise WorkloadError(f"sequence {i} {p!r}: (q_len, kv_len) must be two positive integers")
+            if p[0] > p[1]:
+                raise WorkloadError(f"sequence {i}: q_len {p[0]} > kv_len {p[1]} (kv_len counts the cached prefix "
+                                    "plus the new tokens)")
+        derived = (len(seqs), max(q for q, _ in seqs), max(k for _, k in seqs))
+        if (self.batch, self.q_len, self.kv_len) != derived:
+            raise WorkloadError(f"batch/q_len/kv_len {(self.batch, self.q_len, self.kv_len)} do not match seqs "
+                                f"{derived} (count, longest q_len, longest kv_len); build it with Workload.varlen")
+        if self.kv_len_dist != "uniform" or self.shared_prefix_len:
+            raise WorkloadError("seqs gives every length explicitly: no kv_len_dist or shared_prefix_len beside it")
+        ones = sum(q == 1 for q, _ in seqs)
+        if self.phase is Phase.DECODE and ones != len(seqs):
+            raise WorkloadError("a decode call has q_len 1 in every sequence; one with prefill chunks is phase=mixed")
+        if self.phase is Phase.MIXED and ones in (0, len(seqs)):
+            raise WorkloadError("a mixed call has both decoding sequences (q_len 1) and prefill chunks (q_len > 1)")
 
     # ---- derived shape facts -------------------------------------------------------------------
     @property
@@ -253,6 +341,10 @@ class Workload:
             tag += f"_{self.kv_len_dist}{self.kv_len_seed}"
         if self.shared_prefix_len:
             tag += f"_prefix{self.shared_prefix_len}"
+        if self.seqs:
+            tag += "_" + seqs_tag(self.seqs)
+        if self.append:
+            tag += "_append"
         return tag
 
     @property
@@ -261,8 +353,25 @@ class Workload:
         return self.kv_len_dist != "uniform"
 
     @property
+    def is_varlen(self) -> bool:
+        """True when the call gives per-sequence lengths (:attr:`seqs`)."""
+        return bool(self.seqs)
+
+    @property
+    def q_lens(self) -> tuple[int, ...]:
+        """Query length of every sequence (``q_len`` is the longest)."""
+        return tuple(q for q, _ in self.seqs) if self.seqs else (self.q_len,) * self.batch
+
+    @property
+    def q_tokens(self) -> int:
+        """Query rows per head in the call: ``Σ q_len_b`` (``B · Lq`` for a uniform call)."""
+        return sum(self.q_lens)
+
+    @property
     def kv_lens(self) -> tuple[int, ...]:
         """KV length of every sequence (``kv_len`` is the longest)."""
+        if self.seqs:
+            return tuple(k for _, k in self.seqs)
         if self.kv_len_dist == "uniform":  # without importing torch (profattn analyze does not need it)
             return (self.kv_len,) * self.batch
         from profattn.workload.paged import ragged_lengths
@@ -284,10 +393,10 @@ class Workload:
     @property
     def attended_pairs(self) -> int:
         """(query, key) pairs computed per query head, summed over the batch, after the mask."""
-        lens = self.kv_lens
+        pairs = zip(self.q_lens, self.kv_lens)
         if self.mask is Mask.CAUSAL:
-            return sum(causal_pairs(self.q_len, n) for n in lens)
-        return sum(self.q_len * n for n in lens)
+            return sum(causal_pairs(q, n) for q, n in pairs)
+        return sum(q * n for q, n in pairs)
 
     @property
     def forward_flops(self) -> int:
@@ -313,17 +422,24 @@ class Workload:
 
     # ---- byte ledger ---------------------------------------------------------------------------
     def traffic(self) -> tuple[TensorTraffic, ...]:
-        """Minimum DRAM traffic of one call, as a ledger: each input read once, each output written once.
+        """Minimum DRAM traffic of one attention call, as a ledger: each input read once, each output written once.
 
         Forward: Q, K, V read; O written. Train adds what a FlashAttention-style backward must move
         (FlashAttention-2 paper, Algorithm 2): the forward's log-sum-exp (fp32, ``[B, Hq, Lq]``) written
         then read; Q, K, V, O, dO read; dQ, dK, dV written. K/V (and dK/dV) use Hkv heads, not Hq.
-        Writing new tokens into the KV cache happens outside the attention call and is not counted.
-        Paged (decode): K and V count the unique token slots (a shared prefix once; ``[tokens, Hkv, d]``),
-        plus the block table (int32) and sequence lengths read once.
+        Writing new tokens into the KV cache is not the attention kernel's: see :meth:`append_traffic`.
+        Paged: K and V count the unique token slots (a shared prefix once; ``[tokens, Hkv, d]``), plus the
+        block table (int32, one entry per page in use) and sequence lengths read once. A variable-length call
+        counts each sequence exactly: Q and O as ``[Σ q_len_b, Hq, d]``, K/V as ``Σ kv_len_b`` token slots
+        (a packed / paged layout; padding a backend adds is its own waste, not part of this minimum), plus
+        the per-sequence query offsets (int32, B + 1).
         """
         s = self.itemsize
-        q, kv = self.q_shape, self.kv_shape
+        q: tuple[int, ...] = self.q_shape
+        kv: tuple[int, ...] = self.kv_shape
+        if self.seqs:
+            q = (self.q_tokens, self.num_q_heads, self.head_dim)
+            kv = (sum(self.kv_lens), self.num_kv_heads, self.head_dim)
         if self.kv_layout is KVLayout.PAGED:
             kv = (self.unique_kv_tokens, self.num_kv_heads, self.head_dim)
         fwd = [
@@ -333,12 +449,13 @@ class Workload:
             TensorTraffic("O", q, s, writes=1),
         ]
         if self.kv_layout is KVLayout.PAGED:
-            pages = sum(-(-n // self.page_size) for n in self.kv_lens)
-            fwd.append(TensorTraffic("block_table", (pages,), 4, reads=1))
+            fwd.append(TensorTraffic("block_table", (self.pages_in_use,), 4, reads=1))
             fwd.append(TensorTraffic("seq_lens", (self.batch,), 4, reads=1))
+        if self.seqs:
+            fwd.append(TensorTraffic("q_offsets", (self.batch + 1,), 4, reads=1))
         if self.phase is not Phase.TRAIN:
             return tuple(fwd)
-        lse = (self.batch, self.num_q_heads, self.q_len)
+        lse = (self.num_q_heads, self.q_tokens)
         return (
             TensorTraffic("Q", q, s, reads=2),
             TensorTraffic("K", kv, s, reads=2, kv=True),
@@ -350,6 +467,31 @@ class Workload:
             TensorTraffic("dK", kv, s, writes=1, kv=True),
             TensorTraffic("dV", kv, s, writes=1, kv=True),
         )
+
+    @property
+    def pages_in_use(self) -> int:
+        """Pages the block table addresses (paged layout): ``Σ ⌈kv_len_b / page_size⌉``; 0 for a dense cache."""
+        if self.kv_layout is not KVLayout.PAGED:
+            return 0
+        return sum(-(-n // self.page_size) for n in self.kv_lens)  # type: ignore[operator]
+
+    def append_traffic(self) -> tuple[TensorTraffic, ...]:
+        """The cache append's minimum traffic (empty unless :attr:`append`): the new tokens' K and V
+        (``[Σ q_len_b, Hkv, d]`` each) read once and written once into their cache slots, and the slot of every
+        new token (int64, as vLLM's ``reshape_and_cache`` takes its ``slot_mapping``) read once."""
+        if not self.append:
+            return ()
+        new = (self.q_tokens, self.num_kv_heads, self.head_dim)
+        return (
+            TensorTraffic("K_new", new, self.itemsize, reads=1, writes=1, kv=True),
+            TensorTraffic("V_new", new, self.itemsize, reads=1, writes=1, kv=True),
+            TensorTraffic("slot_mapping", (self.q_tokens,), 8, reads=1),
+        )
+
+    @property
+    def append_bytes(self) -> int:
+        """Total bytes of :meth:`append_traffic` (0 without ``append``)."""
+        return sum(t.bytes_total for t in self.append_traffic())
 
     @property
     def requested_bytes(self) -> int:
@@ -374,15 +516,17 @@ class Workload:
 
     @property
     def input_bytes(self) -> int:
-        """Bytes of the call's own inputs: Q, K, V (plus dO for train); a paged pool holds as many K/V bytes."""
+        """Bytes of the call's own inputs: Q, K, V (plus dO for train); a paged pool holds as many K/V bytes.
+        Dense tensors of a variable-length call are padded to the longest sequence (the harness builds
+        ``[B, H, L_max, d]`` tensors; the packed minimum is in :meth:`traffic`)."""
         q = self.batch * self.num_q_heads * self.q_len * self.head_dim * self.itemsize
         kv = 2 * self.batch * self.num_kv_heads * self.kv_len * self.head_dim * self.itemsize
         return q + kv + (q if self.phase is Phase.TRAIN else 0)
 
     @property
     def tokens_per_call(self) -> int:
-        """Tokens one call processes: ``B · Lq`` (decode: ``B`` new tokens per step)."""
-        return self.batch * self.q_len
+        """Tokens one call processes: ``Σ q_len_b`` (``B · Lq``; decode: ``B`` new tokens per step)."""
+        return self.q_tokens
 
     def with_(self, **changes: object) -> "Workload":
         """A copy with ``changes`` applied (validated again)."""
@@ -405,6 +549,8 @@ class Workload:
             "kv_len_dist": self.kv_len_dist,
             "kv_len_seed": self.kv_len_seed,
             "shared_prefix_len": self.shared_prefix_len,
+            "seqs": [list(p) for p in self.seqs],
+            "append": self.append,
             "kv_lens": list(self.kv_lens),
             "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,
@@ -419,5 +565,9 @@ class Workload:
     def from_dict(cls, data: dict[str, object]) -> "Workload":
         """Inverse of :meth:`to_dict` (derived keys ignored)."""
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
-                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len")
-        return cls(**{k: data[k] for k in fields_ if k in data})  # type: ignore[arg-type]
+                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append")
+        values = {k: data[k] for k in fields_ if k in data}
+        seqs = data.get("seqs") or ()
+        if not isinstance(seqs, (list, tuple)) or any(not isinstance(p, (list, tuple)) for p in seqs):
+            raise WorkloadError(f"seqs must be a list of [q_len, kv_len] pairs, got {seqs!r}")
+        return cls(**values, seqs=tuple(tuple(p) for p in seqs))  # type: ignore[arg-type]

@@ -1,60 +1,176 @@
-"""The ``--workload`` text of a :class:`Workload`: ``field=value`` pairs, written and read back."""
+"""The ``--workload`` text of a :class:`Workload`, written and read back.
+
+Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored)::
+
+    spec     := item ("," item)*
+    item     := field "=" value
+    field    := a Workload field name, or an alias:
+                b=batch  q=q_len  kv=kv_len  hq=num_q_heads  hkv=num_kv_heads  d=head_dim
+                page=page_size (also sets kv_layout=paged)  layout=kv_layout  dist=kv_len_dist
+                seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs
+    seqs     := group ("+" group)*            -- per-sequence lengths of a variable-length call, in order
+    group    := [count "x"] "(" "q" int "," "kv" int ")"
+    append   := true | false | 1 | 0
+
+Examples: ``phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16`` (uniform decode);
+``mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16,append=true`` (a serving step: two
+prompts' prefill chunks of 2048 new tokens over 8192-token contexts beside 32 sequences decoding one token
+over 4096; the phase, batch, q_len and kv_len follow from ``mix``: here ``mixed``, 34, 2048, 8192).
+Every error names the item or token that is wrong.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 
 from profattn.errors import WorkloadError
-from profattn.workload.contract import Workload
-
+from profattn.workload.contract import KVLayout, Workload
 
 _INT_FIELDS = ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "kv_len_seed",
                "shared_prefix_len")
 _STR_FIELDS = ("phase", "dtype", "mask", "kv_layout", "kv_len_dist")
+_OTHER_FIELDS = ("seqs", "append")
+#: Short names accepted for fields (the left column of the module docstring's grammar).
+ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv": "num_kv_heads", "d": "head_dim",
+           "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
+           "prefix": "shared_prefix_len", "mix": "seqs"}
+_SHAPE = ("num_q_heads", "num_kv_heads", "head_dim")
+_GROUP = re.compile(r"^(?:(\d+)\s*x\s*)?\(\s*q\s*(\d+)\s*,\s*kv\s*(\d+)\s*\)$")
+#: Most sequences one ``mix=`` may describe (a bound before anything is allocated from the text).
+MAX_SEQS = 1 << 16
 
 
 def workload_spec(w: "Workload") -> str:
     """The ``profattn profile --workload`` text of ``w``: comma-separated ``field=value`` of every field
-    that differs from its default (phase and the shape always), e.g.
+    that differs from its default (phase and the shape always; ``seqs=`` in the group grammar for a
+    variable-length call), e.g.
     ``phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,dtype=bfloat16``.
     :func:`parse_workload_spec` reads it back."""
     defaults = {f.name: f.default for f in fields(Workload)}
     parts = []
+    sized = ("batch", "q_len", "kv_len")
     for name in (*_STR_FIELDS[:1], *_INT_FIELDS[:6], *_STR_FIELDS[1:], *_INT_FIELDS[6:]):
+        if w.seqs and name in sized:
+            continue
         value = getattr(w, name)
         value = getattr(value, "value", value)
         if name in ("phase", "dtype") or name in _INT_FIELDS[:6] or value != getattr(defaults[name], "value", defaults[name]):
             parts.append(f"{name}={value}")
+    if w.seqs:
+        parts.append(f"seqs={seqs_spec(w.seqs)}")
+    if w.append:
+        parts.append("append=true")
     return ",".join(parts)
 
 
-def parse_workload_spec(text: str) -> "Workload":
-    """A :class:`Workload` from ``field=value`` pairs separated by commas (see :func:`workload_spec`);
-    the fields are the dataclass's, ``mask``/``kv_layout``/``dtype`` take the same names as in Python.
+def seqs_spec(seqs: "tuple[tuple[int, int], ...]") -> str:
+    """``seqs`` in the group grammar, run-length encoded in order: ``2x(q2048,kv8192)+32x(q1,kv4096)``."""
+    groups: list[list] = []
+    for p in seqs:
+        if groups and groups[-1][0] == p:
+            groups[-1][1] += 1
+        else:
+            groups.append([p, 1])
+    return "+".join((f"{n}x" if n > 1 else "") + f"(q{q},kv{k})" for (q, k), n in groups)
+
+
+def parse_seqs(text: str) -> tuple[tuple[int, int], ...]:
+    """Per-sequence ``(q_len, kv_len)`` from the group grammar (``2x(q2048,kv8192)+32x(q1,kv4096)``).
 
     Raises:
-        WorkloadError: an unknown field, a repeated field, a value that is not an integer where one is
-            needed, a missing shape field, or any invalid combination (message says which).
+        WorkloadError: a group that does not match ``[N x](qINT,kvINT)`` (the message quotes it), a count
+            or length of 0, or more than :data:`MAX_SEQS` sequences in all.
+    """
+    out: list[tuple[int, int]] = []
+    for raw in str(text).split("+"):
+        group = raw.strip()
+        m = _GROUP.match(group)
+        if not m:
+            raise WorkloadError(f"--workload: mix group {group!r} is not [N x](qINT,kvINT), e.g. 32x(q1,kv4096)")
+        count = int(m.group(1)) if m.group(1) is not None else 1
+        q, kv = int(m.group(2)), int(m.group(3))
+        if count < 1 or q < 1 or kv < 1:
+            raise WorkloadError(f"--workload: mix group {group!r}: count, q and kv must be positive")
+        if len(out) + count > MAX_SEQS:
+            raise WorkloadError(f"--workload: mix group {group!r}: more than {MAX_SEQS:,} sequences in one call")
+        out.extend([(q, kv)] * count)
+    return tuple(out)
+
+
+def _items(text: str) -> list[str]:
+    """Split ``text`` on the commas outside parentheses. Raises WorkloadError on unbalanced parentheses."""
+    items, depth, cur = [], 0, []
+    for ch in str(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise WorkloadError(f"--workload {text!r}: unbalanced ')'")
+        if ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise WorkloadError(f"--workload {text!r}: unbalanced '('")
+    items.append("".join(cur))
+    return items
+
+
+def parse_workload_spec(text: str) -> "Workload":
+    """A :class:`Workload` from the ``--workload`` grammar (see the module docstring); the fields are the
+    dataclass's or their aliases, ``mask``/``kv_layout``/``dtype`` take the same names as in Python.
+
+    Raises:
+        WorkloadError: an item that is not field=value, an unknown field, a field given twice (also through
+            its alias), a value that is not an integer where one is needed, a malformed ``mix`` group, a
+            missing shape field, ``batch``/``q_len``/``kv_len`` beside ``mix``, or any invalid combination
+            (the message says which).
     """
     values: dict[str, object] = {}
-    for part in (p.strip() for p in str(text).split(",")):
+    given_as: dict[str, str] = {}
+    valid = (*_STR_FIELDS, *_INT_FIELDS, *_OTHER_FIELDS)
+    for part in (p.strip() for p in _items(text)):
         if not part:
             continue
-        name, eq, raw = part.partition("=")
-        name, raw = name.strip(), raw.strip()
+        key, eq, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
         if not eq or not raw:
             raise WorkloadError(f"--workload {text!r}: {part!r} is not field=value")
-        if name not in (*_INT_FIELDS, *_STR_FIELDS):
-            raise WorkloadError(f"--workload: unknown field {name!r}; valid: {', '.join((*_STR_FIELDS, *_INT_FIELDS))}")
+        name = ALIASES.get(key, key)
+        if name not in valid:
+            raise WorkloadError(f"--workload: unknown field {key!r}; valid: {', '.join(valid)} "
+                                f"(aliases: {', '.join(ALIASES)})")
         if name in values:
-            raise WorkloadError(f"--workload: {name} given twice")
+            raise WorkloadError(f"--workload: {name} given twice ({given_as[name]!r} and {key!r})")
+        given_as[name] = key
         if name in _INT_FIELDS:
             try:
                 values[name] = int(raw)
             except ValueError:
-                raise WorkloadError(f"--workload: {name} must be an integer, got {raw!r}") from None
+                raise WorkloadError(f"--workload: {key} must be an integer, got {raw!r}") from None
+        elif name == "seqs":
+            values[name] = parse_seqs(raw)
+        elif name == "append":
+            flag = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(raw.lower())
+            if flag is None:
+                raise WorkloadError(f"--workload: append must be true or false, got {raw!r}")
+            values[name] = flag
         else:
             values[name] = raw
+    if "page_size" in values and "kv_layout" not in values:
+        values["kv_layout"] = KVLayout.PAGED.value
+    if "seqs" in values:
+        clash = [given_as[n] for n in ("batch", "q_len", "kv_len") if n in values]
+        if clash:
+            raise WorkloadError(f"--workload: {', '.join(clash)} follow from mix=...; give either mix or {', '.join(clash)}")
+        missing = [n for n in _SHAPE if n not in values]
+        if missing:
+            raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")
+        seqs = values.pop("seqs")
+        return Workload.varlen(values.pop("phase", None), seqs, **values)  # type: ignore[arg-type]
     missing = [n for n in ("phase", *_INT_FIELDS[:6]) if n not in values]
     if missing:
         raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")

@@ -129,8 +129,9 @@ class CellEvidence:
 
     ``query_rows`` = B·Hq·Lq; ``ctas`` / ``ctas_per_sm`` of the dominant kernel per launch (``num_sms``: the
     run's SM count); ``persistent_grid``: exactly one CTA per SM; ``underfilled``: fewer CTAs than SMs;
-    ``kv_gbps`` = K/V bytes / latency (GB = 1e9); ``copy_fraction`` = kv_gbps / measured copy GB/s;
-    ``floor_us`` = requested bytes / copy ceiling (µs); ``gpu_time_us``: the cell's kernels per call (µs);
+    ``kv_gbps`` = K/V bytes / latency (GB = 1e9); ``bandwidth_fraction`` = kv_gbps / the run's memory roof
+    (:attr:`Ceilings.bandwidth_gbps`: the read-only stream where measured, else the copy; ``bandwidth_kind``
+    says which); ``floor_us`` = requested bytes / that roof (µs); ``gpu_time_us``: the cell's kernels per call (µs);
     ``launch_bound``: the kernels run under :data:`LAUNCH_BOUND_FRACTION` of the latency; ``graph_replay``:
     the latency is the CUDA-graph replay time; ``ledger``: measured bytes (None without counters).
     """
@@ -148,11 +149,12 @@ class CellEvidence:
     kernels_per_call: float | None
     dominant_kernel: str | None
     kv_gbps: float | None
-    copy_fraction: float | None
+    bandwidth_fraction: float | None
     floor_us: float | None
     gpu_time_us: float | None = None
     graph_replay: bool = False
     ledger: ByteLedger | None = None
+    bandwidth_kind: str = "copy"
 
     @property
     def persistent_grid(self) -> bool:
@@ -186,7 +188,7 @@ def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
             top = cell.trace.kernels[0]
             ctas = top.ctas
             ctas_sm = ctas / sms if ctas is not None and sms else None
-    ceiling = run.ceilings.copy_gbps if run.ceilings else None
+    ceiling = run.ceilings.bandwidth_gbps if run.ceilings else None
     kv = cell.kv_gbps
     return CellEvidence(
         backend=cell.backend,
@@ -202,11 +204,12 @@ def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
         kernels_per_call=kpc,
         dominant_kernel=dom,
         kv_gbps=kv,
-        copy_fraction=kv / ceiling if kv is not None and ceiling else None,
+        bandwidth_fraction=kv / ceiling if kv is not None and ceiling else None,
         floor_us=w.requested_bytes / (ceiling * 1e9) * 1e6 if ceiling else None,
         gpu_time_us=gpu,
         graph_replay=cell.graph_timing is not None,
         ledger=byte_ledger(cell) if cell.counters is not None else None,
+        bandwidth_kind=run.ceilings.bandwidth_kind if run.ceilings else "copy",
     )
 
 

@@ -88,10 +88,11 @@ def reasons(row: WorkloadVerdict, v: Verdict) -> tuple[str, ...]:
         for e in cells:
             if e.kv_gbps is None:
                 continue
-            frac = f" ({e.copy_fraction:.0%} of the measured copy bandwidth)" if e.copy_fraction is not None else ""
+            frac = (f" ({e.bandwidth_fraction:.0%} of the measured {e.bandwidth_kind} bandwidth)"
+                    if e.bandwidth_fraction is not None else "")
             parts.append(f"{e.backend} streams them at {e.kv_gbps:,.0f} GB/s{frac}")
         floor = cells[0].floor_us
-        floor_txt = f"; the byte floor at the copy ceiling is {fmt_us(floor)}" if floor is not None else ""
+        floor_txt = f"; the byte floor at the {cells[0].bandwidth_kind} ceiling is {fmt_us(floor)}" if floor is not None else ""
         out.append(
             f"KV access: K/V hold {kv_mb:,.1f} MB (Hkv = {w.num_kv_heads} heads, GQA group {w.group_size}); "
             + ("; ".join(parts) if parts else "no timing")

@@ -344,6 +344,18 @@ class Ceilings:
     read_bytes: int | None = None
     read_method: str = ""
 
+    @property
+    def bandwidth_gbps(self) -> float:
+        """The memory roof every bandwidth fraction uses: the read-only stream where measured (decode reads its
+        K/V and writes almost nothing; a copy's read + write rate sits below what a reader reaches), else the
+        copy bandwidth (runs made before the read ceiling existed)."""
+        return self.read_gbps if self.read_gbps else self.copy_gbps
+
+    @property
+    def bandwidth_kind(self) -> str:
+        """``"read"`` or ``"copy"``: which measurement :attr:`bandwidth_gbps` is."""
+        return "read" if self.read_gbps else "copy"
+
 
 @dataclass(frozen=True)
 class RunResult:

@@ -286,3 +286,16 @@ def test_undecided_verdicts_are_typed():
     assert headline(v.rows[2], v) == ("decode kv 8192 (page 16): a wins at 8.00 µs, the only eligible cell "
                                       "(this run has no training workload to compare with)")
     assert summary(v) == "This run has no training workload; winners: decode kv 8192 (page 16) → a."
+
+
+def test_bandwidth_fractions_use_the_read_ceiling_where_measured():
+    """A run with a read-only stream ceiling reports K/V bandwidth against it, not against the copy."""
+    c = cell(D8192, "sdpa-flash", 53.3, kernels=(kernel(SPLITKV, 224, 44),))
+    ceil = Ceilings(4263.0, 2 << 30, 690.0, 8192, "bfloat16", "test", read_gbps=4697.0, read_bytes=4 << 30, read_method="triton")
+    r = replace(run([c]), ceilings=ceil)
+    e = evidence(c, r)
+    assert e.bandwidth_kind == "read" and abs(e.bandwidth_fraction - 134_217_728 / 53.3e-6 / 1e9 / 4697.0) < 1e-12
+    assert abs(e.floor_us - D8192.requested_bytes / 4697e9 * 1e6) < 1e-9
+    text = " ".join(reasons(verdict(r).rows[0], verdict(r)))
+    assert "2,518 GB/s (54% of the measured read bandwidth)" in text and "byte floor at the read ceiling" in text
+    assert ceil.bandwidth_gbps == 4697.0 and replace(ceil, read_gbps=None).bandwidth_gbps == 4263.0

@@ -9,6 +9,7 @@ one value two ways.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 __all__ = [
@@ -29,8 +30,6 @@ __all__ = [
     "launch_cells",
     "short_kernel_name",
 ]
-
-import math
 
 
 #: Shown for a value that was not measured (no timing, no trace).
@@ -203,7 +202,7 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     head = head.strip()
     # a return type before the function (``std::enable_if<…>::type ns::f<…>``): keep what follows it
     while True:
-        before, rest = _split_top(head, " ")
+        _, rest = _split_top(head, " ")
         if not rest:
             break
         head = rest.strip()

@@ -9,6 +9,9 @@ one value two ways.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 __all__ = [
     "MISSING",
     "causal_text",
@@ -19,11 +22,15 @@ __all__ = [
     "fmt_opt",
     "fmt_rate",
     "fmt_shape",
+    "fmt_sig",
     "fmt_span",
     "fmt_us",
     "fmt_us_column",
+    "flops_unit",
     "launch_cells",
+    "short_kernel_name",
 ]
+
 
 #: Shown for a value that was not measured (no timing, no trace).
 MISSING = "–"
@@ -64,22 +71,60 @@ def fmt_bytes(v: float | None) -> str:
     return f"{v:,.0f} B"
 
 
-def fmt_rate(v: float | None, unit: str, ceiling: float | None = None) -> str:
-    """A rate with its unit (``812.3 GB/s``; no decimal from 1000 up: ``3,900 GB/s``) and, when a measured
-    ``ceiling`` in the same unit exists, its fraction of it (``3,900 GB/s (87%)``); "–" for None."""
+def fmt_sig(v: float | None, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits, never rounded to zero: ``0.0412``, ``5.58``, ``55.8``;
+    from ``10**digits`` up (and from 100 up with 3 digits) an integer with thousands separators:
+    ``576``, ``4,287``. Exactly 0 is ``0``; "–" for None."""
     if v is None:
         return MISSING
-    s = f"{v:,.1f} {unit}" if v < 1000 else f"{v:,.0f} {unit}"
-    return f"{s} ({v / ceiling:.0%})" if ceiling else s
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    decimals = digits - 1 - math.floor(math.log10(abs(v)))
+    if decimals <= 0:
+        return f"{v:,.0f}"
+    s = f"{v:,.{decimals}f}"
+    # rounding can carry into a new digit (9.996 → "10.00"): drop the extra decimal
+    return f"{v:,.{decimals - 1}f}" if len(s.replace(",", "").replace("-", "").replace(".", "").lstrip("0")) > digits else s
 
 
-def fmt_flops_rate(tflops: float | None, ceiling: float | None = None) -> str:
-    """TFLOP/s (``412.5 TFLOP/s``), or GFLOP/s below 1 TFLOP/s (CPU runs: ``12.3 GFLOP/s``), with the
-    fraction of a measured ``ceiling`` in TFLOP/s; "–" for None."""
+def _fraction(v: float, ceiling: float | None) -> str:
+    """`` (58%)``, `` (5.8%)``, `` (0.074%)``: a fraction of a ceiling with two significant digits."""
+    return f" ({fmt_sig(100 * v / ceiling, 2)}%)" if ceiling else ""
+
+
+def fmt_rate(v: float | None, unit: str, ceiling: float | None = None, *, bare: bool = False) -> str:
+    """A rate with three significant digits and its unit (``57.6 GB/s``, ``0.0412 GB/s``, ``4,287 GB/s``: no
+    rate prints as 0) and, when a measured ``ceiling`` in the same unit exists, its fraction of it
+    (``3,900 GB/s (91%)``); ``bare``: without the unit (a column whose header carries it). "–" for None."""
+    if v is None:
+        return MISSING
+    return fmt_sig(v) + ("" if bare else f" {unit}") + _fraction(v, ceiling)
+
+
+#: FLOP-rate units :func:`fmt_flops_rate` prints, with their size in TFLOP/s.
+FLOPS_UNITS: dict[str, float] = {"TFLOP/s": 1.0, "GFLOP/s": 1e-3}
+
+
+def flops_unit(tflops: Iterable[float | None]) -> str:
+    """The one unit for a column of FLOP rates (TFLOP/s in): ``"TFLOP/s"`` when any value reaches
+    1 TFLOP/s, else ``"GFLOP/s"`` (CPU runs), so a header can carry the unit of every value under it."""
+    vals = [v for v in tflops if v is not None]
+    return "TFLOP/s" if not vals or max(vals) >= 1 else "GFLOP/s"
+
+
+def fmt_flops_rate(tflops: float | None, ceiling: float | None = None, *, unit: str | None = None,
+                   bare: bool = False) -> str:
+    """A FLOP rate given in TFLOP/s, with three significant digits, in ``unit`` (``"TFLOP/s"`` or
+    ``"GFLOP/s"``; None: TFLOP/s from 1 TFLOP/s up, else GFLOP/s — ``395 TFLOP/s``, ``261 GFLOP/s``,
+    ``0.0123 GFLOP/s``), with the fraction of a measured ``ceiling`` in TFLOP/s; ``bare``: without the
+    unit (a column whose header carries it, see :func:`flops_unit`). "–" for None.
+
+    Raises:
+        KeyError: ``unit`` is not one of :data:`FLOPS_UNITS`."""
     if tflops is None:
         return MISSING
-    s = f"{tflops:,.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:,.1f} GFLOP/s"
-    return f"{s} ({tflops / ceiling:.0%})" if ceiling else s
+    unit = unit or flops_unit([tflops])
+    return fmt_rate(tflops / FLOPS_UNITS[unit], unit, bare=bare) + _fraction(tflops, ceiling)
 
 
 def fmt_count(v: float | None) -> str:
@@ -126,3 +171,48 @@ def launch_cells(grid: tuple[int, ...] | None, block: tuple[int, ...] | None, *,
         "registers": "n/a" if registers is None else str(registers), "smem": fmt_bytes(smem_bytes),
         "blocks_per_sm": fmt_opt(blocks_per_sm, ".2f"), "ctas_per_sm": fmt_opt(ctas_per_sm, ".2f"),
     }
+
+
+#: Kernel names that say nothing alone (CUTLASS's ``Kernel2<Op>``, cuBLAS's ``gemvx::kernel<…>``).
+_GENERIC_KERNEL_NAMES = frozenset({"kernel", "Kernel", "Kernel2", "device_kernel"})
+
+
+def _split_top(s: str, stops: str) -> tuple[str, str]:
+    """``s`` cut at its first character in ``stops`` outside ``<>``/``()`` nesting: (before, from there)."""
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch in stops and depth == 0:
+            return s[:i], s[i:]
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+    return s, ""
+
+
+def short_kernel_name(name: str, width: int = 60) -> str:
+    """A demangled kernel name cut to what identifies it in a table: the function's own name without
+    namespaces, template arguments, parameters or return type (``void pytorch_flash::flash_fwd_kernel<…>(…)``
+    → ``flash_fwd_kernel``; ``std::enable_if<…>::type internal::gemvx::kernel<…>(…)`` → ``gemvx::kernel``;
+    ``void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nt_align1>(…)`` →
+    ``cutlass_80_simt_sgemm_128x128_8x4_nt_align1``), then cut to ``width`` characters with "…".
+    Show the full name beside it (a ``title``)."""
+    n = name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon").strip().removeprefix("void ").strip()
+    head, _ = _split_top(n, "(")
+    head = head.strip()
+    # a return type before the function (``std::enable_if<…>::type ns::f<…>``): keep what follows it
+    while True:
+        _, rest = _split_top(head, " ")
+        if not rest:
+            break
+        head = rest.strip()
+    qual, targs = _split_top(head, "<")
+    parts = [p for p in qual.split("::") if p]
+    short = parts[-1] if parts else n
+    if short in _GENERIC_KERNEL_NAMES:
+        first_arg = _split_top(targs[1:], ",>")[0].strip().rsplit("::", 1)[-1] if targs else ""
+        if "_" in first_arg:  # a generated operation's name (CUTLASS): that is the kernel
+            short = first_arg
+        elif len(parts) > 1:
+            short = f"{parts[-2]}::{short}"
+    return short if len(short) <= width else short[: width - 1] + "…"

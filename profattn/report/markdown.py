@@ -56,24 +56,32 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
 
 
 def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
-    """A run as Markdown: environment line, verdict, the result matrix (winners in bold)."""
+    """A run as Markdown: environment line, verdict, the result matrix (winners in bold; workloads by their
+    short label; rates in the unit their header names, three significant digits; an eager column only
+    where some cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.analysis.verdict import ranked_cells, verdict
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
+    from profattn.report.run import matrix_columns, workload_labels
     from profattn.report.verdict import render_verdict
 
     v = render_verdict(verdict(run))
     e = run.environment
     copy = run.ceilings.copy_gbps if run.ceilings else None
     mm = run.ceilings.matmul_tflops if run.ceilings else None
+    cols = matrix_columns(run)
+    unit, eager = cols["flops_unit"], cols["eager"]
+    labels = workload_labels(run)
     table = []
     for rc in ranked_cells(run):
         c = rc.cell
         t = c.graph_timing or c.timing
         table.append([
-            ("**" + c.backend + "** 🏆") if rc.winner else c.backend, c.workload.tag, c.status.value,
+            ("**" + c.backend + "** 🏆") if rc.winner else c.backend, labels[c.workload.tag], c.status.value,
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
-            fmt_us(c.eager_latency_us), fmt_rate(c.achieved_gbps, "GB/s", copy), fmt_flops_rate(c.achieved_tflops, mm),
+            *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", copy, bare=True),
+            fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
             fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
+    headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
 
     def render(cap: int | None) -> str:
@@ -87,7 +95,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         if headline_rows:
             parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
         parts += ["### Result matrix",
-                  md_table(["backend", "workload", "status", "latency", "eager", "GB/s", "TFLOP/s", "out err", "reason"], table, cap)]
+                  md_table(headers, table, cap)]
         return "\n\n".join(parts) + "\n"
 
     return fit(render, limit)

@@ -18,6 +18,7 @@ from profattn.analysis.cells import kernel_stem
 from profattn.analysis.ledgers import ByteLedger, FlopLedger, byte_ledger, flop_ledger
 from profattn.analysis.verdict import ranked_cells, runner_up, verdict, winners, within_noise
 from profattn.report.format import (
+    flops_unit,
     fmt_bytes,
     fmt_count,
     fmt_err,
@@ -25,13 +26,15 @@ from profattn.report.format import (
     fmt_opt,
     fmt_rate,
     fmt_shape,
+    fmt_sig,
     fmt_span,
     fmt_us,
     launch_cells,
+    short_kernel_name,
 )
 from profattn.report.render import render, write_html_file
 from profattn.results import CellResult, CellStatus, RunResult
-from profattn.workload import Phase
+from profattn.workload import Phase, Workload
 
 PHASE_ORDER = [p.value for p in Phase]
 
@@ -39,55 +42,108 @@ PHASE_ORDER = [p.value for p in Phase]
 # ---- rows ----------------------------------------------------------------------------------------
 
 
+def workload_order(run: RunResult) -> list[Workload]:
+    """The run's workloads in matrix order: phase (train → prefill → decode), then batch, page size,
+    ragged and shared-prefix batches after uniform ones, then kv_len — so a sweep's series read down."""
+    ws = {c.workload.tag: c.workload for c in run.cells}
+    return sorted(ws.values(), key=lambda w: (PHASE_ORDER.index(w.phase.value), w.batch, w.page_size or 0,
+                                              w.is_ragged, w.shared_prefix_len or 0, w.kv_len, w.q_len, w.tag))
+
+
+def workload_labels(run: RunResult) -> dict[str, str]:
+    """Workload tag → its short label (:func:`profattn.report.verdict.workload_label`, e.g.
+    ``"decode kv 8192 (B=4, page 16)"``); where two workloads of the run share a label (they differ in a
+    field the label leaves out, such as heads or dtype) both keep their full tag."""
+    from profattn.report.verdict import workload_label
+
+    ws = workload_order(run)
+    labels = {w.tag: workload_label(w) for w in ws}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {tag: label if counts[label] == 1 else tag for tag, label in labels.items()}
+
+
+def run_backends(run: RunResult) -> list[str]:
+    """The run's backends in the order its cells name them (the order they were measured)."""
+    return list(dict.fromkeys(c.backend for c in run.cells))
+
+
 def workload_rows(run: RunResult) -> list[dict[str, Any]]:
     """One row per workload of the run: the shape contract and its FLOP and byte ledgers. Not
     :func:`profattn.report.analyze.call_group_rows` (attention calls found in a trace, grouped)."""
-    seen: dict[str, dict[str, Any]] = {}
-    for c in run.cells:
-        w = c.workload
-        if w.tag in seen:
-            continue
-        seen[w.tag] = {
-            "tag": w.tag, "phase": w.phase.value, "batch": w.batch, "q_len": w.q_len, "kv_len": w.kv_len,
-            "heads": f"{w.num_q_heads}/{w.num_kv_heads}", "group": w.group_size, "head_dim": w.head_dim,
-            "dtype": w.dtype, "mask": w.mask.value, "layout": w.kv_layout.value,
-            "flops": fmt_count(w.flops), "requested": fmt_bytes(w.requested_bytes), "kv_bytes": fmt_bytes(w.kv_bytes),
-            "intensity": f"{w.arithmetic_intensity:,.1f}",
-        }
-    return list(seen.values())
+    labels = workload_labels(run)
+    return [{
+        "tag": w.tag, "label": labels[w.tag], "phase": w.phase.value, "batch": w.batch, "q_len": w.q_len,
+        "kv_len": w.kv_len, "heads": f"{w.num_q_heads}/{w.num_kv_heads}", "group": w.group_size,
+        "head_dim": w.head_dim, "dtype": w.dtype, "mask": w.mask.value, "layout": w.kv_layout.value,
+        "flops": fmt_count(w.flops), "requested": fmt_bytes(w.requested_bytes), "kv_bytes": fmt_bytes(w.kv_bytes),
+        "intensity": f"{w.arithmetic_intensity:,.1f}",
+    } for w in workload_order(run)]
+
+
+def matrix_columns(run: RunResult) -> dict[str, Any]:
+    """Which of the detail table's optional columns carry anything in this run, and the FLOP-rate unit
+    of its rate column: ``eager`` (some cell was CUDA-graph replayed, so eager differs from latency),
+    ``gpu_time`` and ``kernels`` (some trace recorded device kernels), ``peak_mem`` (some cell measured
+    its peak), ``grad_err`` (some cell checked gradients), ``family`` (some cell has trace evidence);
+    ``flops_unit``: ``"TFLOP/s"`` or ``"GFLOP/s"`` (:func:`profattn.report.format.flops_unit`), the unit
+    of every value under the header. A CPU run shows none of the device-only columns."""
+    cells = run.cells
+    return {
+        "eager": any(c.graph_timing is not None for c in cells),
+        "gpu_time": any(c.trace is not None and c.trace.gpu_time_per_call_us is not None for c in cells),
+        "kernels": any(c.trace is not None and c.trace.kernels_per_call for c in cells),
+        "peak_mem": any(c.peak_mem_over_inputs_bytes is not None for c in cells),
+        "grad_err": any(c.correctness is not None and c.correctness.grad_rel_err for c in cells),
+        "family": any(c.trace is not None for c in cells),
+        "flops_unit": flops_unit(c.achieved_tflops for c in cells),
+    }
+
+
+def _matrix_cells(run: RunResult) -> list[tuple[CellResult, bool]]:
+    """Every cell with its winner mark (:func:`profattn.analysis.verdict.ranked_cells`), in matrix
+    order: :func:`workload_order`, then the run's backend order."""
+    order = {w.tag: i for i, w in enumerate(workload_order(run))}
+    backends = {b: i for i, b in enumerate(run_backends(run))}
+    return sorted(((rc.cell, rc.winner) for rc in ranked_cells(run)),
+                  key=lambda cw: (order[cw[0].workload.tag], backends[cw[0].backend]))
 
 
 def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
-    """The result matrix: one row per cell, display-ready, winners marked (from
-    :func:`profattn.analysis.verdict.ranked_cells`, which the Markdown summary formats too)."""
+    """The per-cell detail table under the result matrix: one row per cell, display-ready, winners
+    marked; ``spread`` and ``grad_err`` are lists of lines. Rates are bare numbers in the unit their header carries (:func:`matrix_columns`:
+    ``flops_unit`` for ``tflops``, GB/s for ``gbps``), three significant digits, with the fraction of the
+    run's measured ceiling where one exists."""
     copy = run.ceilings.copy_gbps if run.ceilings else None
     mm = run.ceilings.matmul_tflops if run.ceilings else None
+    unit = matrix_columns(run)["flops_unit"]
+    labels = workload_labels(run)
     rows = []
-    for rc in ranked_cells(run):
-        c = rc.cell
+    for c, winner in _matrix_cells(run):
         t = c.graph_timing or c.timing
         corr = c.correctness
-        grad = ", ".join(f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()) if corr else ""
+        grads = [f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()] if corr else []
         rows.append({
-            "cell_id": c.cell_id, "workload": c.workload.tag, "phase": c.workload.phase.value,
-            "kv_len": c.workload.kv_len, "backend": c.backend, "status": c.status.value, "reason": c.reason,
-            "winner": rc.winner,
+            "cell_id": c.cell_id, "workload": labels[c.workload.tag], "tag": c.workload.tag,
+            "phase": c.workload.phase.value, "kv_len": c.workload.kv_len, "backend": c.backend,
+            "status": c.status.value, "reason": c.reason, "winner": winner,
             "latency": fmt_us(t.median_us) if t else "–",
             "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
             "eager": fmt_us(c.eager_latency_us),
-            "spread": (f"{fmt_span(t.p10_us, t.p90_us, t.median_us)}, {t.reps} reps" if t else "") + (
-                f"; {len(c.latency_samples_us)} repeats' medians {fmt_span(min(c.latency_samples_us), max(c.latency_samples_us), t.median_us)}"
-                if t and len(c.latency_samples_us) > 1 else ""),
+            "spread": [fmt_span(t.p10_us, t.p90_us, t.median_us), f"{t.reps} reps"] + (
+                [f"{len(c.latency_samples_us)} repeats' medians {fmt_span(min(c.latency_samples_us), max(c.latency_samples_us), t.median_us)}"]
+                if len(c.latency_samples_us) > 1 else []) if t else [],
             "latency_us": t.median_us if t else None,
             "gpu_time": fmt_us(c.trace.gpu_time_per_call_us) if c.trace else "–",
             "tokens_per_s": fmt_count(c.tokens_per_s),
             "peak_mem": (fmt_bytes(c.peak_mem_over_inputs_bytes + c.workload.input_bytes)
                          if c.peak_mem_over_inputs_bytes is not None else ("n/a" if t else "–")),
             "peak_mem_device": fmt_bytes(c.peak_mem_bytes) if c.peak_mem_bytes is not None else "",
-            "tflops": fmt_flops_rate(c.achieved_tflops, mm),
-            "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy),
+            "tflops": fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
+            "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy, bare=True),
             "out_err": fmt_err(corr.out_rel_err if corr else None),
-            "grad_err": grad,
+            "grad_err": grads,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
             "family_ok": None if c.trace is None else c.trace.family_ok,
@@ -97,23 +153,158 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
     return rows
 
 
-def launch_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
-    """Per regime: every kernel each cell of the run launched, per call, with its launch shape from the
-    trace. Not :func:`profattn.report.analyze.launch_shape_rows` (distinct shapes in any one trace file)."""
-    out: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASE_ORDER}
-    for c in run.cells:
-        if c.trace is None:
+def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str, graph: bool) -> dict[str, Any]:
+    """One cell of the result matrix: ``kind`` (its CSS class: winner, tie, ok, incorrect, flagged,
+    error, pending, unsupported), ``latency`` (first line), ``sub`` (the compact second line: ratio to the
+    workload's winner, ties, error or status) and ``title`` (everything, on hover)."""
+    t = c.graph_timing or c.timing
+    corr = c.correctness
+    err = fmt_err(corr.out_rel_err if corr else None)
+    how = (" (CUDA-graph replay; eager " + fmt_us(c.eager_latency_us) + ")") if c.graph_timing else (
+        " (eager launches)" if graph and t else "")
+    title = [f"{c.backend} on {label}: {c.status.value}"]
+    if t:
+        title.append(f"latency {fmt_us(t.median_us)}{how}, p10–p90 {fmt_span(t.p10_us, t.p90_us, t.median_us)}")
+    if corr:
+        title.append(f"error {err} (tolerance {corr.tolerance:g})")
+    if c.trace is not None and c.trace.family_ok is False:
+        title.append("kernels outside the backend's family: " + c.trace.family_note)
+    if c.reason:
+        title.append(c.reason)
+    cell: dict[str, Any] = {"backend": c.backend, "cell_id": c.cell_id, "latency": fmt_us(t.median_us) if t else "",
+                            "sub": "", "footnote": None}
+    if c.status is CellStatus.UNSUPPORTED:
+        cell.update(kind="unsupported", latency="n/s")
+    elif c.status is CellStatus.PENDING:
+        cell.update(kind="pending", latency="pending")
+    elif c.status is CellStatus.ERROR:
+        reason = c.reason.split(":", 1)[0][:40]
+        cell.update(kind="error", latency="error", sub=reason)
+    elif c.status is CellStatus.INCORRECT:
+        cell.update(kind="incorrect", sub=f"incorrect · err {err}")
+    elif c.trace is not None and c.trace.family_ok is False:
+        cell.update(kind="flagged", sub=f"✗ family · err {err}")
+    elif winner:
+        title.append("winner: the fastest correct cell of this workload whose kernels belong to its backend's family")
+        cell.update(kind="winner", sub=f"err {err}")
+    elif best is not None and t is not None and best.latency_us:
+        ratio = c.latency_us / best.latency_us  # type: ignore[operator]
+        tie = within_noise(best, c)
+        if tie:
+            title.append(f"within noise of the winner {best.backend}")
+        cell.update(kind="tie" if tie else "ok", sub=f"{'≈ ' if tie else ''}{ratio:.2f}× · err {err}")
+    else:
+        cell.update(kind="ok", sub=f"err {err}")
+    cell["title"] = "\n".join(title)
+    return cell
+
+
+def matrix_grid(run: RunResult) -> dict[str, Any]:
+    """The result matrix as it fits a screen: one row per workload (its short label), one column per
+    backend, each cell its latency with the winner marked and a compact second line (see
+    :func:`_grid_cell`). Unsupported cells collapse into a per-workload footnote (identical footnotes
+    share a number); a backend unsupported for every workload gets no column and is listed in ``hidden``.
+
+    Returns:
+        ``backends`` (column order), ``colors`` (:func:`profattn.report.palette.backend_colors`),
+        ``rows`` (``label``, ``tag``, ``footnote`` number or None, ``cells`` aligned with ``backends``; a
+        backend not run for a workload has ``kind`` "absent"), ``footnotes`` (``n``, ``workloads``,
+        ``text``), ``hidden`` (``backend``, ``text``), ``graph`` (some cell was CUDA-graph replayed).
+    """
+    from profattn.report.palette import backend_colors
+
+    all_backends = run_backends(run)
+    unsupported_everywhere = [b for b in all_backends
+                              if all(c.status is CellStatus.UNSUPPORTED for c in run.cells if c.backend == b)]
+    backends = [b for b in all_backends if b not in unsupported_everywhere]
+    labels = workload_labels(run)
+    graph = any(c.graph_timing is not None for c in run.cells)
+    win = winners(run)
+    by_tag: dict[str, dict[str, tuple[CellResult, bool]]] = {}
+    for c, w in _matrix_cells(run):
+        by_tag.setdefault(c.workload.tag, {})[c.backend] = (c, w)
+    footnotes: dict[str, dict[str, Any]] = {}
+    rows = []
+    for wl in workload_order(run):
+        label = labels[wl.tag]
+        cells = by_tag.get(wl.tag, {})
+        out = []
+        for b in backends:
+            if b not in cells:
+                out.append({"backend": b, "cell_id": "", "kind": "absent", "latency": "·", "sub": "",
+                            "title": f"{b} was not run on {label}", "footnote": None})
+                continue
+            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph))
+        reasons: dict[str, list[str]] = {}
+        for b in backends:
+            if b in cells and cells[b][0].status is CellStatus.UNSUPPORTED:
+                reasons.setdefault(cells[b][0].reason or "no reason given", []).append(b)
+        n = None
+        if reasons:
+            text = "; ".join(f"{', '.join(bs)}: {r}" for r, bs in reasons.items())
+            note = footnotes.setdefault(text, {"n": len(footnotes) + 1, "workloads": [], "text": text})
+            note["workloads"].append(label)
+            n = note["n"]
+            for cell in out:
+                if cell["kind"] == "unsupported":
+                    cell["footnote"] = n
+        rows.append({"label": label, "tag": wl.tag, "footnote": n, "cells": out})
+    hidden = []
+    for b in unsupported_everywhere:
+        first = next(c for c in _matrix_cells(run) if c[0].backend == b)[0]
+        others = {c.reason for c in run.cells if c.backend == b} - {first.reason}
+        hidden.append({"backend": b, "text": (first.reason or "no reason given") + (
+            f" (on {labels[first.workload.tag]}; the detail table has each workload's reason)" if others else "")})
+    return {
+        "backends": backends, "colors": backend_colors(all_backends), "rows": rows, "graph": graph,
+        "footnotes": [{**f, "workloads": ", ".join(f["workloads"])} for f in footnotes.values()],
+        "hidden": hidden,
+    }
+
+
+#: The dominant kernels shown per cell: the top one, and the second when it holds at least this share of
+#: the cell's GPU time.
+SECOND_KERNEL_SHARE = 0.10
+
+
+def launch_rows(run: RunResult) -> list[dict[str, Any]]:
+    """Per traced cell (matrix order): its dominant kernels — the top one by GPU time per call, and the
+    second when it holds at least :data:`SECOND_KERNEL_SHARE` of the cell's GPU time — with the name
+    shortened (:func:`profattn.report.format.short_kernel_name`), grid, block, CTAs per SM (CTAs / the
+    run's SMs; Kineto's blocks per SM without an SM count) and share of the cell's GPU time; ``kernels``:
+    every kernel the cell launched per call with its full launch shape from the trace; ``workload_span``:
+    the table rows the workload's label spans on its first cell (0 on the others). Not
+    :func:`profattn.report.analyze.launch_shape_rows` (distinct shapes in any one trace file)."""
+    sms = run.environment.num_sms
+    labels = workload_labels(run)
+    out = []
+    for c, _ in _matrix_cells(run):
+        if c.trace is None or not c.trace.kernels:
             continue
-        for k in c.trace.kernels:
-            out[c.workload.phase.value].append({
-                "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
-                "count": f"{k.count_per_call:g}", "time": fmt_us(k.dur_us_per_call),
+        total = c.trace.gpu_time_per_call_us or sum(k.dur_us_per_call for k in c.trace.kernels)
+        ranked = sorted(c.trace.kernels, key=lambda k: -k.dur_us_per_call)
+        top = ranked[:1] + [k for k in ranked[1:2] if total and k.dur_us_per_call / total >= SECOND_KERNEL_SHARE]
+        out.append({
+            "cell_id": c.cell_id, "workload": labels[c.workload.tag], "backend": c.backend,
+            "phase": c.workload.phase.value, "trace_file": c.trace.trace_file, "gpu_time": fmt_us(total),
+            "dominant": [{
+                "kernel": short_kernel_name(k.name), "full_name": k.name, "count": f"{k.count_per_call:g}",
+                "time": fmt_us(k.dur_us_per_call), "grid": fmt_shape(k.grid), "block": fmt_shape(k.block),
+                "ctas_per_sm": fmt_opt(k.ctas / sms if k.ctas is not None and sms else k.blocks_per_sm, ".2f"),
+                "share": f"{k.dur_us_per_call / total:.0%}" if total else "–",
+            } for k in top],
+            "kernels": [{
+                "kernel": k.name, "count": f"{k.count_per_call:g}", "time": fmt_us(k.dur_us_per_call),
                 **launch_cells(k.grid, k.block, ctas=k.ctas, registers=k.registers_per_thread,
                                smem_bytes=k.shared_mem_bytes, blocks_per_sm=k.blocks_per_sm),
                 "occupancy": "n/a" if k.est_occupancy_pct is None else f"{k.est_occupancy_pct:.0f}%",
-                "trace_file": c.trace.trace_file,
-            })
-    return {p: rows for p, rows in out.items() if rows}
+            } for k in ranked],
+        })
+    # the workload label spans all rows of its cells (each cell: its dominant kernels + the "all kernels" row)
+    for i, r in enumerate(out):
+        first = i == 0 or out[i - 1]["workload"] != r["workload"]
+        r["workload_span"] = sum(len(x["dominant"]) + 1 for x in out[i:] if x["workload"] == r["workload"]) if first else 0
+    return out
 
 
 def ledger_entries(run: RunResult) -> dict[Phase, list[tuple[CellResult, ByteLedger, FlopLedger]]]:
@@ -130,8 +321,9 @@ def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     Transferred columns stay "not measured" unless counters were read for that cell."""
     from profattn.report.verdict import ledger_note
 
+    labels = workload_labels(run)
     return {phase.value: [{
-        "cell_id": c.cell_id, "workload": c.workload.tag, "backend": c.backend,
+        "cell_id": c.cell_id, "workload": labels[c.workload.tag], "backend": c.backend,
         "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
         "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
         "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
@@ -139,12 +331,13 @@ def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
         "l2_ratio": f"{bl.l2_ratio:.2f}×" if bl.l2_ratio is not None else "–",
         "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": ledger_note(bl) if c.counters else "",
         "flops": fmt_count(fl.flops), "tflops": fmt_flops_rate(fl.achieved_tflops),
-        "tflops_frac": f"{fl.fraction_of_ceiling:.1%}" if fl.fraction_of_ceiling is not None else "–",
+        "tflops_frac": f"{fmt_sig(100 * fl.fraction_of_ceiling, 2)}%" if fl.fraction_of_ceiling is not None else "–",
     } for c, bl, fl in entries] for phase, entries in ledger_entries(run).items()}
 
 
 def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
     """Kernel-level counters, with ncu's launch shape beside the trace's (they must agree)."""
+    labels = workload_labels(run)
     rows = []
     for c in run.cells:
         if c.counters is None:
@@ -158,7 +351,7 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
             agree = None if not same else (k.grid, k.block) in shapes
             t = next((x for x in same if (k.grid, k.block) in (x.shapes or ((x.grid, x.block),))), same[0] if same else None)
             rows.append({
-                "workload": c.workload.tag, "backend": c.backend, "kernel": k.name,
+                "workload": labels[c.workload.tag], "backend": c.backend, "kernel": k.name,
                 "ncu_grid": fmt_shape(k.grid), "ncu_block": fmt_shape(k.block),
                 "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
                 "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
@@ -244,21 +437,25 @@ def _decode_groups(run: RunResult) -> dict[tuple[int, int, str], list[CellResult
 
 def chart_figures(run: RunResult) -> list[dict[str, Any]]:
     """Plotly figures as JSON-ready dicts: latency per backend and workload; decode latency and K/V GB/s
-    against kv_len (one panel per batch size); the page-size effect; the roofline."""
+    against kv_len (one panel per batch size); the page-size effect; the roofline. Every backend has one
+    colour in all of them (:func:`profattn.report.palette.backend_colors` over the run's backends)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from profattn.report.palette import backend_colors
+
     figs: list[tuple[str, str, go.Figure]] = []
-    backends = list(dict.fromkeys(c.backend for c in run.cells))
-    ordered = sorted(run.cells, key=lambda c: (PHASE_ORDER.index(c.workload.phase.value), c.workload.batch, c.workload.kv_len))
-    tags = list(dict.fromkeys(c.workload.tag for c in ordered))
+    backends = run_backends(run)
+    colors = backend_colors(backends)
+    labels = workload_labels(run)
+    tags = [w.tag for w in workload_order(run)]
     if len(tags) <= 12:
         lat = go.Figure()
         for b in backends:
             cells = {c.workload.tag: c for c in run.cells if c.backend == b and _ok(c)}
             if cells:
                 xs = [t for t in tags if t in cells]
-                lat.add_bar(name=b, x=[_short_tag(cells[t].workload) for t in xs], y=[cells[t].latency_us for t in xs],
+                lat.add_bar(name=b, x=[labels[t] for t in xs], y=[cells[t].latency_us for t in xs], marker_color=colors[b],
                             hovertemplate="%{x}<br>" + b + ": %{y:.1f} µs<extra></extra>")
         lat.update_layout(barmode="group", yaxis_type="log", yaxis_title="median latency (µs, log)",
                           title="Latency per backend and workload", legend_title="backend")
@@ -269,7 +466,6 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
         page = min(p for _, p, _ in groups)  # panels at the smallest page size; its effect has its own chart
         dl = make_subplots(rows=1, cols=len(batches), subplot_titles=[f"batch {b}" for b in batches], shared_yaxes=True)
         bw = make_subplots(rows=1, cols=len(batches), subplot_titles=[f"batch {b}" for b in batches], shared_yaxes=True)
-        colors = _palette(backends)
         for i, batch in enumerate(batches, start=1):
             for b in backends:
                 pts = groups.get((batch, page, b))
@@ -299,14 +495,15 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
             for (batch, p_, b), cells in groups.items():
                 for c in cells:
                     by.setdefault((b, batch, c.workload.kv_len), {})[p_] = c.latency_us
+            dashes = {batch: d for batch, d in zip(batches, ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot") * 4)}
             for (b, batch, kv), vals in sorted(by.items()):
                 if len(vals) > 1 and kv == max(k for (_, bb, k) in by if bb == batch):
                     ps.add_scatter(x=[str(p_) for p_ in sorted(vals)], y=[vals[p_] for p_ in sorted(vals)], mode="lines+markers",
-                                   name=f"{b}, B={batch}, kv {kv}", line=dict(color=colors[b]))
+                                   name=f"{b}, B={batch}, kv {kv}", line=dict(color=colors[b], dash=dashes[batch]))
             ps.update_layout(title="Page-size effect (longest kv_len of each batch)", xaxis_title="page_size (tokens)",
                              yaxis_title="median latency (µs)", yaxis_type="log")
             figs.append(("page-size", "Page-size effect", ps))
-    roof = _roofline(run)
+    roof = _roofline(run, colors, labels)
     if roof is not None:
         figs.append(("roofline", "Roofline", roof))
     return [{"id": fid, "title": title, "figure": json.loads(fig.to_json())} for fid, title, fig in figs]
@@ -332,19 +529,7 @@ def ledger_figures(run: RunResult) -> list[dict[str, Any]]:
     return out
 
 
-def _palette(names: list[str]) -> dict[str, str]:
-    import plotly.colors
-
-    seq = plotly.colors.qualitative.Plotly + plotly.colors.qualitative.Dark24
-    return {n: seq[i % len(seq)] for i, n in enumerate(names)}
-
-
-def _short_tag(w) -> str:  # noqa: ANN001
-    base = f"{w.phase.value} kv{w.kv_len}" if w.phase is Phase.DECODE else f"{w.phase.value} {w.q_len}/{w.kv_len}"
-    return base + (f" B{w.batch}" if w.batch != 8 else "")
-
-
-def _roofline(run: RunResult):
+def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
     """Arithmetic intensity (FLOP per requested byte; per measured DRAM byte where counters exist) against
     achieved TFLOP/s, with the two measured ceilings. None without ceilings (CPU runs)."""
     if run.ceilings is None:
@@ -362,11 +547,10 @@ def _roofline(run: RunResult):
     xs = [lo, ridge, hi]
     fig.add_scatter(x=xs, y=[min(c.matmul_tflops, x * c.copy_gbps * 1e9 / 1e12) for x in xs], mode="lines",
                     name=f"roof: copy {c.copy_gbps:,.0f} GB/s, GEMM {c.matmul_tflops:,.0f} TFLOP/s", line=dict(color="black", dash="dash"))
-    colors = _palette(list(dict.fromkeys(x.backend for x in cells)))
-    for b in colors:
+    for b in dict.fromkeys(x.backend for x in cells):
         pts = [(a, x) for a, x in zip(ai, cells) if x.backend == b]
         fig.add_scatter(x=[a for a, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,
-                        marker=dict(color=colors[b], size=9), text=[_short_tag(x.workload) for _, x in pts],
+                        marker=dict(color=colors[b], size=9), text=[labels[x.workload.tag] for _, x in pts],
                         hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.2f} TFLOP/s<extra>" + b + "</extra>")
     fig.update_layout(title="Roofline (ceilings measured in this run; x uses measured DRAM bytes where counters exist)",
                       xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
@@ -387,6 +571,9 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "run": run,
         "environment": environment_rows(run),
         "workloads": workload_rows(run),
+        "labels": workload_labels(run),
+        "grid": matrix_grid(run),
+        "columns": matrix_columns(run),
         "matrix": matrix_rows(run),
         "launches": launch_rows(run),
         "verdict": v,

@@ -272,7 +272,8 @@ def test_trace_strings_are_escaped_in_html(tmp_path: Path):
     html = render_html(analysis)
     assert evil not in html and "<b>op</b>" not in html
     assert "&lt;script&gt;alert(&#39;k&#39;)&lt;/script&gt;" in html and "aten::&lt;b&gt;op&lt;/b&gt;" in html
-    assert html.count("<script>") == 2  # plotly.js once, the chart loader once
+    # plotly.js once (gzipped, base64), the chart loader once; nothing else runs
+    assert html.count('<script type="application/octet-stream" id="plotly-js-gz">') == 1 and html.count("<script>") == 1
 
 
 def test_json_document_is_versioned_and_finite():

@@ -16,11 +16,14 @@ from profattn.report.format import (
     fmt_flops_rate,
     fmt_opt,
     fmt_rate,
+    flops_unit,
     fmt_shape,
+    fmt_sig,
     fmt_span,
     fmt_us,
     fmt_us_column,
     launch_cells,
+    short_kernel_name,
 )
 
 SEED_RUN = Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "results.json"
@@ -59,12 +62,51 @@ def test_fmt_bytes_decimal_units():
 
 
 def test_rates_with_fraction_of_the_measured_ceiling():
-    assert fmt_rate(575.6535915194863, "GB/s", COPY_GBPS) == "575.7 GB/s (13%)"
+    assert fmt_rate(575.6535915194863, "GB/s", COPY_GBPS) == "576 GB/s (13%)"
     assert fmt_rate(COPY_GBPS, "GB/s") == "4,287 GB/s"
     assert fmt_rate(None, "GB/s", COPY_GBPS) == "–"
-    assert fmt_flops_rate(395.407655234641, GEMM_TFLOPS) == "395.4 TFLOP/s (58%)"  # cuDNN train
-    assert fmt_flops_rate(0.26090469605147837) == "260.9 GFLOP/s"  # below 1 TFLOP/s
+    assert fmt_flops_rate(395.407655234641, GEMM_TFLOPS) == "395 TFLOP/s (58%)"  # cuDNN train
+    assert fmt_flops_rate(0.26090469605147837) == "261 GFLOP/s"  # below 1 TFLOP/s
     assert fmt_flops_rate(None) == "–"
+    # a decode cell's FLOP rate is a tiny fraction of the GEMM ceiling: two significant digits, never "0%"
+    assert fmt_flops_rate(0.5, GEMM_TFLOPS) == "500 GFLOP/s (0.074%)"
+
+
+def test_no_rate_prints_as_zero():
+    """issue: a CPU run's matrix printed "0.0 GB/s" and "0.0 GFLOP/s" (one decimal) for small rates."""
+    assert fmt_rate(0.0412, "GB/s") == "0.0412 GB/s"  # was "0.0 GB/s"
+    assert fmt_rate(0.04, "GB/s", bare=True) == "0.0400"
+    assert fmt_flops_rate(0.00002) == "0.0200 GFLOP/s"  # 2e-5 TFLOP/s; was "0.0 GFLOP/s"
+    assert fmt_rate(57.64, "GB/s") == "57.6 GB/s" and fmt_rate(9.996, "GB/s") == "10.0 GB/s"
+    assert [fmt_sig(v) for v in (0.000123456, 5.583, 55.83, 99.96, 1234.5, 0.0)] == ["0.000123", "5.58", "55.8", "100", "1,234", "0"]
+    assert fmt_sig(None) == "–" and fmt_sig(0.0741, 2) == "0.074"
+
+
+def test_flops_rate_in_the_unit_of_its_column():
+    """One unit per column: the header carries it, every value under it is in it."""
+    cpu = [0.0014, 0.0379, None]  # TFLOP/s of a CPU run: all below 1 TFLOP/s
+    assert flops_unit(cpu) == "GFLOP/s" and flops_unit([0.5, 395.4]) == "TFLOP/s" and flops_unit([]) == "TFLOP/s"
+    assert [fmt_flops_rate(v, unit="GFLOP/s", bare=True) for v in cpu] == ["1.40", "37.9", "–"]
+    assert fmt_flops_rate(0.5, unit="TFLOP/s", bare=True) == "0.500"
+    assert fmt_flops_rate(395.407655234641, GEMM_TFLOPS, unit="TFLOP/s", bare=True) == "395 (58%)"
+    with pytest.raises(KeyError):
+        fmt_flops_rate(1.0, unit="PFLOP/s")
+
+
+def test_short_kernel_names_keep_what_identifies_the_kernel():
+    """Kernel names of the committed H200 runs, shortened for the launch-shape table."""
+    assert short_kernel_name("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+                             "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true>"
+                             "(Flash_fwd_params)") == "flash_fwd_kernel"
+    assert short_kernel_name("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nt_align1>"
+                             "(cutlass_80_simt_sgemm_128x128_8x4_nt_align1::Params)") == "cutlass_80_simt_sgemm_128x128_8x4_nt_align1"
+    assert short_kernel_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float, float, "
+                             "float, false, true, true, false, 5, false, cublasGemvParamsEx<int> >(int)") == "gemvx::kernel"
+    assert short_kernel_name("void at::native::elementwise_kernel<128, 2, at::native::(anonymous namespace)::masked_fill_kernel"
+                             "(at::TensorIterator&)::{lambda()#1}>(int)") == "elementwise_kernel"
+    assert short_kernel_name("_paged_decode_split_kernel") == "_paged_decode_split_kernel"
+    cudnn = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0"
+    assert short_kernel_name(cudnn) == cudnn[:59] + "…" and len(short_kernel_name(cudnn)) == 60
 
 
 def test_fmt_count_si_suffixes():
@@ -109,5 +151,6 @@ def test_seed_run_rows_use_these_formatters():
     assert cells
     for c in cells:
         assert rows[c.cell_id]["latency"] == fmt_us(c.timing.median_us)
-    cudnn = next(r for r in launch_rows(run)["train"] if r["backend"] == "sdpa-cudnn" and r["grid"] == "[132, 1, 1]")
+    cudnn_cell = next(r for r in launch_rows(run) if r["backend"] == "sdpa-cudnn" and r["phase"] == "train")
+    cudnn = next(k for k in cudnn_cell["kernels"] if k["grid"] == "[132, 1, 1]")
     assert (cudnn["block"], cudnn["ctas"], cudnn["registers"]) == ("[384, 1, 1]", "132", "168")

@@ -13,7 +13,9 @@ from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.traces import TraceSetAnalysis
 from profattn.report import analyze as analyze_page
 from profattn.report import run as run_page
-from profattn.report.render import PAGE_KINDS, environment, plotly_js, render, templates_dir, write_html_file
+from profattn.report.render import (
+    PAGE_KINDS, environment, plotly_js, plotly_js_gzip_base64, render, templates_dir, write_html_file,
+)
 from profattn.results import read_results
 from profattn.trace.kineto import load_trace
 
@@ -52,16 +54,17 @@ def test_every_page_template_extends_the_base():
         assert text.startswith('{% extends "base.html.j2" %}\n'), kind
         # the head, CSS and plotly start-up live only in the base
         assert "<head>" not in text and "<style>" not in text and "Plotly.newPlot" not in text and "plotly_js" not in text
-    assert (templates_dir() / "base.html.j2").read_text().count("Plotly.newPlot(") == 1
+    base = (templates_dir() / "base.html.j2").read_text()
+    assert base.count("Plotly.newPlot(") == 1 and base.count("{{ plotly_js_gz }}") == 1 and 'DecompressionStream("gzip")' in base
 
 
 def test_three_pages_share_the_base_once(pages: dict[str, str]):
-    bundle_head = plotly_js()[:40]
-    assert bundle_head.startswith("/**\n* plotly.js v")
+    assert plotly_js()[:40].startswith("/**\n* plotly.js v")
+    payload = plotly_js_gzip_base64()
     for kind, html in pages.items():
         assert html.count(BASE_MARKER) == 1, kind
         assert html.count("<!DOCTYPE html>") == 1 and html.count("<head>") == 1 and html.count("<style>") == 1, kind
-        assert html.count(bundle_head) == 1, kind  # plotly.js inline, once
+        assert html.count(payload) == 1 and "/**\n* plotly.js v" not in html, kind  # plotly.js inline, once, gzipped
         assert html.count("Plotly.newPlot(") == 1, kind
         assert html.count("td.num { text-align: right;") == 1, kind  # the shared CSS, once
         assert not re.search(r"<script[^>]*\bsrc=", html), kind  # no CDN
@@ -76,6 +79,21 @@ def test_render_rejects_unknown_kind_and_a_second_plotly():
         render("ledger", {})
     with pytest.raises(ValueError, match="plotly_js"):
         render("compare", {"plotly_js": ""})
+    with pytest.raises(ValueError, match="plotly_js_gz"):
+        render("compare", {"plotly_js_gz": ""})
+
+
+def test_plotly_travels_gzipped_and_unpacks_to_the_bundle():
+    """issue: every page carried plotly.js as 4.6 MB of plain JavaScript; gzipped and base64-encoded it is
+    under half of that, decodes to the same bytes, and is the same on every render (no gzip timestamp)."""
+    import base64
+    import gzip
+
+    payload = plotly_js_gzip_base64()
+    raw = base64.b64decode(payload, validate=True)
+    assert raw[:2] == b"\x1f\x8b" and raw[4:8] == b"\0\0\0\0"  # gzip magic, mtime 0
+    assert gzip.decompress(raw).decode("utf-8") == plotly_js()
+    assert len(payload) < 0.5 * len(plotly_js().encode("utf-8"))
 
 
 def test_one_cached_environment_autoescaped_and_strict():

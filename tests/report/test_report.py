@@ -8,9 +8,12 @@ from profattn.report.format import fmt_bytes, fmt_us
 from profattn.report.run import launch_rows, matrix_rows, render_html
 from profattn.results import CellStatus
 
+from pathlib import Path
+
 from factories import SEED, cell, kernel, run
 
 TRAIN, PREFILL, D512, D2048, D8192 = SEED.workloads
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def sample_run():
@@ -33,10 +36,159 @@ def test_matrix_rows_mark_winner_and_format():
 
 
 def test_launch_rows_from_trace_summaries():
-    rows = launch_rows(sample_run())
-    assert set(rows) == {"train", "decode"}
-    split = next(r for r in rows["decode"] if r["kernel"] == "flash_fwd_splitkv_kernel")
+    rows = {r["cell_id"]: r for r in launch_rows(sample_run())}
+    assert list(rows) == [f"{TRAIN.tag}.sdpa-flash", f"{D8192.tag}.sdpa-flash", f"{D8192.tag}.evil"]  # matrix order
+    split = next(k for k in rows[f"{D8192.tag}.sdpa-flash"]["kernels"] if k["kernel"] == "flash_fwd_splitkv_kernel")
     assert split["grid"] == "[224, 1, 1]" and split["ctas"] == "224" and split["block"] == "[128, 1, 1]"
+
+
+def test_launch_table_shows_each_cells_dominant_kernels():
+    """issue: the launch-shape section listed every kernel of every cell (39,000 px of the H200 report); now
+    the top kernel per cell (and the second from 10% of the cell's GPU time), the rest behind a toggle."""
+    rows = {r["cell_id"]: r for r in launch_rows(sample_run())}
+    decode = rows[f"{D8192.tag}.sdpa-flash"]
+    # splitkv 44 µs of 48 µs = 92%; combine 4/48 = 8% < 10%: not a dominant kernel, still in the full list
+    assert [(k["kernel"], k["share"], k["grid"], k["block"], k["ctas_per_sm"], k["time"]) for k in decode["dominant"]] == [
+        ("flash_fwd_splitkv_kernel", "92%", "[224, 1, 1]", "[128, 1, 1]", "1.70", "44.0 µs")]  # 224 CTAs / 132 SMs
+    assert [k["kernel"] for k in decode["kernels"]] == ["flash_fwd_splitkv_kernel", "combine"]
+    assert decode["gpu_time"] == "48.0 µs" and decode["workload"] == "decode kv 8192 (page 16)"
+    assert decode["workload_span"] == 4 and rows[f"{D8192.tag}.evil"]["workload_span"] == 0  # 2 cells x (1 kernel + toggle)
+    assert rows[f"{TRAIN.tag}.sdpa-flash"]["dominant"][0]["ctas_per_sm"] == "7.76"  # 1024 / 132
+    two = run([cell(D8192, "flex", 50.0, kernels=(kernel("a", 8, 30), kernel("b", 8, 15), kernel("c", 8, 5)))])
+    assert [k["share"] for k in launch_rows(two)[0]["dominant"]] == ["60%", "30%"]
+    html = render_html(sample_run())
+    assert html.count('<tr class="all-kernels">') == 3 and "all 2 kernels of sdpa-flash on decode kv 8192 (page 16)" in html
+
+
+def grid_run():
+    """Two workloads, five backends: a winner, a tie, a slower cell, unsupported cells, a backend
+    unsupported for every workload."""
+    return run([
+        cell(TRAIN, "sdpa-flash", 2209.0),
+        cell(TRAIN, "sdpa-efficient", 2500.0),
+        cell(TRAIN, "triton-paged-decode", None, status=CellStatus.UNSUPPORTED, reason="a decode path"),
+        cell(TRAIN, "sdpa-math", None, status=CellStatus.UNSUPPORTED, reason="too big"),
+        cell(D8192, "sdpa-flash", 55.8),
+        cell(D8192, "sdpa-efficient", None, status=CellStatus.UNSUPPORTED, reason="EFFICIENT rejected: <b>gqa</b>"),
+        cell(D8192, "triton-paged-decode", 56.5),
+        cell(D8192, "evil", 60.0),
+        cell(D8192, "sdpa-math", None, status=CellStatus.UNSUPPORTED, reason="too big"),
+    ])
+
+
+def test_matrix_grid_one_row_per_workload_one_column_per_backend():
+    """issue: the matrix had one row per cell, the 50-character tag on every row, whole columns of
+    "unsupported"; now one row per workload (short label), one column per backend that ran somewhere."""
+    from profattn.report.run import matrix_grid
+
+    g = matrix_grid(grid_run())
+    assert g["backends"] == ["sdpa-flash", "sdpa-efficient", "triton-paged-decode", "evil"]  # sdpa-math: no column
+    assert g["hidden"] == [{"backend": "sdpa-math", "text": "too big"}]
+    assert [r["label"] for r in g["rows"]] == ["train 2048/2048", "decode kv 8192 (page 16)"]
+    train, decode = ({c["backend"]: c for c in r["cells"]} for r in g["rows"])
+    assert (train["sdpa-flash"]["kind"], train["sdpa-flash"]["latency"], train["sdpa-flash"]["sub"]) == ("winner", "2,209.0 µs", "err 3.0e-03")
+    assert train["sdpa-efficient"]["sub"] == "1.13× · err 3.0e-03"  # 2500 / 2209
+    assert (train["triton-paged-decode"]["kind"], train["triton-paged-decode"]["latency"], train["triton-paged-decode"]["footnote"]) == ("unsupported", "n/s", 1)
+    assert (train["evil"]["kind"], train["evil"]["latency"]) == ("absent", "·")  # not run on this workload
+    # 56.5 is within 2% of the winner's 55.8: a tie; 60.0 is 1.08x and outside the winner's p90 (56.9)
+    assert (decode["triton-paged-decode"]["kind"], decode["triton-paged-decode"]["sub"]) == ("tie", "≈ 1.01× · err 3.0e-03")
+    assert (decode["evil"]["kind"], decode["evil"]["sub"]) == ("ok", "1.08× · err 3.0e-03")
+    assert decode["sdpa-efficient"]["footnote"] == 2 and "EFFICIENT rejected" in decode["sdpa-efficient"]["title"]
+    assert g["footnotes"] == [
+        {"n": 1, "workloads": "train 2048/2048", "text": "triton-paged-decode: a decode path"},
+        {"n": 2, "workloads": "decode kv 8192 (page 16)", "text": "sdpa-efficient: EFFICIENT rejected: <b>gqa</b>"},
+    ]
+    html = render_html(grid_run())
+    grid_html = html[html.index('<table id="matrix-grid">'):html.index("</table>", html.index('<table id="matrix-grid">'))]
+    assert grid_html.count("<tr data-workload=") == 2 and grid_html.count(">unsupported<") == 0
+    assert TRAIN.tag not in grid_html.replace(f'title="{TRAIN.tag}"', "").replace(f'data-workload="{TRAIN.tag}"', "").replace(f'data-cell="{TRAIN.tag}.', "")
+    assert "2,209.0 µs ★" in grid_html and '<details id="matrix-details">' in html
+
+
+def test_identical_unsupported_footnotes_share_a_number():
+    from profattn.report.run import matrix_grid
+
+    r = run([cell(TRAIN, "sdpa-flash", 2209.0), cell(TRAIN, "paged", None, status=CellStatus.UNSUPPORTED, reason="decode only"),
+             cell(PREFILL, "sdpa-flash", 300.0), cell(PREFILL, "paged", None, status=CellStatus.UNSUPPORTED, reason="decode only"),
+             cell(D512, "sdpa-flash", 20.0), cell(D512, "paged", 15.0)])
+    g = matrix_grid(r)
+    assert g["footnotes"] == [{"n": 1, "workloads": "train 2048/2048, prefill kv 2048", "text": "paged: decode only"}]
+    assert [row["footnote"] for row in g["rows"]] == [1, 1, None]
+
+
+def cpu_run():
+    """A CPU run of tiny workloads: rates far below 1 GB/s and 1 GFLOP/s, no graph, no kernels, no peak memory."""
+    from profattn.workload import Workload
+
+    dec = Workload(phase="decode", batch=1, q_len=1, kv_len=128, num_q_heads=2, num_kv_heads=1, head_dim=16)
+    pre = Workload(phase="prefill", batch=1, q_len=128, kv_len=128, num_q_heads=2, num_kv_heads=1, head_dim=16)
+    return run([cell(pre, "eager", 100.0), cell(dec, "eager", 200.0), cell(dec, "sdpa-math", 100.0)], device="cpu")
+
+
+def test_cpu_rate_columns_carry_the_unit_of_their_values():
+    """issue: the matrix's "TFLOP/s" column held GFLOP/s values on CPU, and small rates printed "0.0 GB/s"."""
+    from profattn.report.run import matrix_columns
+
+    r = cpu_run()
+    assert matrix_columns(r)["flops_unit"] == "GFLOP/s"
+    rows = {(row["phase"], row["backend"]): row for row in matrix_rows(r)}
+    # decode: 8,320 requested bytes and 16,384 FLOPs (4·1·2·128·16) per call
+    assert (rows["decode", "eager"]["gbps"], rows["decode", "eager"]["tflops"]) == ("0.0416", "0.0819")  # at 200 µs
+    assert (rows["decode", "sdpa-math"]["gbps"], rows["decode", "sdpa-math"]["tflops"]) == ("0.0832", "0.164")  # at 100 µs
+    # prefill: 24,576 bytes and 1,056,768 FLOPs at 100 µs
+    assert (rows["prefill", "eager"]["gbps"], rows["prefill", "eager"]["tflops"]) == ("0.246", "10.6")
+    html = render_html(r)
+    detail = html[html.index('<table id="matrix-table">'):html.index("</table>", html.index('<table id="matrix-table">'))]
+    assert "<th>GFLOP/s</th>" in detail and "<th>GB/s</th>" in detail and "TFLOP" not in detail
+    assert not re.search(r">0(\.0+)?( [GT]?(B|FLOP)/s)?<", detail)
+
+
+def test_cpu_report_uses_cpu_wording_only():
+    """issue: a CPU report explained CUDA-graph replay and showed eager-latency (identical to latency),
+    GPU-time and peak-memory columns full of "–"/"n/a"."""
+    html = render_html(cpu_run())
+    matrix = html[html.index('<h2 id="matrix">'):html.index('<h2 id="charts">')]
+    for text in ("graph replay", "CUDA graph", "CUDA-graph", "eager latency", "GPU time", "peak memory", "kernels/call",
+                 "max_memory_allocated", "fp32 reference"):
+        assert text not in matrix, text
+    assert "perf_counter" in matrix and "fp64 reference" in matrix
+    gpu = render_html(sample_run())
+    gpu_matrix = gpu[gpu.index('<h2 id="matrix">'):gpu.index('<h2 id="charts">')]
+    assert "GPU time" in gpu_matrix and "kernels/call" in gpu_matrix
+
+
+def test_one_colour_per_backend_in_every_chart():
+    """issue: charts coloured backends by trace order (plotly's default colorway) or by the backends
+    present in that chart, so one backend changed colour between the latency bars and the roofline."""
+    from profattn.report.palette import backend_colors
+    from profattn.report.run import chart_figures
+    from profattn.results import read_results
+
+    for name in ("h200-seed", "h200-sweep"):
+        r = read_results(EXAMPLES / name)
+        names = {c.backend for c in r.cells}
+        expected = backend_colors(names)
+        seen: dict[str, set[str]] = {}
+        figures = chart_figures(r)
+        assert len(figures) >= 3
+        for f in figures:
+            for trace in f["figure"]["data"]:
+                b = trace.get("legendgroup") or trace.get("name", "").split(",")[0]
+                if b not in names:
+                    continue  # the roof line
+                color = (trace.get("marker") or {}).get("color") or (trace.get("line") or {}).get("color")
+                seen.setdefault(b, set()).add(color)
+        assert seen and all(cs == {expected[b]} for b, cs in seen.items()), seen
+        assert len(set(expected.values())) == len(names)
+    assert backend_colors(["b", "a", "b"]) == backend_colors(["a", "b"]) == {"a": "#636EFA", "b": "#EF553B"}
+
+
+def test_committed_h200_report_is_at_most_3_mb():
+    """issue: the H200 report weighed 5.27 MB (4.6 MB of it plotly.js, inline as plain text)."""
+    from profattn.api import load_run
+
+    html = render_html(load_run(EXAMPLES / "h200-seed-2026-12-01"))
+    assert len(html.encode("utf-8")) <= 3_000_000
 
 
 def test_html_escapes_trace_and_exception_strings():

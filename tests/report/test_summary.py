@@ -93,3 +93,15 @@ def test_compare_classes_in_markdown_come_from_the_enum():
     named = compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"),
                          base_label="base-a", head_label="head-fused-combine")
     assert comparison_markdown(named) == (REPO / "examples" / "compare" / "fused-combine.md").read_text()
+
+
+def test_cpu_summary_rates_in_their_headers_unit_and_no_eager_column():
+    """issue: the summary's "TFLOP/s" column held GFLOP/s on CPU, small rates printed "0.0 GB/s", and an
+    "eager" column repeated the latency (no CUDA graph on CPU)."""
+    w = Workload(phase="decode", batch=1, q_len=1, kv_len=128, num_q_heads=2, num_kv_heads=1, head_dim=16)
+    md = run_markdown(run([cell(w, "eager", 200.0)], device="cpu"))
+    lines = md.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| backend | workload |"))
+    assert lines[header] == "| backend | workload | status | latency | GB/s | GFLOP/s | out err | reason |"
+    # 8,320 requested bytes and 16,384 FLOPs per call at 200 µs
+    assert lines[header + 2] == "| **eager** 🏆 | decode kv 128 (B=1) | ok | 200.0 µs | 0.0416 | 0.0819 | 3.0e-03 |  |"

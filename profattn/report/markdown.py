@@ -66,7 +66,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
 
     v = render_verdict(verdict(run))
     e = run.environment
-    copy = run.ceilings.copy_gbps if run.ceilings else None
+    roof = run.ceilings.bandwidth_gbps if run.ceilings else None
     mm = run.ceilings.matmul_tflops if run.ceilings else None
     cols = matrix_columns(run)
     unit, eager = cols["flops_unit"], cols["eager"]
@@ -78,7 +78,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         table.append([
             ("**" + c.backend + "** 🏆") if rc.winner else c.backend, labels[c.workload.tag], c.status.value,
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
-            *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", copy, bare=True),
+            *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
             fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
     headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]

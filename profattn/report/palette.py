@@ -4,21 +4,48 @@ the result matrix's column swatches; pages that chart backends pass their own na
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
-__all__ = ["backend_colors"]
+__all__ = ["BUILTIN_COLORS", "backend_colors"]
+
+#: Fixed colours of the built-in backends (plotly's qualitative ``Plotly`` and ``Dark24`` palettes), so a
+#: backend has the same colour in every report, whichever other backends ran beside it.
+BUILTIN_COLORS: dict[str, str] = {
+    "sdpa-math": "#636EFA", "sdpa-flash": "#EF553B", "sdpa-efficient": "#00CC96", "sdpa-cudnn": "#AB63FA",
+    "eager": "#FFA15A", "flex": "#19D3F3", "triton-paged-decode": "#FF6692", "torch-paged-reference": "#B6E880",
+    "flex-paged-decode": "#FF97FF", "flashinfer-decode": "#FECB52", "flashinfer-decode-tc": "#2E91E5",
+    "flashinfer-prefill-paged": "#E15F99", "flashinfer-prefill-ragged": "#1CA71C",
+}
+#: Colours for other names (plugins): plotly's ``Dark24`` minus those used above.
+_OTHERS = ("#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86", "#EB663B", "#511CFB", "#00A08B",
+           "#FB00D1", "#FC0080", "#B2828D", "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042",
+           "#1616A7", "#DA60CA", "#6C4516", "#0D2A63", "#AF0038")
 
 
 def backend_colors(backends: Iterable[str]) -> dict[str, str]:
-    """A colour (``"#rrggbb"``) per distinct backend name: the names sorted, then coloured in that order
-    from plotly's qualitative ``Plotly`` palette (10 colours) followed by ``Dark24`` (cycling past 34
-    names). Sorting makes the choice independent of cell order and of which cells ran, so one run's
-    charts agree with each other and a backend keeps its colour in any page built from the same set.
+    """A colour (``"#rrggbb"``) per distinct backend name: :data:`BUILTIN_COLORS` for the built-ins; any
+    other name (a plugin) takes a colour from a second list chosen by a hash of its name (stable across
+    runs and pages; two plugins in one page that would share a colour get the next free one).
 
     Args:
         backends: backend names, repeats and any order allowed (e.g. every cell's ``backend``).
     """
-    import plotly.colors
-
-    seq = list(plotly.colors.qualitative.Plotly) + list(plotly.colors.qualitative.Dark24)
-    return {name: seq[i % len(seq)] for i, name in enumerate(sorted(set(backends)))}
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    names = sorted(set(backends))
+    for name in names:
+        if name in BUILTIN_COLORS:
+            out[name] = BUILTIN_COLORS[name]
+            taken.add(out[name])
+    for name in names:
+        if name in out:
+            continue
+        start = int(hashlib.sha1(name.encode()).hexdigest(), 16) % len(_OTHERS)
+        for i in range(len(_OTHERS)):
+            color = _OTHERS[(start + i) % len(_OTHERS)]
+            if color not in taken:
+                break
+        out[name] = color
+        taken.add(color)
+    return out

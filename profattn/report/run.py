@@ -115,7 +115,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
     marked; ``spread`` and ``grad_err`` are lists of lines. Rates are bare numbers in the unit their header carries (:func:`matrix_columns`:
     ``flops_unit`` for ``tflops``, GB/s for ``gbps``), three significant digits, with the fraction of the
     run's measured ceiling where one exists."""
-    copy = run.ceilings.copy_gbps if run.ceilings else None
+    roof = run.ceilings.bandwidth_gbps if run.ceilings else None  # the read stream where measured
     mm = run.ceilings.matmul_tflops if run.ceilings else None
     unit = matrix_columns(run)["flops_unit"]
     labels = workload_labels(run)
@@ -141,7 +141,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
                          if c.peak_mem_over_inputs_bytes is not None else ("n/a" if t else "–")),
             "peak_mem_device": fmt_bytes(c.peak_mem_bytes) if c.peak_mem_bytes is not None else "",
             "tflops": fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
-            "gbps": fmt_rate(c.achieved_gbps, "GB/s", copy, bare=True),
+            "gbps": fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             "out_err": fmt_err(corr.out_rel_err if corr else None),
             "grad_err": grads,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
@@ -411,7 +411,11 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
         rows.append(("host", " / ".join(x for x in (e.hostname, e.user) if x) + " (--keep-host-info)"))
     if run.ceilings:
         c = run.ceilings
-        rows.append(("copy ceiling", f"{c.copy_gbps:,.0f} GB/s ({fmt_bytes(c.copy_bytes)} device-to-device copy, read + write)"))
+        if c.read_gbps:
+            rows.append(("read ceiling", f"{c.read_gbps:,.0f} GB/s ({fmt_bytes(c.read_bytes)} read-only stream, {c.read_method}): "
+                         "the roof every bandwidth fraction uses"))
+        rows.append(("copy ceiling", f"{c.copy_gbps:,.0f} GB/s ({fmt_bytes(c.copy_bytes)} device-to-device copy, read + write)"
+                     + ("" if c.read_gbps else ": the roof bandwidth fractions use (no read ceiling in this run)")))
         rows.append(("GEMM ceiling", f"{c.matmul_tflops:,.0f} TFLOP/s ({c.dtype} {c.matmul_n}³)"))
     else:
         rows.append(("ceilings", "not measured (CPU run): rates are shown without a fraction of a ceiling"))
@@ -476,8 +480,9 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
                 dl.add_scatter(x=x, y=[c.latency_us for c in pts], row=1, col=i, **common)
                 bw.add_scatter(x=x, y=[c.kv_gbps for c in pts], row=1, col=i, **common)
             if run.ceilings:
-                bw.add_hline(y=run.ceilings.copy_gbps, line_dash="dash", row=1, col=i,
-                             annotation_text=f"copy {run.ceilings.copy_gbps:,.0f} GB/s" if i == 1 else None)
+                ceil = run.ceilings
+                bw.add_hline(y=ceil.bandwidth_gbps, line_dash="dash", row=1, col=i,
+                             annotation_text=f"{ceil.bandwidth_kind} {ceil.bandwidth_gbps:,.0f} GB/s" if i == 1 else None)
         kv_ticks = sorted({c.workload.kv_len for cs in groups.values() for c in cs})
         for fig in (dl, bw):
             fig.update_xaxes(type="log", tickvals=kv_ticks, ticktext=[str(t) for t in kv_ticks], title_text="kv_len")
@@ -543,10 +548,11 @@ def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
     fig = go.Figure()
     ai = [x.workload.flops / (x.counters.dram_bytes if x.counters and x.counters.dram_bytes else x.workload.requested_bytes) for x in cells]
     lo, hi = min(ai + [1.0]) / 2, max(ai + [1e3]) * 2
-    ridge = c.matmul_tflops * 1e12 / (c.copy_gbps * 1e9)
+    bw_roof = c.bandwidth_gbps
+    ridge = c.matmul_tflops * 1e12 / (bw_roof * 1e9)
     xs = [lo, ridge, hi]
-    fig.add_scatter(x=xs, y=[min(c.matmul_tflops, x * c.copy_gbps * 1e9 / 1e12) for x in xs], mode="lines",
-                    name=f"roof: copy {c.copy_gbps:,.0f} GB/s, GEMM {c.matmul_tflops:,.0f} TFLOP/s", line=dict(color="black", dash="dash"))
+    fig.add_scatter(x=xs, y=[min(c.matmul_tflops, x * bw_roof * 1e9 / 1e12) for x in xs], mode="lines",
+                    name=f"roof: {c.bandwidth_kind} {bw_roof:,.0f} GB/s, GEMM {c.matmul_tflops:,.0f} TFLOP/s", line=dict(color="black", dash="dash"))
     for b in dict.fromkeys(x.backend for x in cells):
         pts = [(a, x) for a, x in zip(ai, cells) if x.backend == b]
         fig.add_scatter(x=[a for a, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,

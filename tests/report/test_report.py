@@ -160,7 +160,7 @@ def test_cpu_report_uses_cpu_wording_only():
 def test_one_colour_per_backend_in_every_chart():
     """issue: charts coloured backends by trace order (plotly's default colorway) or by the backends
     present in that chart, so one backend changed colour between the latency bars and the roofline."""
-    from profattn.report.palette import backend_colors
+    from profattn.report.palette import BUILTIN_COLORS, backend_colors
     from profattn.report.run import chart_figures
     from profattn.results import read_results
 
@@ -180,7 +180,14 @@ def test_one_colour_per_backend_in_every_chart():
                 seen.setdefault(b, set()).add(color)
         assert seen and all(cs == {expected[b]} for b, cs in seen.items()), seen
         assert len(set(expected.values())) == len(names)
-    assert backend_colors(["b", "a", "b"]) == backend_colors(["a", "b"]) == {"a": "#636EFA", "b": "#EF553B"}
+    # a backend keeps its colour across reports whatever ran beside it (triton-paged-decode was pink in the
+    # seed report and purple in the sweep when colours followed the sorted names of each run)
+    assert backend_colors(["triton-paged-decode", "sdpa-cudnn"])["triton-paged-decode"] == \
+        backend_colors(["triton-paged-decode", "eager", "flex", "sdpa-math"])["triton-paged-decode"] == "#FF6692"
+    # plugins: stable by name, never a built-in's colour, two plugins never share one
+    plug = backend_colors(["my-kernel", "other-kernel", "sdpa-cudnn"])
+    assert plug == backend_colors(["other-kernel", "my-kernel", "sdpa-cudnn", "my-kernel"])
+    assert len(set(plug.values())) == 3 and plug["my-kernel"] not in BUILTIN_COLORS.values()
 
 
 def test_committed_h200_report_is_at_most_3_mb():

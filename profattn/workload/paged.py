@@ -243,8 +243,9 @@ class PagedKVCache:
         rest_k, rest_v = flat_k[~used], flat_v[~used]
         if math.isnan(self.fill):
             stray = ~(torch.isnan(rest_k) & torch.isnan(rest_v)).flatten(1).all(1)
-        else:
-            stray = ((rest_k != self.fill) | (rest_v != self.fill)).flatten(1).any(1)
+        else:  # the fill as the pool stores it (1e4 is 9984 in bf16)
+            fill = torch.tensor(self.fill, dtype=self.k_pages.dtype, device=self.k_pages.device)
+            stray = ((rest_k != fill) | (rest_v != fill)).flatten(1).any(1)
         if stray.any():
             return f"{int(stray.sum())} unused pool slots were written"
         return None

@@ -256,3 +256,30 @@ def test_resume_refuses_a_new_plan_and_a_missing_run(tmp_path: Path):
 def test_resume_without_out_names_the_missing_out():
     res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--resume", "--backend", "eager"])
     assert res.exit_code == 2 and "--resume needs --out" in res.output
+
+
+@pytest.mark.slow
+def test_profile_serving_small_end_to_end(tmp_path: Path):
+    """The serving twin on the CPU (about a minute on 2 loaded cores): every appending cell correct with its
+    append timed and its cache checked, padded backends' waste recorded, results.json read back equal, and the
+    report's serving section."""
+    out = tmp_path / "serving"
+    res = invoke("profile", "--preset", "serving-small", "--device", "cpu", "--out", str(out), "--backend", "eager",
+                 "--backend", "sdpa-math", "--backend", "torch-paged-reference")
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert len(run.cells) == 13 * 3 and {c.workload.phase.value for c in run.cells} == {"prefill", "decode", "mixed"}
+    for c in run.cells:
+        assert c.status == CellStatus.OK, (c.cell_id, c.reason)
+        assert c.correctness.cache_ok is True and c.append_timing is not None, c.cell_id
+        assert (c.executed_pairs is not None) == (c.workload.is_varlen and c.backend != "torch-paged-reference")
+    assert run == read_results(out)
+    from profattn.results import run_from_dict, run_to_dict
+
+    assert run_from_dict(json.loads(json.dumps(run_to_dict(run)))) == run
+    html = (out / "report.html").read_text()
+    assert "Serving: chunked prefill and mixed batches" in html and "fastest per part" in html
+    res = invoke("profile", "--preset", "serving-small", "--device", "cpu", "--regime", "mixed", "--out",
+                 str(tmp_path / "mixed"), "--backend", "torch-paged-reference")
+    assert res.exit_code == 0, res.output
+    assert {c.workload.phase.value for c in read_results(tmp_path / "mixed").cells} == {"mixed"}

@@ -270,14 +270,12 @@ def valid_part(workload: Workload, x: torch.Tensor, *, keys: bool = False) -> to
     return x.transpose(1, 2)[_valid_rows(lens, longest, x.device)]
 
 
-def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] | None, ref: Reference,
-          cache_error: str | None = None, appended: bool = False) -> Correctness:
+def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] | None, ref: Reference) -> Correctness:
     """Compare a backend's output (and gradients) with the reference; see :data:`OUT_TOLERANCE`.
 
     A variable-length call is compared on its sequences' own rows only (:func:`valid_part`: padding rows,
     whatever a kernel wrote there, are not part of the answer; a wrong value in any valid row counts in full).
-    ``appended``: the call appended to the paged cache, whose check (``PagedKVCache.check_contents``) gave
-    ``cache_error`` (None: the cache holds what it must); the cell then passes only with a correct cache.
+    The cache of an appending call is checked by the cell, after its timed runs (``cache_ok``).
 
     Raises:
         ValueError: the output's shape differs from the reference's.
@@ -296,6 +294,4 @@ def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] 
             grad_err = {name: rel_err(valid_part(workload, grads[name], keys=name != "dq"),
                                       valid_part(workload, ref.grads[name], keys=name != "dq")) for name in ref.grads}
         passed = passed and all(e <= gtol for e in grad_err.values())
-    cache_ok = (cache_error is None) if appended else None
-    return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed and cache_ok is not False),
-                       reference=ref.precision, grad_rel_err=grad_err, cache_ok=cache_ok)
+    return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed), reference=ref.precision, grad_rel_err=grad_err)

@@ -81,3 +81,25 @@ def test_malformed_cells_are_one_line_errors_naming_the_cell(tmp_path, mutate, m
     with pytest.raises(ResultsError, match=None) as err:
         read_results(p)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_append_timing_executed_pairs_and_cache_check_round_trip_and_old_files_still_load():
+    from profattn.results import Correctness, Timing
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("mix=1x(q6,kv20)+3x(q1,kv9),hq=4,hkv=2,d=16,page=4,append=true")
+    c = replace(cell(w, "eager", 120.0), append_timing=Timing(7.5, 7.0, 8.0, 6.9, 40, "t"), executed_pairs=480,
+                correctness=Correctness(1e-3, 2e-2, True, "fp32", cache_ok=True))
+    r = run([c])
+    data = json.loads(json.dumps(run_to_dict(r)))
+    back = run_from_dict(data)
+    assert back == r and back.cells[0].append_timing.median_us == 7.5 and back.cells[0].executed_pairs == 480
+    assert back.cells[0].correctness.cache_ok is True and back.cells[0].workload == w
+    for key in ("append_timing", "executed_pairs"):  # a file written before these fields existed
+        del data["cells"][0][key]
+    del data["cells"][0]["correctness"]["cache_ok"]
+    old = run_from_dict(data).cells[0]
+    assert (old.append_timing, old.executed_pairs, old.correctness.cache_ok) == (None, None, None)
+    data["cells"][0]["executed_pairs"] = -3
+    with pytest.raises(ResultsError, match=r"cells\[0\].*executed_pairs"):
+        run_from_dict(data)

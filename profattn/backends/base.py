@@ -33,7 +33,14 @@ class Prepared:
         context: factory of a context manager the harness enters around warm-up, timing and profiling
             (e.g. ``sdpa_kernel([FLASH_ATTENTION])``), so its cost stays out of the per-call time.
         notes: set-up facts worth showing in the report (e.g. "block mask built for causal").
-        bind: builds the zero-argument timed call from the inputs (backends that read their own layout).
+        bind: ``bind(inputs)`` → the zero-argument call, for backends that read their own layout (the paged
+            cache); see :meth:`bound`.
+        bind_append: ``bind_append(inputs)`` → the zero-argument call that writes the step's new K/V into the
+            paged cache (appending workloads); None: the shared torch append
+            (:func:`~profattn.workload.paged.reshape_and_cache`). See :meth:`appender`.
+        executed_pairs: (query, key) pairs the kernel computes per query head when it pads a variable-length
+            call to ``B · Lq_max · Lk_max`` (None when it computes only the call's own rows and keys); the
+            workload's :attr:`~profattn.workload.Workload.attended_pairs` are the pairs required.
         to_contract: see the attribute's comment.
     """
 
@@ -44,6 +51,8 @@ class Prepared:
     #: Converts the timed call's output to the ``[B, Hq, Lq, d]`` contract for the correctness check, outside
     #: every timing (e.g. a packed ``[Σ q_len, Hq, d]`` output of a variable-length kernel); None: already is.
     to_contract: Callable[[torch.Tensor], torch.Tensor] | None = None
+    bind_append: Callable[["AttentionInputs"], Callable[[], None]] | None = None
+    executed_pairs: int | None = None
 
     def bound(self, inputs: "AttentionInputs") -> Callable[[], torch.Tensor]:
         """The zero-argument call the harness times: ``bind(inputs)`` when the backend reads its own
@@ -52,6 +61,23 @@ class Prepared:
             return self.bind(inputs)
         q, k, v = inputs.q, inputs.k, inputs.v
         return lambda: self.forward(q, k, v)
+
+    def appender(self, inputs: "AttentionInputs") -> Callable[[], None]:
+        """The zero-argument call that appends ``inputs.append`` (the step's new K/V) into ``inputs.paged``
+        through its slot mapping: ``bind_append(inputs)`` when the backend brings its own, else the torch
+        :func:`~profattn.workload.paged.reshape_and_cache`.
+
+        Raises:
+            ValueError: ``inputs`` has no paged cache or no append (the workload does not append).
+        """
+        if inputs.paged is None or inputs.append is None:
+            raise ValueError("an append needs a paged cache and the step's new K/V (workload append=True)")
+        if self.bind_append is not None:
+            return self.bind_append(inputs)
+        from profattn.workload.paged import reshape_and_cache
+
+        cache, new = inputs.paged, inputs.append
+        return lambda: reshape_and_cache(new.k_new, new.v_new, cache.k_pages, cache.v_pages, new.slot_mapping)
 
 
 @dataclass
@@ -62,6 +88,13 @@ class AttentionInputs:
     workloads the slots past a sequence's length are unused); ``grad_out``: like ``q`` (train only);
     ``paged``: the same cache as a :class:`~profattn.paged.PagedKVCache` (paged workloads only).
     For train, q/k/v require grad.
+
+    A variable-length call (``workload.seqs``) pads to the longest sequence: sequence ``b``'s queries are rows
+    ``0 … q_lens[b] − 1`` of ``q`` (later rows are padding: random, and ignored by the check), its keys slots
+    ``0 … kv_lens[b] − 1`` of ``k``/``v``; ``q_lens``/``kv_lens`` are ``[B]`` int32 on the device (set for
+    variable-length and appending calls, else None). ``append``: the step's new K/V and their pool slots
+    (a :class:`~profattn.workload.paged.CacheAppend`; appending workloads only) — before it runs, the paged
+    cache holds each sequence's cached prefix (``kv_lens[b] − q_lens[b]`` tokens) only.
     """
 
     q: torch.Tensor
@@ -69,6 +102,9 @@ class AttentionInputs:
     v: torch.Tensor
     grad_out: torch.Tensor | None = None
     paged: "object | None" = None
+    q_lens: torch.Tensor | None = None
+    kv_lens: torch.Tensor | None = None
+    append: "object | None" = None
 
     @property
     def nbytes(self) -> int:

@@ -11,7 +11,7 @@ import math
 import torch
 
 from profattn.backends.base import Prepared
-from profattn.backends.masks import dense_mask
+from profattn.backends.masks import dense_mask, padded_pairs, padding_note
 from profattn.backends.memory import fit_reason
 from profattn.families import DENSE
 from profattn.workload import Phase, Workload
@@ -75,6 +75,8 @@ class EagerBackend:
     name = "eager"
     family = DENSE
     description = "explicit matmul + masked softmax + matmul in eager PyTorch (K/V repeated to Hq heads)"
+    #: Takes variable-length calls: padded to the longest sequence, with a per-sequence boolean mask.
+    varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         return dense_path_reason(workload, device)
@@ -85,4 +87,8 @@ class EagerBackend:
         def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return eager_attention(q, k, v, mask=mask)
 
+        if workload.is_varlen:
+            return Prepared(forward=forward, executed_pairs=padded_pairs(workload),
+                            notes=("mask: explicit boolean [B, 1, Lq_max, Lk_max] from per-sequence lengths",
+                                   padding_note(workload)))
         return Prepared(forward=forward, notes=("mask: explicit boolean [Lq, Lk]" if mask is not None else "no mask",))

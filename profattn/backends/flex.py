@@ -49,6 +49,8 @@ class FlexBackend:
     name = "flex"
     family = FLEX
     description = "FlexAttention compiled by Inductor into Triton (CPU: C++, forward only) with a causal block mask"
+    #: Takes variable-length calls: a block mask from the per-sequence lengths (padding tiles skipped).
+    varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         if workload.is_ragged:
@@ -62,7 +64,10 @@ class FlexBackend:
         from torch.nn.attention.flex_attention import create_block_mask
 
         block_mask = None
-        if workload.mask is Mask.CAUSAL:
+        if workload.is_varlen:
+            block_mask = create_block_mask(varlen_mask_mod(workload, device), workload.batch, None, workload.q_len,
+                                           workload.kv_len, device=str(device))
+        elif workload.mask is Mask.CAUSAL:
             offset = workload.kv_len - workload.q_len
             block_mask = create_block_mask(
                 causal_mask_mod(offset), None, None, workload.q_len, workload.kv_len, device=str(device)
@@ -88,7 +93,28 @@ class FlexBackend:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
         notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
+        if workload.is_varlen:
+            notes = ("block mask from per-sequence lengths: padding rows and key slots masked, fully masked tiles "
+                     "skipped" + (", bottom-right causal per sequence" if workload.mask is Mask.CAUSAL else ""),)
         return Prepared(forward=forward, notes=notes)
+
+
+def varlen_mask_mod(workload: Workload, device: torch.device):
+    """FlexAttention ``mask_mod`` of a variable-length call padded to its longest sequence: sequence ``b`` keeps
+    its own query rows (``q_idx < q_lens[b]``) and keys (``kv_idx < kv_lens[b]``), and with a causal mask
+    ``kv_idx ≤ q_idx + kv_lens[b] − q_lens[b]`` (bottom-right per sequence). The lengths are int32 tensors on
+    ``device`` captured by the closure. Padding rows see no key (FlexAttention writes zeros there)."""
+    q_lens = torch.tensor(workload.q_lens, dtype=torch.int32, device=device)
+    kv_lens = torch.tensor(workload.kv_lens, dtype=torch.int32, device=device)
+    causal = workload.mask is Mask.CAUSAL
+
+    def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
+        keep = (q_idx < q_lens[b]) & (kv_idx < kv_lens[b])
+        if causal:
+            keep = keep & (kv_idx <= q_idx + kv_lens[b] - q_lens[b])
+        return keep
+
+    return mask_mod
 
 
 class FlexPagedDecode:
@@ -106,6 +132,8 @@ class FlexPagedDecode:
     name = "flex-paged-decode"
     family = FLEX
     description = "FlexAttention over the physical page pool, with a mask_mod built from the block table"
+    #: Takes per-sequence KV lengths of a decode step (its mask reads ``seq_lens``) and appending calls.
+    varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         return paged_decode_reason(workload) or _flex_missing()

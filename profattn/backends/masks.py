@@ -41,8 +41,11 @@ def dense_mask(workload: Workload, device: torch.device | str) -> torch.Tensor |
     """Explicit boolean mask (True = attend), or None when nothing is masked.
 
     ``[q_len, kv_len]`` for uniform lengths; ``[batch, 1, q_len, kv_len]`` when lengths are ragged
-    (keys past each sequence's length masked; its queries sit at its own last position).
+    (keys past each sequence's length masked; its queries sit at its own last position) or per sequence
+    (a variable-length call padded to the longest: see :func:`varlen_mask`).
     """
+    if workload.is_varlen:
+        return varlen_mask(workload.q_lens, workload.kv_lens, causal=workload.mask is Mask.CAUSAL, device=device)
     cols = torch.arange(workload.kv_len, device=device).unsqueeze(0)
     rows = torch.arange(workload.q_len, device=device).unsqueeze(1)
     if workload.is_ragged:
@@ -54,6 +57,38 @@ def dense_mask(workload: Workload, device: torch.device | str) -> torch.Tensor |
     if workload.mask is Mask.NONE:
         return None
     return cols <= rows + (workload.kv_len - workload.q_len)
+
+
+def varlen_mask(q_lens: "tuple[int, ...] | list[int]", kv_lens: "tuple[int, ...] | list[int]", *, causal: bool,
+                device: torch.device | str) -> torch.Tensor:
+    """Boolean mask ``[B, 1, max q_len, max kv_len]`` (True = attend) of a variable-length call padded to its
+    longest sequence: sequence ``b`` keeps keys ``< kv_lens[b]``, and with ``causal`` its query row ``i`` (at
+    position ``kv_lens[b] − q_lens[b] + i``, bottom-right) keys ``≤`` that position. Padding rows
+    (``i ≥ q_lens[b]``) then see all ``kv_lens[b]`` keys, so no row is empty (no NaN from a kernel that
+    softmaxes an empty row); their output is ignored."""
+    q = torch.tensor(list(q_lens), device=device).view(-1, 1, 1, 1)
+    n = torch.tensor(list(kv_lens), device=device).view(-1, 1, 1, 1)
+    rows = torch.arange(int(q.max()), device=device).view(1, 1, -1, 1)
+    cols = torch.arange(int(n.max()), device=device).view(1, 1, 1, -1)
+    keep = cols < n
+    if causal:
+        keep = keep & (cols <= rows + n - q)
+    return keep
+
+
+def padded_pairs(workload: Workload) -> int:
+    """(query, key) pairs per query head a kernel computes on a variable-length call padded to
+    ``B · Lq_max · Lk_max`` (every row against every key slot, masked or not); compare with
+    ``workload.attended_pairs``, the pairs required. Example: ``2x(q4,kv8)+6x(q1,kv5)``: ``8 · 4 · 8 = 256``
+    executed for ``2 · 26 + 6 · 5 = 82`` required (causal)."""
+    return workload.batch * workload.q_len * workload.kv_len
+
+
+def padding_note(workload: Workload) -> str:
+    """The cell note of a backend that pads a variable-length call (see :func:`padded_pairs`)."""
+    done, need = padded_pairs(workload), workload.attended_pairs
+    return (f"padded to B·Lq_max·Lk_max = {workload.batch}·{workload.q_len}·{workload.kv_len}: executes {done:,} "
+            f"(query, key) pairs per head for {need:,} required ({done / need:.1f}× the work)")
 
 
 def causal_mask_mod(offset: int):

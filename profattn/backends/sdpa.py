@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from profattn.backends.base import KernelFamily, Prepared, Unsupported
 from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH
 from profattn.backends.eager import dense_path_reason
-from profattn.backends.masks import sdpa_mask_args
+from profattn.backends.masks import SdpaMaskArgs, dense_mask, padded_pairs, padding_note, sdpa_mask_args, varlen_mask
 from profattn.workload import Workload
 
 
@@ -32,6 +32,9 @@ class SdpaBackend:
     family: KernelFamily
     description: str
     cuda_only: bool
+    #: Takes variable-length calls (padded to the longest sequence, an explicit boolean mask; kernels that
+    #: refuse an arbitrary mask are unsupported with PyTorch's reason from the trial call) and appending ones.
+    varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         if workload.is_ragged:
@@ -49,6 +52,9 @@ class SdpaBackend:
         if reason:
             raise Unsupported(reason)
         margs = sdpa_mask_args(workload)
+        if workload.is_varlen:
+            margs = SdpaMaskArgs(dense_mask(workload, device), False,
+                                 "explicit boolean mask [B, 1, Lq_max, Lk_max] from per-sequence lengths")
         gqa = workload.is_gqa
         backend = self.sdpa_backend
 
@@ -60,10 +66,12 @@ class SdpaBackend:
         # Trial call on tiny tensors of the same head layout, dtype and mask class: PyTorch's kernel
         # selection depends on those, not on the lengths; a rejection raises "No available kernel".
         _trial(workload, device, backend)
+        varlen = workload.is_varlen
         return Prepared(
             forward=forward,
             context=lambda: sdpa_kernel([backend]),
-            notes=(margs.how, "enable_gqa=True" if gqa else "MHA"),
+            notes=(margs.how, "enable_gqa=True" if gqa else "MHA") + ((padding_note(workload),) if varlen else ()),
+            executed_pairs=padded_pairs(workload) if varlen else None,
         )
 
 
@@ -76,9 +84,12 @@ def _trial(workload: Workload, device: torch.device, backend: SDPBackend) -> Non
         lk = min(lk, 16)
     else:  # keep Lq < Lk (bottom-right bias) or Lq > Lk
         lq, lk = (min(lq, 8), min(lk, 16)) if lq < lk else (min(lq, 16), min(lk, 8))
-    small = Workload(phase=workload.phase, batch=1, q_len=lq, kv_len=lk, num_q_heads=workload.num_q_heads,
+    phase = "prefill" if workload.phase.value == "mixed" else workload.phase
+    small = Workload(phase=phase, batch=1, q_len=lq, kv_len=lk, num_q_heads=workload.num_q_heads,
                      num_kv_heads=workload.num_kv_heads, head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask)
     margs = sdpa_mask_args(small)
+    if workload.is_varlen:  # the same mask class as the real call: an arbitrary boolean tensor
+        margs = SdpaMaskArgs(varlen_mask((lq,), (lk,), causal=True, device=device), False, "")
     dtype = getattr(torch, workload.dtype)
     q = torch.randn(small.q_shape, device=device, dtype=dtype)
     k = torch.randn(small.kv_shape, device=device, dtype=dtype)

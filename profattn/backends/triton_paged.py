@@ -358,6 +358,8 @@ class TritonPagedDecode:
     name = "triton-paged-decode"
     family = TRITON
     description = "ours: Triton split-KV flash-decoding over the paged cache, one program per (seq, KV head, split) for the whole GQA group"
+    #: Takes per-sequence KV lengths of a decode step (one query each; it reads ``seq_lens``) and appending calls.
+    varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         reason = paged_decode_reason(workload)
@@ -410,13 +412,18 @@ class TritonPagedDecode:
 class TorchPagedReference:
     """``torch-paged-reference``: gather the pages through the block table in PyTorch, then SDPA.
 
-    The correctness reference for paged kernels and the "address translation done in PyTorch" baseline:
-    every call materialises a dense ``[B, Hkv, max_len, d]`` copy of the cache (index kernels), then runs
-    SDPA (default kernel choice, GQA native; a boolean key-padding mask when lengths are ragged).
+    The correctness reference for paged kernels and the "address translation done in PyTorch" baseline.
+    Decode (one query per sequence): every call materialises a dense ``[B, Hkv, max_len, d]`` copy of the
+    cache (index kernels), then runs SDPA once (default kernel choice, GQA native; a boolean key-padding mask
+    when lengths differ). Prefill, chunked prefill and variable-length / mixed calls: sequence by sequence,
+    its pages gathered into ``[1, Hkv, kv_len_b, d]`` and SDPA on its own ``q_len_b`` rows with the
+    bottom-right causal mask — slow (one launch group per sequence) but exact, with no padding computed.
     """
 
     name = "torch-paged-reference"
     description = "gathers pages through the block table with torch indexing, then SDPA on the dense copy"
+    #: Takes variable-length and appending calls (per-sequence gather and attention).
+    varlen = True
 
     @property
     def family(self):
@@ -425,17 +432,30 @@ class TorchPagedReference:
         return PAGED_GATHER
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        return paged_decode_reason(workload)
+        from profattn.workload import KVLayout, Phase
+
+        if workload.phase is Phase.DECODE and not workload.is_varlen:
+            return paged_decode_reason(workload)
+        if workload.kv_layout is not KVLayout.PAGED:
+            return "reads a paged KV cache; this workload's layout is dense"
+        if workload.phase is Phase.TRAIN:
+            return "a forward path over the paged cache (serving): no backward"
+        return None
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
         if reason:
             raise Unsupported(reason)
+        if workload.q_len == 1:
+            return self._prepare_decode(workload)
+        return self._prepare_per_sequence(workload)
+
+    def _prepare_decode(self, workload: Workload) -> Prepared:
         import torch.nn.functional as F
 
         max_len = workload.kv_len
         pages_needed = math.ceil(max_len / workload.page_size)
-        ragged = workload.is_ragged
+        ragged = len(set(workload.kv_lens)) > 1
 
         def bind(inputs: AttentionInputs):
             cache = inputs.paged
@@ -458,3 +478,38 @@ class TorchPagedReference:
 
         return Prepared(forward=paged_only_forward, bind=bind,
                         notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else ""),))
+
+    def _prepare_per_sequence(self, workload: Workload) -> Prepared:
+        import torch.nn.functional as F
+
+        from profattn.backends.masks import sdpa_mask_args
+        from profattn.workload import Phase
+
+        page = workload.page_size
+        seqs = list(zip(workload.q_lens, workload.kv_lens))
+        margs = [sdpa_mask_args(Workload(phase=Phase.PREFILL, batch=1, q_len=nq, kv_len=nk,
+                                         num_q_heads=workload.num_q_heads, num_kv_heads=workload.num_kv_heads,
+                                         head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask))
+                 for nq, nk in seqs]
+
+        def bind(inputs: AttentionInputs):
+            cache = inputs.paged
+            q = inputs.q
+            hkv, d = cache.num_kv_heads, cache.head_dim
+            tables = [cache.block_table[b, :math.ceil(nk / page)].long() for b, (_, nk) in enumerate(seqs)]
+
+            def call() -> torch.Tensor:
+                out = torch.zeros_like(q)  # padding rows (past q_len_b) stay zero
+                for b, (nq, nk) in enumerate(seqs):
+                    k = cache.k_pages[tables[b]].reshape(-1, hkv, d)[:nk].transpose(0, 1).unsqueeze(0)
+                    v = cache.v_pages[tables[b]].reshape(-1, hkv, d)[:nk].transpose(0, 1).unsqueeze(0)
+                    m = margs[b]
+                    out[b:b + 1, :, :nq] = F.scaled_dot_product_attention(
+                        q[b:b + 1, :, :nq], k, v, attn_mask=m.attn_mask, is_causal=m.is_causal, enable_gqa=True)
+                return out
+
+            return call
+
+        return Prepared(forward=paged_only_forward, bind=bind,
+                        notes=("per sequence: gather its pages, SDPA on its own rows (default kernel choice, "
+                               "bottom-right causal per sequence; no padding computed)",))

@@ -19,7 +19,7 @@ import click
 from profattn.errors import ProfattnError
 from profattn.files import check_parents
 
-REGIMES = ("train", "prefill", "decode", "all")
+REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
 
 class _Group(click.Group):

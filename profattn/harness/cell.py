@@ -58,7 +58,14 @@ def calls_for(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -
 
 def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref: Reference,
              device: torch.device) -> tuple[CellResult, ProfiledCall | None]:
-    """Measure one cell; return its result and, when it ran, what the profiler pass should call."""
+    """Measure one cell; return its result and, when it ran, what the profiler pass should call.
+
+    An appending workload (``workload.append``): the cell's new-token slots are cleared to the pool's fill, its
+    first call appends (:meth:`Prepared.appender`) then attends — so the correctness check sees whether the
+    attention read the appended tokens — then the attention alone is timed (``timing``), the append alone
+    (``append_timing``), and the cache is checked (``PagedKVCache.check_contents``: every sequence's tokens
+    through the block table, unused slots still the fill); a wrong cache makes the cell ``incorrect``. The
+    profiler pass and ``--repeat`` take the attention call alone."""
     cid = cell_id(workload, backend.name)
     base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name)
     who = _plugin_prefix(backend)
@@ -81,6 +88,10 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     train = workload.phase is Phase.TRAIN
     try:
         with prepared.context():
+            append = prepared.appender(inputs) if workload.append else None
+            if append is not None:  # the cache holds the cached prefix only until this cell's call appends
+                inputs.paged.clear_slots(inputs.append.slot_mapping)
+                append()
             fwd, call = calls_for(prepared, workload, inputs)
             inputs.zero_grads()
             # Same grad mode as the timed calls (inference inputs need no grad, so no graph is built):
@@ -99,6 +110,12 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
             before = inputs.zero_grads if train else None
             timing = _time_eager(call, device, before)
             inputs.zero_grads()
+            append_timing, cache_error = None, None
+            if append is not None:  # timed apart; re-writing the same tokens to the same slots is idempotent
+                append_timing = _time_eager(append, device, None)
+                cache_error = inputs.paged.check_contents(inputs.k.detach(), inputs.v.detach())
+                correctness = replace(correctness, cache_ok=cache_error is None,
+                                      passed=correctness.passed and cache_error is None)
             peak, over = peak_memory(call, device)
             inputs.zero_grads()
             graph_timing, graph_note = None, ""
@@ -113,12 +130,13 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         release_device(device)
         return CellResult(status=CellStatus.ERROR, reason=who + error_reason(exc), notes=prepared.notes, **base), None
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
-    reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype)
+    reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype, cache_error)
     result = CellResult(
         status=status, reason=reason, notes=prepared.notes + ((graph_note,) if graph_note else ()),
         correctness=correctness, timing=timing, graph_timing=graph_timing,
         peak_mem_bytes=peak, peak_mem_over_inputs_bytes=over, timing_repeats=(timing,),
-        graph_timing_repeats=(graph_timing,) if graph_timing is not None else (), **base,
+        graph_timing_repeats=(graph_timing,) if graph_timing is not None else (),
+        append_timing=append_timing, executed_pairs=prepared.executed_pairs, **base,
     )
     return result, ProfiledCall(cid, call, prepared.context, before, graph=graph_timing is not None)
 
@@ -149,10 +167,12 @@ def time_again(cell: CellResult, profiled: ProfiledCall, device: torch.device) -
                    graph_timing_repeats=(*cell.graph_timing_repeats, graph) if graph is not None else cell.graph_timing_repeats)
 
 
-def _incorrect_reason(c: Correctness, dtype: str) -> str:
+def _incorrect_reason(c: Correctness, dtype: str, cache_error: str | None = None) -> str:
     parts = [f"out rel err {c.out_rel_err:.3g} > {c.tolerance:g}"] if not c.out_rel_err <= c.tolerance else []
     gtol = GRAD_TOLERANCE[dtype]
     parts += [f"{name} rel err {err:.3g} > {gtol:g}" for name, err in (c.grad_rel_err or {}).items() if not err <= gtol]
+    if c.cache_ok is False:
+        parts.append(f"KV cache after the append: {cache_error or 'differs from the reference'}")
     return "failed correctness: " + ", ".join(parts)
 
 

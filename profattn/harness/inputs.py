@@ -12,11 +12,11 @@ import torch
 
 from profattn.backends.base import AttentionInputs
 from profattn.backends.eager import eager_attention
-from profattn.backends.masks import dense_mask
+from profattn.backends.masks import dense_mask, varlen_mask
 from profattn.backends.memory import fit_reason
 from profattn.results import Correctness
-from profattn.workload import KVLayout, Phase, Workload
-from profattn.workload.paged import PagedKVCache
+from profattn.workload import KVLayout, Mask, Phase, Workload
+from profattn.workload.paged import CacheAppend, PagedKVCache
 
 #: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention
 #: outputs from bf16 kernels land near 3e-3–8e-3 and their gradients near 1e-2, so 2e-2 / 3e-2 leaves
@@ -37,7 +37,10 @@ def _hi_itemsize(device: torch.device) -> int:
 def inputs_bytes_needed(workload: Workload) -> int:
     """Bytes :func:`make_inputs` allocates for ``workload``: Q, K, V (and dO plus the gradients of Q, K, V for
     train) in the workload's dtype, the fp32 draw of the largest tensor before its cast, and for a paged
-    layout the page pool (K/V again, rounded up to whole pages per sequence)."""
+    layout the page pool (K/V again, rounded up to whole pages per sequence). A variable-length call's dense
+    tensors are padded to its longest sequence (``q_len``/``kv_len`` are the longest), plus its length tensors
+    (int32, B each); an appending call adds the step's new K/V (``[Σ q_len_b, Hkv, d]`` each) and their slot
+    mapping (int64)."""
     w = workload
     q = w.batch * w.num_q_heads * w.q_len * w.head_dim
     kv = w.batch * w.num_kv_heads * w.kv_len * w.head_dim
@@ -49,13 +52,18 @@ def inputs_bytes_needed(workload: Workload) -> int:
     if w.kv_layout is KVLayout.PAGED:
         pages = sum(-(-length // w.page_size) for length in w.kv_lens)
         total += 2 * pages * w.page_size * w.num_kv_heads * w.head_dim * w.itemsize
+    if w.is_varlen or w.append:
+        total += 2 * 4 * w.batch
+    if w.append:
+        total += 2 * w.q_tokens * w.num_kv_heads * w.head_dim * w.itemsize + 8 * w.q_tokens
     return total
 
 
 def reference_bytes_needed(workload: Workload, device: torch.device) -> int:
     """Bytes :func:`reference` allocates: Q, K, V (and dO and three gradients for train) and the output in
     the reference precision (fp64 on CPU, fp32 on CUDA), the dense boolean mask, and one score-matrix
-    chunk (at most :data:`REFERENCE_CHUNK_BYTES`)."""
+    chunk (at most :data:`REFERENCE_CHUNK_BYTES`). A variable-length call's reference runs sequence by sequence
+    on the padded tensors: its mask is one sequence's at most (``q_len · kv_len``, the longest)."""
     w = workload
     hi = _hi_itemsize(device)
     q = w.batch * w.num_q_heads * w.q_len * w.head_dim
@@ -92,7 +100,12 @@ class Reference:
 
 
 def make_inputs(workload: Workload, device: torch.device, seed: int) -> AttentionInputs:
-    """Standard-normal q, k, v (and dO for train) in the workload's dtype on ``device``."""
+    """Standard-normal q, k, v (and dO for train) in the workload's dtype on ``device``.
+
+    A variable-length call pads to its longest sequence (see :class:`AttentionInputs`; padding rows of dO are
+    zero, so they add nothing to a gradient). An appending call also gets the step's new K/V (each sequence's
+    last ``q_len_b`` tokens of ``k``/``v``, packed) and their pool slots, and its paged cache starts with those
+    slots holding the fill: only the cached prefix is in the cache until the call appends."""
     # Drawn on the device itself (a CPU generator would spend seconds on a 4 GB decode cache);
     # reproducible for a given device type and seed.
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -117,10 +130,37 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
         paged = PagedKVCache.from_dense(k, v, page_size=workload.page_size, seq_lens=list(workload.kv_lens),
                                         shared_prefix_len=p, generator=torch.Generator().manual_seed(seed + 1),
                                         fill=1e4)
+    q_lens = kv_lens = append = None
+    if workload.is_varlen or workload.append:
+        q_lens = torch.tensor(workload.q_lens, dtype=torch.int32, device=device)
+        kv_lens = torch.tensor(workload.kv_lens, dtype=torch.int32, device=device)
+    if workload.append:
+        append = new_tokens(workload, k, v, paged)
+        paged.clear_slots(append.slot_mapping)
     if train:
         for t in (q, k, v):
             t.requires_grad_(True)
-    return AttentionInputs(q, k, v, draw(workload.q_shape) if train else None, paged)
+    grad_out = draw(workload.q_shape) if train else None
+    if grad_out is not None and workload.is_varlen:
+        grad_out.masked_fill_(~_valid_rows(workload.q_lens, workload.q_len, device).view(workload.batch, 1, -1, 1), 0)
+    return AttentionInputs(q, k, v, grad_out, paged, q_lens=q_lens, kv_lens=kv_lens, append=append)
+
+
+def new_tokens(workload: Workload, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache) -> CacheAppend:
+    """The step's new K/V, packed ``[Σ q_len_b, Hkv, d]``: sequence ``b``'s tokens ``kv_len_b − q_len_b …
+    kv_len_b − 1`` of the dense ``k``/``v`` (``[B, Hkv, Lk_max, d]``), with their flat slots in ``cache``
+    (:meth:`PagedKVCache.slot_mapping`, int64)."""
+    parts_k, parts_v = [], []
+    for b, (nq, nk) in enumerate(zip(workload.q_lens, workload.kv_lens)):
+        parts_k.append(k[b, :, nk - nq:nk].transpose(0, 1))
+        parts_v.append(v[b, :, nk - nq:nk].transpose(0, 1))
+    return CacheAppend(torch.cat(parts_k).contiguous(), torch.cat(parts_v).contiguous(),
+                       cache.slot_mapping(list(workload.q_lens)))
+
+
+def _valid_rows(lens: "tuple[int, ...]", longest: int, device: torch.device) -> torch.Tensor:
+    """``[B, longest]`` bool: position ``i`` of sequence ``b`` is one of its own (``i < lens[b]``), not padding."""
+    return torch.arange(longest, device=device)[None, :] < torch.tensor(list(lens), device=device)[:, None]
 
 
 def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int = REFERENCE_CHUNK_BYTES) -> Reference:
@@ -130,35 +170,56 @@ def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int =
     most ``chunk_bytes`` of intermediates (one chunk when the whole call fits), so long prefills stay
     checkable: rows of a softmax are independent, and the gradients of K and V accumulate over the chunks
     (autograd sums into the leaves' ``.grad``).
+
+    A variable-length call is computed sequence by sequence on its own rows and keys (query row ``i`` of
+    sequence ``b`` at position ``kv_len_b − q_len_b + i``, bottom-right); the padded output's padding rows are
+    zero, as are the gradients' padding rows and key slots (dO is zero there, see :func:`make_inputs`).
     """
     hi = torch.float64 if inputs.q.device.type == "cpu" else torch.float32
     train = inputs.grad_out is not None
     q, k, v = (t.detach().to(hi).requires_grad_(train) for t in (inputs.q, inputs.k, inputs.v))
     d_out = inputs.grad_out.to(hi) if train else None
-    mask = dense_mask(workload, q.device)
+    out = torch.zeros(q.shape, dtype=hi, device=q.device)
+    unit = _score_row_bytes(workload, torch.finfo(hi).bits // 8)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        if not workload.is_varlen:
+            _reference_chunks(q, k, v, d_out, out, dense_mask(workload, q.device), unit, chunk_bytes)
+        else:
+            causal = workload.mask is Mask.CAUSAL
+            for b, (nq, nk) in enumerate(zip(workload.q_lens, workload.kv_lens)):
+                rows, keys = slice(0, nq), slice(0, nk)
+                mask = varlen_mask((nq,), (nk,), causal=True, device=q.device)[0, 0] if causal else None
+                _reference_chunks(q[b:b + 1, :, rows], k[b:b + 1, :, keys], v[b:b + 1, :, keys],
+                                  d_out[b:b + 1, :, rows] if train else None, out[b:b + 1, :, rows], mask, unit,
+                                  chunk_bytes)
+    grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()} if train else None
+    return Reference(out, grads, "fp64" if hi is torch.float64 else "fp32")
+
+
+def _reference_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor | None,
+                      out: torch.Tensor, mask: torch.Tensor | None, unit: int, chunk_bytes: int) -> None:
+    """Fill ``out`` (``[B, Hq, Lq, d]``, a view) with :func:`grouped_attention` of ``q``/``k``/``v`` in chunks of
+    whole sequences, then KV heads, then query rows, each at most ``chunk_bytes`` (``unit`` bytes per (sequence,
+    KV head, query row)); with ``d_out``, back-propagate each chunk into the leaves' gradients."""
+    train = d_out is not None
     b, hq, lq, _ = q.shape
     hkv = k.shape[1]
     g = hq // hkv
-    unit = _score_row_bytes(workload, torch.finfo(hi).bits // 8)
     rows = max(1, min(lq, chunk_bytes // unit))
     heads = max(1, min(hkv, chunk_bytes // (unit * lq))) if rows == lq else 1
     seqs = max(1, min(b, chunk_bytes // (unit * lq * hkv))) if heads == hkv else 1
-    out = torch.empty(q.shape, dtype=hi, device=q.device)
-    with torch.autocast(device_type=q.device.type, enabled=False):
-        for b0 in range(0, b, seqs):
-            bs = slice(b0, b0 + seqs)
-            for h0 in range(0, hkv, heads):
-                hs, qh = slice(h0, h0 + heads), slice(h0 * g, (h0 + heads) * g)
-                for r0 in range(0, lq, rows):
-                    rs = slice(r0, r0 + rows)
-                    m = None if mask is None else mask[rs] if mask.dim() == 2 else mask[bs, :, rs]
-                    o = grouped_attention(q[bs, qh, rs], k[bs, hs], v[bs, hs], mask=m)
-                    out[bs, qh, rs] = o.detach()
-                    if train:
-                        o.backward(d_out[bs, qh, rs])
-                    del o
-    grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()} if train else None
-    return Reference(out, grads, "fp64" if hi is torch.float64 else "fp32")
+    for b0 in range(0, b, seqs):
+        bs = slice(b0, b0 + seqs)
+        for h0 in range(0, hkv, heads):
+            hs, qh = slice(h0, h0 + heads), slice(h0 * g, (h0 + heads) * g)
+            for r0 in range(0, lq, rows):
+                rs = slice(r0, r0 + rows)
+                m = None if mask is None else mask[rs] if mask.dim() == 2 else mask[bs, :, rs]
+                o = grouped_attention(q[bs, qh, rs], k[bs, hs], v[bs, hs], mask=m)
+                out[bs, qh, rs] = o.detach()
+                if train:
+                    o.backward(d_out[bs, qh, rs])
+                del o
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None) -> torch.Tensor:
@@ -199,17 +260,38 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return torch.linalg.vector_norm(x - ref).item() / (denom if denom else 1.0)
 
 
+def valid_part(workload: Workload, x: torch.Tensor, *, keys: bool = False) -> torch.Tensor:
+    """The rows of ``x`` (``[B, H, L_max, d]``) that belong to the call's sequences, ``[Σ len_b, H, d]``: query
+    rows (``keys`` False: ``q_len_b`` of sequence ``b``) or key slots (``kv_len_b``) of a variable-length call;
+    ``x`` itself for a uniform call."""
+    if not workload.is_varlen:
+        return x
+    lens, longest = (workload.kv_lens, workload.kv_len) if keys else (workload.q_lens, workload.q_len)
+    return x.transpose(1, 2)[_valid_rows(lens, longest, x.device)]
+
+
 def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] | None, ref: Reference) -> Correctness:
-    """Compare a backend's output (and gradients) with the reference; see :data:`OUT_TOLERANCE`."""
+    """Compare a backend's output (and gradients) with the reference; see :data:`OUT_TOLERANCE`.
+
+    A variable-length call is compared on its sequences' own rows only (:func:`valid_part`: padding rows,
+    whatever a kernel wrote there, are not part of the answer; a wrong value in any valid row counts in full).
+    The cache of an appending call is checked by the cell, after its timed runs (``cache_ok``).
+
+    Raises:
+        ValueError: the output's shape differs from the reference's.
+    """
     tol = OUT_TOLERANCE[workload.dtype]
     gtol = GRAD_TOLERANCE[workload.dtype]
-    err = rel_err(out, ref.out)
+    if tuple(out.shape) != tuple(ref.out.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.out.shape)}")
+    err = rel_err(valid_part(workload, out), valid_part(workload, ref.out))
     passed = err <= tol
     grad_err = None
     if ref.grads is not None:
         if grads is None or any(g is None for g in grads.values()):
             grad_err = {name: float("inf") for name in ref.grads}
         else:
-            grad_err = {name: rel_err(grads[name], ref.grads[name]) for name in ref.grads}
+            grad_err = {name: rel_err(valid_part(workload, grads[name], keys=name != "dq"),
+                                      valid_part(workload, ref.grads[name], keys=name != "dq")) for name in ref.grads}
         passed = passed and all(e <= gtol for e in grad_err.values())
     return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed), reference=ref.precision, grad_rel_err=grad_err)

@@ -569,6 +569,7 @@ def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
 
 def render_html(run: RunResult, *, title: str = "profattn report") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline, no network access)."""
+    from profattn.report.serving import serving_section
     from profattn.report.verdict import render_verdict
 
     v = render_verdict(verdict(run))
@@ -584,6 +585,7 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "launches": launch_rows(run),
         "verdict": v,
         "charts": chart_figures(run),
+        "serving": serving_section(run),
         "ledgers": ledger_rows(run),
         "counter_kernels": counter_kernel_rows(run),
         "crossovers": crossover_rows(run),

@@ -13,6 +13,9 @@ Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/
 and the counter fields; version 3 added the repeated timing samples (``timing_repeats``,
 ``graph_timing_repeats`` per cell, ``repeat`` per run: ``profattn profile --repeat N``) and the optional
 ``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
+Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
+profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
+``executed_pairs``, and ``correctness.cache_ok``.
 """
 
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results

@@ -122,7 +122,18 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         counters=counters,
         timing_repeats=tuple(Timing(**t) for t in d.get("timing_repeats", ())),
         graph_timing_repeats=tuple(Timing(**t) for t in d.get("graph_timing_repeats", ())),
+        append_timing=Timing(**d["append_timing"]) if d.get("append_timing") else None,
+        executed_pairs=_opt_int(d.get("executed_pairs"), "executed_pairs"),
     )
+
+
+def _opt_int(v: Any, name: str) -> int | None:
+    """An optional non-negative integer field. Raises ValueError (the cell's "malformed" error) otherwise."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"field {name!r} is {v!r}, not a non-negative integer")
+    return v
 
 
 def _environment(d: dict[str, Any]) -> Environment:

@@ -84,6 +84,9 @@ class Correctness:
     passed: bool
     reference: str
     grad_rel_err: dict[str, float] | None = None
+    #: Appending calls: the paged cache held exactly the reference K/V through the block table afterwards, and
+    #: unused slots their fill (None: the call does not append; the cell's reason says what differed).
+    cache_ok: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,12 @@ class CellResult:
     timing_repeats: tuple[Timing, ...] = ()
     #: The same for the CUDA-graph replay time (decode cells on CUDA).
     graph_timing_repeats: tuple[Timing, ...] = ()
+    #: Appending workloads: the cache append's own time (new K/V written through the slot mapping), timed
+    #: apart from the attention call, whose time is ``timing``; None otherwise (and in files written before).
+    append_timing: Timing | None = None
+    #: (query, key) pairs per query head the backend computed when it padded a variable-length call to
+    #: ``B · Lq_max · Lk_max`` (None when it did not pad); ``workload.attended_pairs`` are those required.
+    executed_pairs: int | None = None
 
     def __post_init__(self) -> None:
         """Coerce ``status`` to :class:`CellStatus`; raises ValueError for a string outside the closed set."""

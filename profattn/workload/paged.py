@@ -35,6 +35,8 @@ class PagedKVCache:
     seq_lens: torch.Tensor
     free_pages: list[int] = field(default_factory=list)
     shared_pages: set[int] = field(default_factory=set)
+    #: What unused pool slots hold (NaN by default): :meth:`check_contents` tells a stray write by it.
+    fill: float = float("nan")
 
     # ---- shape facts ---------------------------------------------------------------------------
     @property
@@ -82,7 +84,7 @@ class PagedKVCache:
             k_pages=k, v_pages=v,
             block_table=torch.full((batch, max_pages_per_seq), -1, dtype=torch.int32, device=device),
             seq_lens=torch.zeros(batch, dtype=torch.int32, device=device),
-            free_pages=order,
+            free_pages=order, fill=fill,
         )
 
     def _take_page(self) -> int:
@@ -192,6 +194,62 @@ class PagedKVCache:
             length += take
         self.seq_lens[seq] = length
 
+    # ---- the serving step's cache append (vLLM's reshape_and_cache) ----------------------------
+    def slot_mapping(self, q_lens: "list[int] | tuple[int, ...]") -> torch.Tensor:
+        """Flat pool slot (``page · page_size + offset``, int64) of every new token: sequence ``b``'s last
+        ``q_lens[b]`` tokens (positions ``seq_lens[b] − q_lens[b] … seq_lens[b] − 1``), sequences in order —
+        the ``slot_mapping`` a serving engine hands its append kernel (vLLM ``reshape_and_cache``), ``[Σ q_lens]``.
+        The pages must already be in the block table (the scheduler allocates them before the step).
+
+        Raises:
+            ValueError: ``q_lens`` has not one entry per sequence, or an entry is outside ``[0, seq_lens[b]]``.
+        """
+        lens = [int(x) for x in self.seq_lens.tolist()]
+        if len(q_lens) != len(lens) or any(not 0 <= int(q) <= n for q, n in zip(q_lens, lens)):
+            raise ValueError(f"q_lens {list(q_lens)} must have {len(lens)} entries, each in [0, seq_lens {lens}]")
+        dev = self.block_table.device
+        seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(list(q_lens), device=dev))
+        start = torch.tensor([n - int(q) for q, n in zip(q_lens, lens)], device=dev)
+        first = torch.tensor([0] + list(q_lens), device=dev).cumsum(0)[:-1]
+        pos = start[seq] + torch.arange(seq.numel(), device=dev) - first[seq]
+        pages = self.block_table.long()[seq, pos // self.page_size]
+        return pages * self.page_size + pos % self.page_size
+
+    def clear_slots(self, slot_mapping: torch.Tensor) -> None:
+        """Set the given flat slots back to :attr:`fill` (the state before an append)."""
+        for pool in (self.k_pages, self.v_pages):
+            pool.view(-1, self.num_kv_heads, self.head_dim).index_fill_(0, slot_mapping, self.fill)
+
+    def check_contents(self, k: torch.Tensor, v: torch.Tensor) -> str | None:
+        """None when the pool holds exactly the dense cache ``k``/``v`` (``[B, Hkv, Lk, d]``) through the block
+        table — every sequence's ``seq_lens[b]`` tokens, a partial last page included — and every other slot
+        still holds :attr:`fill` (NaN: is NaN); else what differs first, e.g. ``"sequence 1: 3 of 17 tokens
+        differ (first at position 16)"`` or ``"5 unused pool slots were written"``. Shared prefix pages are
+        compared against sequence 0's copy (bitwise, in the pool's dtype)."""
+        page = self.page_size
+        used = torch.zeros(self.num_pages * page, dtype=torch.bool, device=self.k_pages.device)
+        flat_k = self.k_pages.view(-1, self.num_kv_heads, self.head_dim)
+        flat_v = self.v_pages.view(-1, self.num_kv_heads, self.head_dim)
+        for b in range(self.batch):
+            n = int(self.seq_lens[b])
+            pos = torch.arange(n, device=used.device)
+            slots = self.block_table[b].long()[pos // page] * page + pos % page
+            used[slots] = True
+            want_k, want_v = k[b, :, :n].transpose(0, 1), v[b, :, :n].transpose(0, 1)
+            bad = ((flat_k[slots] != want_k) | (flat_v[slots] != want_v)).flatten(1).any(1)
+            if bad.any():
+                first = int(bad.nonzero()[0])
+                return f"sequence {b}: {int(bad.sum())} of {n} tokens differ (first at position {first})"
+        rest_k, rest_v = flat_k[~used], flat_v[~used]
+        if math.isnan(self.fill):
+            stray = ~(torch.isnan(rest_k) & torch.isnan(rest_v)).flatten(1).all(1)
+        else:  # the fill as the pool stores it (1e4 is 9984 in bf16)
+            fill = torch.tensor(self.fill, dtype=self.k_pages.dtype, device=self.k_pages.device)
+            stray = ((rest_k != fill) | (rest_v != fill)).flatten(1).any(1)
+        if stray.any():
+            return f"{int(stray.sum())} unused pool slots were written"
+        return None
+
     # ---- reading -------------------------------------------------------------------------------
     def gather(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequence ``seq``'s K and V as dense ``[num_kv_heads, seq_len, head_dim]`` (a copy)."""
@@ -200,6 +258,37 @@ class PagedKVCache:
         k = self.k_pages[pages].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
         v = self.v_pages[pages].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
         return k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()
+
+
+def reshape_and_cache(k_new: torch.Tensor, v_new: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+                      slot_mapping: torch.Tensor) -> None:
+    """Write new tokens' K and V into the page pool at their flat slots (vLLM's ``reshape_and_cache``, in torch:
+    one ``index_copy_`` per pool on its ``[num_pages · page_size, Hkv, d]`` view).
+
+    Args:
+        k_new, v_new: ``[T, Hkv, d]``, the step's new tokens (sequences in order).
+        k_pages, v_pages: ``[num_pages, page_size, Hkv, d]`` (contiguous).
+        slot_mapping: ``[T]`` int64, ``page · page_size + offset`` of each token (see
+            :meth:`PagedKVCache.slot_mapping`). Writing the same tokens to the same slots again leaves the
+            pool unchanged (idempotent), so timed repetitions all start from the same state.
+    """
+    hkv, d = k_pages.shape[2], k_pages.shape[3]
+    k_pages.view(-1, hkv, d).index_copy_(0, slot_mapping, k_new)
+    v_pages.view(-1, hkv, d).index_copy_(0, slot_mapping, v_new)
+
+
+@dataclass
+class CacheAppend:
+    """The step's new K/V, packed ``[Σ q_len_b, Hkv, d]`` (sequence ``b``'s ``q_len_b`` tokens in order), and
+    the flat pool slot of each (``slot_mapping``, int64): what an appending call writes before it attends."""
+
+    k_new: torch.Tensor
+    v_new: torch.Tensor
+    slot_mapping: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        return self.slot_mapping.numel()
 
 
 def ragged_lengths(kv_len: int, batch: int, dist: str, seed: int) -> list[int]:

@@ -77,6 +77,54 @@ PRESETS["decode-sweep-small"] = Preset(
     "{16, 64}, plus a ragged and a shared-prefix batch (B=4, kv 512, prefix 256)",
     _decode_sweep((128, 512), (1, 4), (16, 64), hq=8, hkv=2, d=64, special_batch=4, special_kv=512, prefix=256),
 )
+def spread_lengths(n: int, lo: int, hi: int, seed: int) -> tuple[int, ...]:
+    """``n`` KV lengths drawn uniformly from ``[lo, hi]`` with Python's ``random.Random(seed)`` (reproducible,
+    torch-free), the first set to ``hi`` so the longest is ``hi``: the ragged decode lengths of a mixed batch."""
+    import random
+
+    rng = random.Random(seed)
+    out = [rng.randint(lo, hi) for _ in range(n)]
+    out[0] = hi
+    return tuple(out)
+
+
+def _serving(*, batch: int, hq: int, hkv: int, d: int, prompt: int, chunks: Iterable[int],
+             mixed: Iterable[tuple[tuple[int, int, int], tuple[int, int, int, int]]]) -> tuple[Workload, ...]:
+    """A prompt of ``prompt`` tokens for ``batch`` sequences, unchunked and chunked at each of ``chunks`` (chunk
+    ``i`` of ``C``: q_len ``C``, kv_len ``(i+1)·C``, earlier chunks read from the cache), then each mixed step —
+    ``((n_prefill, q, kv), (n_decode, kv_lo, kv_hi, seed))`` — beside its prefill part alone and its decode part
+    alone. Paged (page 16), bf16, causal, every call appending its new tokens to the cache."""
+    common = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="bfloat16", mask=Mask.CAUSAL,
+                  kv_layout=KVLayout.PAGED, page_size=16, append=True)
+    out = []
+    for c in (prompt, *chunks):
+        out += [Workload(phase=Phase.PREFILL, batch=batch, q_len=c, kv_len=(i + 1) * c, **common)
+                for i in range(prompt // c)]
+    for (n_pre, q, kv), (n_dec, lo, hi, seed) in mixed:
+        pre = ((q, kv),) * n_pre
+        dec = tuple((1, n) for n in spread_lengths(n_dec, lo, hi, seed))
+        out += [Workload.varlen(None, pre + dec, **common), Workload.varlen(None, pre, **common),
+                Workload.varlen(None, dec, **common)]
+    return tuple(out)
+
+
+PRESETS["serving"] = Preset(
+    "serving",
+    "serving steps at the seed's heads (B=8, Hq=16, Hkv=4, d=128, bf16, paged 16, every call appending its new "
+    "K/V): the seed's 8192-token prompt unchunked and chunked at 2048 (4 chunks) and 512 (16 chunks); mixed "
+    "steps 2x(q2048,kv8192)+32 decodes (kv 1024-8192) and 1x(q512,kv4096)+64 decodes (kv 1536-2560), each "
+    "beside its prefill part and its decode part alone",
+    _serving(batch=8, hq=16, hkv=4, d=128, prompt=8192, chunks=(2048, 512),
+             mixed=(((2, 2048, 8192), (32, 1024, 8192, 1)), ((1, 512, 4096), (64, 1536, 2560, 2)))),
+)
+PRESETS["serving-small"] = Preset(
+    "serving-small",
+    "the serving preset at CPU size (B=2, Hq=4, Hkv=2, d=32, bf16, paged 16, appending): a 128-token prompt "
+    "unchunked and chunked at 64 and 32; mixed steps 1x(q32,kv128)+8 decodes (kv 16-128) and "
+    "2x(q16,kv64)+6 decodes (kv 24-40), each beside its prefill and decode parts",
+    _serving(batch=2, hq=4, hkv=2, d=32, prompt=128, chunks=(64, 32),
+             mixed=(((1, 32, 128), (8, 16, 128, 1)), ((2, 16, 64), (6, 24, 40, 2)))),
+)
 #: Presets ``profattn sweep decode`` uses by device.
 SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
 

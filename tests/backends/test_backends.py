@@ -128,3 +128,80 @@ def test_flex_paged_decode_matches_reference(cpu, extra):
     assert rel_err(call(), reference(w, inputs).out) < 1e-5
     with pytest.raises(Unsupported, match="paged"):
         get_backend("flex-paged-decode").prepare(w.with_(kv_layout="dense", page_size=None, kv_len_dist="uniform", shared_prefix_len=0), cpu)
+
+
+# ---- variable-length and appending calls -------------------------------------------------------------------
+#: A mixed step: a prefill chunk of 6 rows after 14 cached tokens, a fresh 5-token prompt, three decodes.
+MIXED = "mix=1x(q6,kv20)+1x(q5,kv5)+3x(q1,kv9),hq=4,hkv=2,d=16,page=4"
+
+
+def _varlen_case(spec: str, backend: str, cpu):
+    from profattn.backends.base import call_shape_reason
+    from profattn.harness.inputs import check, make_inputs, reference
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec(spec)
+    b = get_backend(backend)
+    assert call_shape_reason(b, w) is None
+    assert b.unsupported_reason(w, cpu) is None, b.unsupported_reason(w, cpu)
+    inputs = make_inputs(w, cpu, seed=11)
+    ref = reference(w, inputs)
+    prepared = b.prepare(w, cpu)
+    if w.append:
+        prepared.appender(inputs)()
+    with prepared.context():
+        out = prepared.bound(inputs)()
+    return w, prepared, check(w, out, None, ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa-math", "sdpa-flash", "torch-paged-reference"])
+@pytest.mark.parametrize("extra", ["", ",append=true", ",mask=none"])
+def test_every_varlen_backend_matches_the_fp64_reference(backend, dtype, extra, cpu):
+    w, prepared, c = _varlen_case(f"{MIXED},dtype={dtype}{extra}", backend, cpu)
+    assert c.passed and c.reference == "fp64", (c.out_rel_err, prepared.notes)
+    if backend == "torch-paged-reference":
+        assert prepared.executed_pairs is None  # one sequence at a time: no padding computed
+    else:  # padded: 5 · 6 · 20 = 600 pairs per head for 6·(15+20)/2 + 5·6/2 + 3·9 = 105 + 15 + 27 = 147 (causal)
+        assert prepared.executed_pairs == 600
+        need = 147 if "mask=none" not in extra else 6 * 20 + 5 * 5 + 3 * 9
+        assert w.attended_pairs == need
+        assert any(f"executes 600 (query, key) pairs per head for {need} required" in n for n in prepared.notes)
+
+
+def test_varlen_calls_reach_only_backends_that_declare_them(cpu):
+    from profattn.backends.base import call_shape_reason
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec(MIXED)
+
+    class Plain:
+        name, description = "plain", ""
+
+    assert "per-sequence lengths" in call_shape_reason(Plain(), w)
+    assert "a cache append" in call_shape_reason(Plain(), parse_workload_spec("phase=prefill,b=2,q=4,kv=8,hq=2,hkv=1,d=8,"
+                                                                               "page=4,append=true"))
+    # the decode-only paged kernels take per-sequence decode lengths but say why not for a mixed step
+    assert "decode" in get_backend("triton-paged-decode").unsupported_reason(w, cpu)
+    assert "dense" in get_backend("torch-paged-reference").unsupported_reason(
+        parse_workload_spec("mix=1x(q6,kv20)+3x(q1,kv9),hq=4,hkv=2,d=16"), cpu)
+
+
+@pytest.mark.parametrize("spec", [
+    "phase=prefill,b=2,q=8,kv=24,hq=4,hkv=2,d=16,page=4,append=true,dtype=fp32",  # one chunk of a chunked prefill
+    "mix=3x(q1,kv9)+1x(q1,kv30),hq=4,hkv=2,d=16,page=4,append=true,dtype=fp32",  # a decode step, ragged lengths
+])
+def test_torch_paged_reference_on_chunks_and_decode_steps(spec, cpu):
+    _, _, c = _varlen_case(spec, "torch-paged-reference", cpu)
+    assert c.passed, c.out_rel_err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", ["", ",mask=none"])
+def test_flex_block_mask_from_per_sequence_lengths(extra, cpu):
+    try:
+        _, prepared, c = _varlen_case(f"{MIXED},dtype=float32{extra}", "flex", cpu)
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+    assert c.passed, c.out_rel_err
+    assert "block mask from per-sequence lengths" in prepared.notes[0]

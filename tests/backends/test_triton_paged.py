@@ -138,3 +138,21 @@ def test_bf16_cell_under_the_interpreter_runs_in_fp16_and_says_so():
     assert cell.status == CellStatus.OK, cell.reason
     assert cell.correctness.out_rel_err < 1e-2
     assert any("ran in float16 under TRITON_INTERPRET=1" in n for n in cell.notes)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_ragged_appending_decode_step_cell(dtype):
+    """A decode step given per sequence (``mix=``, each sequence appending its new token first): the kernel reads
+    the appended token through the block table (a bf16 cell casts after the append, under the interpreter)."""
+    from profattn.backends import get_backend
+    from profattn.harness.cell import run_cell
+    from profattn.harness.inputs import make_inputs, reference as high_precision
+    from profattn.results import CellStatus
+    from profattn.workload import parse_workload_spec
+
+    dev = torch.device(DEVICE)
+    w = parse_workload_spec(f"mix=(q1,kv70)+2x(q1,kv17)+(q1,kv33),hq=8,hkv=2,d=16,page=16,append=true,dtype={dtype}")
+    inputs = make_inputs(w, dev, seed=3)
+    cell, _ = run_cell(w, get_backend("triton-paged-decode"), inputs, high_precision(w, inputs), dev)
+    assert cell.status == CellStatus.OK, cell.reason
+    assert cell.correctness.cache_ok is True and cell.append_timing is not None

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from profattn.cli import main
 from profattn.results import CellStatus, read_results
+from profattn.backends import all_backends
 
 
 def invoke(*args: str):
@@ -31,7 +32,7 @@ def test_profile_end_to_end(small_run: Path):
     assert (small_run / "report.html").stat().st_size > 1_000_000  # plotly.js inline
     run = read_results(small_run)
     assert run.preset == "small" and run.environment.device == "cpu"
-    assert len(run.cells) == 5 * 9
+    assert len(run.cells) == 5 * len(all_backends())  # every registered backend, FlashInfer's included
     assert all(c.status in (CellStatus.OK, CellStatus.INCORRECT, CellStatus.UNSUPPORTED, CellStatus.ERROR) for c in run.cells)
     for c in run.cells:
         if c.backend in ("eager", "sdpa-math"):
@@ -276,3 +277,30 @@ def test_analyze_json_reads_past_an_implausible_batch_and_shows_the_warning(tmp_
     assert "batch up to 1e+19 (limit 65,536)" in w["message"]
     assert w["message"] in res.output  # CliRunner mixes stderr in
     assert "batch up to 1e+19 (limit 65,536)" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.slow
+def test_profile_serving_small_end_to_end(tmp_path: Path):
+    """The serving twin on the CPU (about a minute on 2 loaded cores): every appending cell correct with its
+    append timed and its cache checked, padded backends' waste recorded, results.json read back equal, and the
+    report's serving section."""
+    out = tmp_path / "serving"
+    res = invoke("profile", "--preset", "serving-small", "--device", "cpu", "--out", str(out), "--backend", "eager",
+                 "--backend", "sdpa-math", "--backend", "torch-paged-reference")
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert len(run.cells) == 13 * 3 and {c.workload.phase.value for c in run.cells} == {"prefill", "decode", "mixed"}
+    for c in run.cells:
+        assert c.status == CellStatus.OK, (c.cell_id, c.reason)
+        assert c.correctness.cache_ok is True and c.append_timing is not None, c.cell_id
+        assert (c.executed_pairs is not None) == (c.workload.is_varlen and c.backend != "torch-paged-reference")
+    assert run == read_results(out)
+    from profattn.results import run_from_dict, run_to_dict
+
+    assert run_from_dict(json.loads(json.dumps(run_to_dict(run)))) == run
+    html = (out / "report.html").read_text()
+    assert "Serving: chunked prefill and mixed batches" in html and "fastest per part" in html
+    res = invoke("profile", "--preset", "serving-small", "--device", "cpu", "--regime", "mixed", "--out",
+                 str(tmp_path / "mixed"), "--backend", "torch-paged-reference")
+    assert res.exit_code == 0, res.output
+    assert {c.workload.phase.value for c in read_results(tmp_path / "mixed").cells} == {"mixed"}

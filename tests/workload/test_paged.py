@@ -72,3 +72,65 @@ def test_ragged_lengths_are_reproducible_and_bounded():
     assert ragged_lengths(100, 4, "uniform", 0) == [100] * 4
     with pytest.raises(ValueError, match="valid: uniform"):
         ragged_lengths(100, 4, "zipf", 0)
+
+
+def _prefix_cache(dtype=torch.float32, fill=float("nan")):
+    """Three sequences of 40, 17 and 5 tokens (pages of 16) whose last 7, 2 and 5 tokens are the step's new
+    ones: the pool holds each cached prefix only (33, 15 and 0 tokens), the new tokens' slots the fill."""
+    from profattn.workload.paged import CacheAppend
+
+    k, v = dense(dtype=dtype)
+    lens, q_lens = [40, 17, 5], [7, 2, 5]
+    c = PagedKVCache.from_dense(k, v, page_size=16, seq_lens=lens, generator=torch.Generator().manual_seed(3), fill=fill)
+    slots = c.slot_mapping(q_lens)
+    new_k = torch.cat([k[b, :, n - q:n].transpose(0, 1) for b, (n, q) in enumerate(zip(lens, q_lens))])
+    new_v = torch.cat([v[b, :, n - q:n].transpose(0, 1) for b, (n, q) in enumerate(zip(lens, q_lens))])
+    c.clear_slots(slots)
+    return c, k, v, CacheAppend(new_k.contiguous(), new_v.contiguous(), slots)
+
+
+def test_slot_mapping_by_hand_and_the_cached_prefix_only_before_the_append():
+    c, k, v, new = _prefix_cache()
+    t = c.block_table.long()
+    # sequence 0: positions 33..39 -> page 2, offsets 1..7; sequence 1: 15 -> page 0 offset 15, 16 -> page 1 offset 0;
+    # sequence 2: 0..4 -> page 0 offsets 0..4
+    want = ([int(t[0, 2]) * 16 + o for o in range(1, 8)] + [int(t[1, 0]) * 16 + 15, int(t[1, 1]) * 16]
+            + [int(t[2, 0]) * 16 + o for o in range(5)])
+    assert new.slot_mapping.dtype == torch.int64 and new.slot_mapping.tolist() == want and new.tokens == 14
+    assert c.check_contents(k, v) == "sequence 0: 7 of 40 tokens differ (first at position 33)"
+    assert torch.isnan(c.k_pages[int(t[2, 0])]).all()  # sequence 2 has no cached prefix: its page is all fill
+    with pytest.raises(ValueError, match="q_lens"):
+        c.slot_mapping([7, 2, 6])  # more new tokens than sequence 2 holds
+
+
+def test_append_through_the_block_table_partial_last_page_unused_slots_nan_and_idempotent():
+    from profattn.workload.paged import reshape_and_cache
+
+    c, k, v, new = _prefix_cache()
+    reshape_and_cache(new.k_new, new.v_new, c.k_pages, c.v_pages, new.slot_mapping)
+    assert c.check_contents(k, v) is None
+    for b, n in enumerate([40, 17, 5]):
+        torch.testing.assert_close(c.gather(b)[0], k[b, :, :n])
+        torch.testing.assert_close(c.gather(b)[1], v[b, :, :n])
+    last = c.pages_of(1)[-1]  # sequence 1's second page holds one token (the appended position 16)
+    torch.testing.assert_close(c.k_pages[last, 0], k[1, :, 16])
+    assert torch.isnan(c.k_pages[last, 1:]).all() and torch.isnan(c.v_pages[last, 1:]).all()
+    assert torch.isnan(c.k_pages[c.pages_of(2)[0], 5:]).all()  # sequence 2's partial page past its 5 tokens
+    before = (c.k_pages.clone(), c.v_pages.clone())
+    reshape_and_cache(new.k_new, new.v_new, c.k_pages, c.v_pages, new.slot_mapping)  # a second timed rep
+    assert torch.equal(c.k_pages.nan_to_num(7.0), before[0].nan_to_num(7.0))
+    assert torch.equal(c.v_pages.nan_to_num(7.0), before[1].nan_to_num(7.0))
+    # a stray write into an unused slot, and a write one slot off, are both caught
+    c.v_pages[last, 3] = 0.0
+    assert c.check_contents(k, v) == "1 unused pool slots were written"
+    c2, k2, v2, new2 = _prefix_cache()
+    reshape_and_cache(new2.k_new, new2.v_new, c2.k_pages, c2.v_pages, new2.slot_mapping + 1)
+    assert c2.check_contents(k2, v2).startswith("sequence 0: 7 of 40 tokens differ")
+
+
+def test_check_contents_compares_a_finite_fill_as_the_pool_stores_it():
+    from profattn.workload.paged import reshape_and_cache
+
+    c, k, v, new = _prefix_cache(dtype=torch.bfloat16, fill=1e4)  # 1e4 is stored as 9984 in bf16
+    reshape_and_cache(new.k_new, new.v_new, c.k_pages, c.v_pages, new.slot_mapping)
+    assert c.check_contents(k, v) is None

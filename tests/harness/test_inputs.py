@@ -1,0 +1,114 @@
+"""Inputs, reference and check of variable-length and appending calls: padded tensors with per-sequence lengths,
+a per-sequence fp64 reference checked on valid rows only, the new tokens and their slots, and honest memory
+estimates."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from profattn.harness.inputs import (
+    OUT_TOLERANCE, check, inputs_bytes_needed, make_inputs, reference, reference_bytes_needed, valid_part,
+)
+from profattn.workload import Workload
+
+#: Three sequences: a prefill chunk of 3 rows after 2 cached tokens, a decode over 4, a fresh 2-token prompt.
+SEQS = ((3, 5), (1, 4), (2, 2))
+
+
+def varlen(**kw) -> Workload:
+    fields = dict(num_q_heads=2, num_kv_heads=1, head_dim=4, dtype="float32") | kw
+    return Workload.varlen(None, SEQS, **fields)
+
+
+def rowwise(q, k, v, seqs):
+    """fp64 attention one query row at a time: row i of sequence b sits at position kv_b - q_b + i and sees keys
+    0..that position."""
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    g = q.shape[1] // k.shape[1]
+    for b, (nq, nk) in enumerate(seqs):
+        for h in range(q.shape[1]):
+            for i in range(nq):
+                last = nk - nq + i
+                kk, vv = k[b, h // g, :last + 1].double(), v[b, h // g, :last + 1].double()
+                s = kk @ q[b, h, i].double() / math.sqrt(q.shape[-1])
+                out[b, h, i] = torch.softmax(s, 0) @ vv
+    return out
+
+
+def test_padded_inputs_with_lengths_and_a_per_sequence_reference(cpu):
+    w = varlen()
+    inputs = make_inputs(w, cpu, seed=4)
+    assert inputs.q.shape == (3, 2, 3, 4) and inputs.k.shape == (3, 1, 5, 4)
+    assert inputs.q_lens.dtype == torch.int32 and inputs.q_lens.tolist() == [3, 1, 2]
+    assert inputs.kv_lens.tolist() == [5, 4, 2] and inputs.append is None and inputs.paged is None
+    ref = reference(w, inputs)
+    assert ref.precision == "fp64"
+    torch.testing.assert_close(ref.out, rowwise(inputs.q, inputs.k, inputs.v, SEQS))
+    assert (ref.out[1, :, 1:] == 0).all() and (ref.out[2, :, 2:] == 0).all()  # padding rows
+    # valid rows: 3 + 1 + 2 query rows, [6, Hq, d]
+    assert valid_part(w, ref.out).shape == (6, 2, 4)
+    assert valid_part(w, inputs.k, keys=True).shape == (11, 1, 4)
+
+
+def test_the_check_ignores_padding_rows_and_fails_a_wrong_valid_row(cpu):
+    w = varlen()
+    inputs = make_inputs(w, cpu, seed=4)
+    ref = reference(w, inputs)
+    good = ref.out.float().clone()
+    good[1, :, 1:] = float("nan")  # garbage where sequence 1 has no query: not part of the answer
+    good[2, :, 2] = 1e6
+    c = check(w, good, None, ref)
+    assert c.passed and c.out_rel_err < 1e-6 and c.cache_ok is None
+    bad = good.clone()
+    bad[2, 0, 1] += 1.0  # one valid row of one head wrong
+    c = check(w, bad, None, ref)
+    assert not c.passed and c.out_rel_err > OUT_TOLERANCE["float32"]
+    nan = good.clone()
+    nan[0, 1, 2] = float("nan")
+    assert check(w, nan, None, ref).out_rel_err == float("inf")
+    with pytest.raises(ValueError, match="shape"):
+        check(w, good[:, :, :2], None, ref)
+
+
+def test_train_gradients_are_compared_on_valid_rows_and_key_slots(cpu):
+    w = Workload.varlen("train", SEQS, num_q_heads=2, num_kv_heads=1, head_dim=4, dtype="float32")
+    inputs = make_inputs(w, cpu, seed=5)
+    assert (inputs.grad_out[1, :, 1:] == 0).all()  # padding rows of dO are zero: they add nothing to dK/dV
+    ref = reference(w, inputs)
+    from profattn.backends import get_backend
+
+    out = get_backend("eager").prepare(w, cpu).forward(inputs.q, inputs.k, inputs.v)
+    out.backward(inputs.grad_out)
+    grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
+    c = check(w, out, grads, ref)
+    assert c.passed and max(c.grad_rel_err.values()) < 1e-5
+
+
+def test_an_appending_call_gets_its_new_tokens_slots_and_a_cache_of_prefixes(cpu):
+    w = varlen(kv_layout="paged", page_size=2, append=True)
+    inputs = make_inputs(w, cpu, seed=4)
+    new, cache = inputs.append, inputs.paged
+    assert new.k_new.shape == (6, 1, 4) and new.slot_mapping.tolist() == cache.slot_mapping([3, 1, 2]).tolist()
+    torch.testing.assert_close(new.k_new[:3], inputs.k[0, :, 2:5].transpose(0, 1))  # sequence 0's tokens 2..4
+    torch.testing.assert_close(new.v_new[3], inputs.v[1, :, 3])  # sequence 1's one new token, position 3
+    flat = cache.k_pages.view(-1, 1, 4)
+    assert (flat[new.slot_mapping] == cache.fill).all()  # before the call appends: the fill (1e4), not the tokens
+    assert cache.check_contents(inputs.k, inputs.v) == "sequence 0: 3 of 5 tokens differ (first at position 2)"
+
+
+def test_memory_estimates_by_hand_and_above_what_is_allocated(cpu):
+    w = varlen(kv_layout="paged", page_size=2, append=True)
+    # q 3·2·3·4 = 72, k = v = 3·1·5·4 = 60 elements: (72 + 120) · 4 B = 768, fp32 draw 4 · 72 = 288; pool: pages
+    # 3 + 2 + 1 = 6 of 2 tokens, K and V: 2 · 6 · 2 · 1 · 4 · 4 B = 384; lengths 2 · 3 · 4 B = 24;
+    # new K/V 2 · 6 tokens · 1 · 4 · 4 B = 192 and 6 slots · 8 B = 48
+    assert inputs_bytes_needed(w) == 768 + 288 + 384 + 24 + 192 + 48
+    inputs = make_inputs(w, cpu, seed=4)
+    held = [inputs.q, inputs.k, inputs.v, inputs.paged.k_pages, inputs.paged.v_pages, inputs.q_lens, inputs.kv_lens,
+            inputs.append.k_new, inputs.append.v_new, inputs.append.slot_mapping]
+    assert sum(t.numel() * t.element_size() for t in held) <= inputs_bytes_needed(w) - 288
+    # reference (fp64): q, out 72 each, k, v 60 each: 264 · 8 B = 2,112; the longest sequence's mask 3 · 5 = 15;
+    # one chunk: B 3 · Hkv 1 · Lq 3 · (G 2 · Lk 5 · 8 B · 2 + 10) = 9 · 170 = 1,530
+    assert reference_bytes_needed(w, cpu) == 2_112 + 15 + 1_530

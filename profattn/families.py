@@ -46,7 +46,8 @@ FLASH = KernelFamily(
 )
 EFFICIENT = KernelFamily(
     "efficient",
-    kernel_patterns=(r"fmha_cutlass", r"AttentionKernel", r"AttentionBackwardKernel", r"mem_eff"),
+    # "AttentionKernel<" (PyTorchMemEffAttention::AttentionKernel<...>), not FlashInfer's "AttentionKernelTraits<"
+    kernel_patterns=(r"fmha_cutlass", r"AttentionKernel<", r"AttentionBackwardKernel<", r"mem_eff"),
     op_patterns=(r"_scaled_dot_product_efficient_attention", r"_efficient_attention"),
 )
 CUDNN = KernelFamily(

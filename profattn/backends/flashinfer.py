@@ -124,6 +124,8 @@ class FlashInferDecode:
     in CUDA-graph mode (fixed buffers), so the harness's graph replay is what a serving engine runs."""
 
     family = FLASHINFER
+    #: decode steps given per sequence (ragged KV lengths, an appending step) read the same CSR page list
+    varlen = True
 
     def __init__(self, tensor_cores: bool) -> None:
         self.tensor_cores = tensor_cores
@@ -263,7 +265,7 @@ class FlashInferPrefill:
         uniform = all(n == l_max for n in q_lens)
         return Prepared(
             forward=paged_only_forward if self.paged else _dense_forward_refused, bind=bind,
-            to_contract=None if uniform else (lambda o: unpack_rows(o, q_lens, l_max)),
+            to_contract=lambda o: unpack_rows(o, q_lens, l_max),  # a view of [B·Lq, Hq, d] when uniform
             notes=(
                 f"FlashInfer {_version()} {'BatchPrefillWithPagedKVCacheWrapper' if self.paged else 'BatchPrefillWithRaggedKVCacheWrapper'}"
                 f", causal={causal}; Q{'/K/V' if not self.paged else ''} packed to [Σ len, H, d] and plan() outside the timed window",

@@ -51,9 +51,9 @@ def test_cpu_reasons():
     assert "head_dim 96 has no FlashInfer kernel" in get_backend("flashinfer-decode-tc").unsupported_reason(odd, cpu)
     fp32 = odd.with_(head_dim=128, dtype="float32")
     assert "bfloat16 or float16, not float32" in get_backend("flashinfer-decode").unsupported_reason(fp32, cpu)
-    # a varlen call is offered to the prefill backends only
+    # variable-length calls are offered to all four (decode: per-sequence KV lengths, q_len 1 each)
     assert getattr(get_backend("flashinfer-prefill-paged"), "varlen", False) is True
-    assert getattr(get_backend("flashinfer-decode"), "varlen", False) is False
+    assert getattr(get_backend("flashinfer-decode"), "varlen", False) is True  # ragged or appending decode steps
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ from typing import Any
 
 from profattn.analysis.serving import MixedSplit, PartTime, PromptTime, mixed_splits, prompt_times
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_us
-from profattn.results import RunResult
+from profattn.results import CellStatus, RunResult
 from profattn.workload import Workload
 from profattn.workload.spec import seqs_spec
 
@@ -20,7 +20,22 @@ def serving_section(run: RunResult) -> dict[str, Any] | None:
     times, splits = prompt_times(run.cells), mixed_splits(run.cells)
     if not times and not splits:
         return None
-    return {"prompts": prompt_rows(times), "mixed": mixed_rows(splits)}
+    shown_t = tuple(t for t in times if not _never_ran(t))
+    shown_s = tuple(x for x in splits if not _split_never_ran(x))
+    hidden = list(dict.fromkeys([t.backend for t in times if _never_ran(t)]
+                                + [x.backend for x in splits if x.backend and _split_never_ran(x)]))
+    return {"prompts": prompt_rows(shown_t), "mixed": mixed_rows(shown_s), "not_shown": hidden}
+
+
+def _never_ran(t: PromptTime) -> bool:
+    """Every chunk of the prompt is unsupported by the backend (it cannot take this call at all)."""
+    return len(t.missing) == len(t.plan.workloads) and all(m.status is CellStatus.UNSUPPORTED for m in t.missing)
+
+
+def _split_never_ran(x: MixedSplit) -> bool:
+    """The backend took none of the step, its prefill part or its decode part (each unsupported or absent)."""
+    parts = (x.step_time, x.prefill, x.decode)
+    return all(p.latency_us is None and p.status in (CellStatus.UNSUPPORTED, None) for p in parts)
 
 
 def prompt_rows(times: "tuple[PromptTime, ...]") -> list[dict[str, Any]]:
@@ -61,6 +76,14 @@ def prompt_rows(times: "tuple[PromptTime, ...]") -> list[dict[str, Any]]:
 def _missing_text(t: PromptTime) -> str:
     if t.complete:
         return "every chunk ok"
+    statuses = {m.status for m in t.missing}
+    if len(statuses) == 1:
+        (st,) = statuses
+        what = st.value if st is not None else "not measured"
+        if len(t.missing) == len(t.plan.workloads):
+            return f"all {len(t.missing)} chunks {what}"
+        idx = ", ".join(str(m.index) for m in t.missing)
+        return f"{len(t.missing)} of {len(t.plan.workloads)} chunks {what} (chunk{'s' if len(t.missing) > 1 else ''} {idx})"
     parts = [f"chunk {m.index} {m.status.value if m.status is not None else 'not measured'}" for m in t.missing]
     return f"{len(t.missing)} of {len(t.plan.workloads)} chunks missing: " + ", ".join(parts)
 

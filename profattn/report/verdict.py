@@ -15,11 +15,13 @@ from profattn.workload import Phase, Workload
 
 
 def workload_label(w: Workload) -> str:
-    """A workload's short display label: ``"decode kv 8192 (B=4, page 16)"``, ``"train 2048/2048"``."""
+    """A workload's short display label: ``"decode kv 8192 (B=4, page 16)"``, ``"train 2048/2048"``; a prefill
+    chunk whose queries are fewer than its keys ``"prefill q 2048 kv 8192 (page 16)"``; a variable-length call
+    by its sequences: ``"mixed 2×q2048 + 32×q1, kv ≤ 8192 (page 16)"``, ``"decode 32×q1, kv ≤ 8192 (page 16)"``."""
     if w.phase is Phase.TRAIN:
-        return f"train {w.q_len}/{w.kv_len}"
+        return f"train {w.q_len}/{w.kv_len}" + (" (packed)" if w.is_varlen else "")
     extra = []
-    if w.batch != 8:
+    if w.batch != 8 and not w.is_varlen:
         extra.append(f"B={w.batch}")
     if w.page_size:
         extra.append(f"page {w.page_size}")
@@ -27,7 +29,16 @@ def workload_label(w: Workload) -> str:
         extra.append(f"{w.kv_len_dist} lengths")
     if w.shared_prefix_len:
         extra.append(f"prefix {w.shared_prefix_len}")
-    return f"{w.phase.value} kv {w.kv_len}" + (f" ({', '.join(extra)})" if extra else "")
+    tail = f" ({', '.join(extra)})" if extra else ""
+    if w.is_varlen:
+        groups: dict[int, int] = {}
+        for q in w.q_lens:
+            groups[q] = groups.get(q, 0) + 1
+        seqs = " + ".join(f"{n}×q{q}" for q, n in sorted(groups.items(), reverse=True))
+        return f"{w.phase.value} {seqs}, kv ≤ {w.kv_len}{tail}"
+    if w.phase is Phase.PREFILL and w.q_len != w.kv_len:
+        return f"prefill q {w.q_len} kv {w.kv_len}{tail}"
+    return f"{w.phase.value} kv {w.kv_len}{tail}"
 
 
 def ledger_note(bl: ByteLedger) -> str:
@@ -112,6 +123,10 @@ def reasons(row: WorkloadVerdict, v: Verdict) -> tuple[str, ...]:
     if kpc and any(k for _, k in kpc):
         out.append("Kernels per call: " + ", ".join(f"{b} {k:g}" for b, k in kpc) + ".")
     return tuple(out)
+
+
+#: Winners the summary of a run without training names before "and N more".
+SUMMARY_WINNERS = 8
 
 
 def margin_text(m: Margin) -> str:
@@ -237,8 +252,8 @@ def summary(v: Verdict) -> str:
     tw = v.training_winner
     if v.training is TrainingOutcome.NO_WORKLOAD:
         won_rows = [r for r in v.rows if r.winner]
-        won = "; ".join(_winner_text(r) for r in won_rows[:12]) + (
-            f"; and {len(won_rows) - 12} more" if len(won_rows) > 12 else "")
+        won = "; ".join(_winner_text(r) for r in won_rows[:SUMMARY_WINNERS]) + (
+            f"; and {len(won_rows) - SUMMARY_WINNERS} more (one line each below)" if len(won_rows) > SUMMARY_WINNERS else "")
         return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.")
     if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
         return "No training cell passed, so the question has no answer in this run."

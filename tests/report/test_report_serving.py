@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from factories import cell, run
 from profattn.report.run import render_html
@@ -39,7 +40,7 @@ def test_prompt_rows_by_hand():
     ]
     assert rows[2]["per_chunk"] == "275.0 µs" and rows[2]["append"] == "21.0 µs" and rows[2]["chunks"] == 2
     assert rows[2]["prompt"] == "128 tokens × B=2" and rows[2]["append_bytes"] == "133.1 kB"  # 2 · 66,560 B
-    assert rows[3]["status"] == "1 of 2 chunks missing: chunk 1 incorrect"
+    assert rows[3]["status"] == "1 of 2 chunks incorrect (chunk 1)"
 
 
 def test_mixed_rows_and_step_description():
@@ -61,4 +62,17 @@ def test_the_section_is_left_out_of_runs_without_serving_calls_and_rendered_with
     assert 'id="serving"' not in render_html(run([cell(plain, "a", 10.0)]))
     html = render_html(run(CELLS))
     assert 'id="serving"' in html and "Attention time per prompt against chunk size" in html
-    assert "1 of 2 chunks missing: chunk 1 incorrect" in html
+    assert "1 of 2 chunks incorrect (chunk 1)" in html
+
+
+def test_backends_that_took_no_chunk_are_a_note_not_rows():
+    """On the H200 serving run the prompt table listed 5 backends per chunk size that took none of the chunks
+    ("16 of 16 chunks missing: chunk 0 unsupported, chunk 1 unsupported, …"); they are one note now."""
+    from profattn.results import read_results
+
+    sec = serving_section(read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-serving"))
+    shown = {r["backend"] for r in sec["prompts"]}
+    assert shown == {"sdpa-cudnn", "sdpa-flash", "sdpa-math", "flex", "torch-paged-reference", "flashinfer-prefill-paged"}
+    assert {"sdpa-efficient", "triton-paged-decode", "flashinfer-decode", "flashinfer-prefill-ragged"} <= set(sec["not_shown"])
+    assert all(r["status"] == "every chunk ok" for r in sec["prompts"])
+    assert "flashinfer-decode-tc" in {r["backend"] for r in sec["mixed"]}  # it ran the steps' decode parts

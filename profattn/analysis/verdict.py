@@ -37,7 +37,7 @@ class TieReason(Enum):
     """Which part of :func:`margin`'s rule made two cells a tie (None when the slower is clearly slower)."""
 
     CLOSE_MEDIANS = "medians under 2 % apart"  #: (slower − faster) / faster < :data:`NOISE_FRACTION`
-    SPREADS_OVERLAP = "spreads overlap"  #: the faster cell's p90 reaches the slower cell's median
+    SPREADS_OVERLAP = "spreads overlap"  #: each median lies inside the other cell's p10–p90 range
     INTERVAL_REACHES_ONE = "interval reaches a tie"  #: with repeats, the 95 % interval of the ratio reaches 1 + NOISE_FRACTION
 
 
@@ -70,8 +70,9 @@ def margin(a: CellResult, b: CellResult) -> Margin:
     """Compare two timed cells with the one noise rule every "wins" in profattn uses.
 
     The slower of the two is *clearly* slower only when all of these hold: its median is at least
-    :data:`NOISE_FRACTION` (2 %) above the faster's; the faster cell's p90 stays below the slower's median (the
-    spreads of the judged timing — graph replay where captured — do not overlap); and, when both cells have
+    :data:`NOISE_FRACTION` (2 %) above the faster's; the two medians do not each lie inside the other cell's
+    p10–p90 range (the spreads of the judged timing — graph replay where captured — do not overlap; one cell's
+    long tail alone does not make a 19× gap a tie); and, when both cells have
     ≥ 3 repeat samples (``--repeat``), the 95 % Hodges–Lehmann interval of the ratio lies wholly above
     1 + NOISE_FRACTION. Otherwise the two tie.
 
@@ -91,7 +92,7 @@ def margin(a: CellResult, b: CellResult) -> Margin:
     why = None
     if ratio - 1.0 < NOISE_FRACTION:
         why = TieReason.CLOSE_MEDIANS
-    elif tf is not None and ts is not None and tf.p90_us >= ts.median_us:
+    elif tf is not None and ts is not None and tf.p90_us >= ts.median_us and ts.p10_us <= tf.median_us:
         why = TieReason.SPREADS_OVERLAP
     elif lo is not None and lo <= 1.0 + NOISE_FRACTION:
         why = TieReason.INTERVAL_REACHES_ONE

@@ -48,7 +48,8 @@ def flashinfer_reason(device: torch.device) -> str | None:
     return None
 
 
-def _shape_reason(w: Workload) -> str | None:
+def shape_reason(w: Workload) -> str | None:
+    """Why FlashInfer has no kernel for ``w``'s dtype or head_dim (None when it has)."""
     if w.dtype not in _DTYPES:
         return f"FlashInfer kernels take bfloat16 or float16, not {w.dtype}"
     if w.head_dim not in HEAD_DIMS:
@@ -134,7 +135,7 @@ class FlashInferDecode:
                             + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        return paged_decode_reason(workload) or _shape_reason(workload) or flashinfer_reason(device)
+        return flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
 
     def _wrapper(self, device: torch.device, indptr, indices, last, w: Workload):  # noqa: ANN001
         import flashinfer
@@ -201,6 +202,9 @@ class FlashInferPrefill:
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         w = workload
+        where = flashinfer_reason(device)
+        if where:
+            return where
         if w.phase is Phase.TRAIN:
             return "FlashInfer has no backward (forward-only serving kernels)"
         if self.paged and w.kv_layout is not KVLayout.PAGED:
@@ -209,7 +213,7 @@ class FlashInferPrefill:
             return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
         if w.shared_prefix_len and not self.paged:
             return "a shared prefix lives in the paged cache"
-        return _shape_reason(w) or flashinfer_reason(device)
+        return shape_reason(w)
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)

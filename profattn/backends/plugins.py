@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -130,9 +131,15 @@ def factory_problem(obj: Any) -> str | None:
         return None
     if not callable(obj):
         return None
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)) or (
             isinstance(obj, type) and obj.__module__ == "builtins"):
-        return f"a builtin ({getattr(obj, '__qualname__', type(obj).__name__)}), not a backend class or factory"
+        return f"a builtin ({name}), not a backend class or factory"
+    module = (getattr(obj, "__module__", None) or type(obj).__module__ or "").partition(".")[0]
+    if module in sys.stdlib_module_names:  # builtins:exit (site.Quitter), pdb:set_trace, os:…, shutil:…
+        return f"{name} comes from Python's standard library ({module}), not a backend class or factory"
+    if isinstance(obj, type) and getattr(obj, "_is_protocol", False):
+        return f"{name} is an interface (a Protocol); name a class that implements it"
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):

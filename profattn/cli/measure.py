@@ -18,7 +18,9 @@ from profattn.errors import ProfattnError
 @click.option("--workload", "workload_specs", multiple=True, metavar="SPEC",
               help="Instead of a preset, this workload (repeatable): field=value pairs, e.g. "
                    "phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,"
-                   "dtype=bfloat16,kv_layout=paged,page_size=16 (what `profattn analyze` suggests for a traced call).")
+                   "dtype=bfloat16,kv_layout=paged,page_size=16 (what `profattn analyze` suggests for a traced call); "
+                   "short names b, q, kv, hq, hkv, d, page; a variable-length or mixed call as "
+                   "mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16[,append=true] (README: Workloads).")
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Run directory (results.json, traces/, report.html); default: a new profattn-runs/run-<UTC time>. "
@@ -90,7 +92,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if moved is not None:
         console.print(f"--force: the earlier run is now {moved}", markup=False, soft_wrap=True)
     verb = "resuming" if stored is not None else "preset"
-    console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backends)")
+    console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
 
     def progress(event: str, cell, done: int, total: int) -> None:
         if event == "start":

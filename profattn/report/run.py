@@ -16,7 +16,7 @@ from typing import Any
 
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.ledgers import ByteLedger, FlopLedger, byte_ledger, flop_ledger
-from profattn.analysis.verdict import ranked_cells, runner_up, verdict, winners, within_noise
+from profattn.analysis.verdict import ranked_cells, tied_with, verdict, winners, within_noise
 from profattn.report.format import (
     flops_unit,
     fmt_bytes,
@@ -366,30 +366,38 @@ def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
 
 def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
     """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len (with the
-    runner-up when the two are within noise) and the kv_len where the winner changes."""
+    backends tied with it by the verdict's noise rule) and where the winner changes. A change counts as a
+    crossover only beyond noise: the new winner is not tied with the old one at either kv_len."""
     win = winners(run)
-    series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, str | None]]] = {}
+    series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, tuple[str, ...]]]] = {}
     for c in run.cells:
         w = c.workload
-        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len:
+        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen:
             continue
         best = win.get(w.tag)
-        second = runner_up(run, w.tag, best) if best else None
-        tie = second.backend if best and second and within_noise(best, second) else None
         series.setdefault((w.batch, w.page_size or 0), {})[w.kv_len] = (
-            best.backend if best else None, best.latency_us if best else None, tie)
+            best.backend if best else None, best.latency_us if best else None, tied_with(run, w.tag, best))
     rows = []
     for (batch, page), by_kv in sorted(series.items()):
         pts = sorted(by_kv.items())
-        changes = []
+        changes, noisy = [], []
         for (kv_a, (a, _, tie_a)), (kv_b, (b, _, tie_b)) in zip(pts, pts[1:]):
-            if a != b:
-                changes.append(f"{a} → {b} between kv {kv_a} and {kv_b}" + (" (within noise)" if tie_a or tie_b else ""))
+            if a == b:
+                continue
+            if a is not None and b is not None and (b in tie_a or a in tie_b):
+                noisy.append(f"{a} → {b} between kv {kv_a} and {kv_b}")
+            else:
+                changes.append(f"{a} → {b} between kv {kv_a} and {kv_b}")
+        text = "; ".join(changes) if changes else "none beyond noise"
+        if noisy:
+            text += " (the fastest changes only within noise: " + "; ".join(noisy) + ")"
+        elif not changes:
+            text = "none: the same winner at every kv_len"
         rows.append({
             "batch": batch, "page_size": page or "dense",
-            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" {fmt_us(t)}" if t else "") + (f" ≈ {tie}" if tie else "")
-                                 for kv, (name, t, tie) in pts),
-            "crossovers": "; ".join(changes) if changes else "none: the same winner at every kv_len",
+            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" {fmt_us(t)}" if t else "")
+                                 + (f" ≈ {', '.join(tie)}" if tie else "") for kv, (name, t, tie) in pts),
+            "crossovers": text,
         })
     return rows
 

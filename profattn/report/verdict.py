@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from profattn.analysis.ledgers import ByteLedger
 from profattn.analysis.verdict import NOISE_FRACTION, CellEvidence, Margin, Standing, TieReason, TrainingOutcome, Verdict, WorkloadVerdict
-from profattn.report.format import fmt_us
+from profattn.report.format import fmt_sig, fmt_us
 from profattn.workload import Phase, Workload
 
 
@@ -101,7 +101,7 @@ def reasons(row: WorkloadVerdict, v: Verdict) -> tuple[str, ...]:
                 continue
             frac = (f" ({e.bandwidth_fraction:.0%} of the measured {e.bandwidth_kind} bandwidth)"
                     if e.bandwidth_fraction is not None else "")
-            parts.append(f"{e.backend} streams them at {e.kv_gbps:,.0f} GB/s{frac}")
+            parts.append(f"{e.backend} streams them at {fmt_sig(e.kv_gbps)} GB/s{frac}")
         floor = cells[0].floor_us
         floor_txt = f"; the byte floor at the {cells[0].bandwidth_kind} ceiling is {fmt_us(floor)}" if floor is not None else ""
         out.append(

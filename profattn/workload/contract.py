@@ -146,6 +146,14 @@ def causal_pairs(q_len: int, kv_len: int) -> int:
     return (first + last) * (q_len - lo) // 2
 
 
+#: Upper bounds on the shape fields, checked before anything is sized from them (a batch of 1e23 raised
+#: OverflowError; 1e8 spent minutes building per-sequence lengths). Far past any real call: 65,536
+#: sequences (as many as one ``mix=`` may name), 256 Mi tokens per sequence, 65,536 heads, head_dim 65,536;
+#: a workload within them that cannot fit in memory is still measured as "unsupported: needs ~N GB".
+FIELD_LIMITS: dict[str, int] = {"batch": 1 << 16, "q_len": 1 << 28, "kv_len": 1 << 28, "num_q_heads": 1 << 16,
+                                "num_kv_heads": 1 << 16, "head_dim": 1 << 16}
+
+
 #: Longest run-length text :func:`seqs_tag` spells out before it falls back to a digest.
 SEQS_TAG_MAX = 48
 
@@ -248,6 +256,9 @@ class Workload:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise WorkloadError(f"{name} must be a positive integer, got {value!r}")
+            if value > FIELD_LIMITS[name]:
+                raise WorkloadError(f"{name} {value:,} is beyond profattn's bound of {FIELD_LIMITS[name]:,} "
+                                    "(no attention call that size can be allocated)")
         if self.num_q_heads % self.num_kv_heads:
             raise WorkloadError(
                 f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"

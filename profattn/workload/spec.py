@@ -165,7 +165,8 @@ def parse_workload_spec(text: str) -> "Workload":
     if "seqs" in values:
         clash = [given_as[n] for n in ("batch", "q_len", "kv_len") if n in values]
         if clash:
-            raise WorkloadError(f"--workload: {', '.join(clash)} follow from mix=...; give either mix or {', '.join(clash)}")
+            raise WorkloadError(f"--workload: {', '.join(clash)} {'follows' if len(clash) == 1 else 'follow'} from mix=...; "
+                                f"give either mix or {', '.join(clash)}")
         missing = [n for n in _SHAPE if n not in values]
         if missing:
             raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")

@@ -32,9 +32,15 @@ def test_two_percent_threshold():
 
 
 def test_overlapping_spreads_tie_beyond_two_percent():
-    a = spread(cell(D512, "a", 100.0), 90.0, 110.0)  # a noisy cell: p90 reaches past the other's median
-    m = margin(a, cell(D512, "b", 105.0))
+    a = spread(cell(D512, "a", 100.0), 90.0, 110.0)  # noisy cells: each median inside the other's p10–p90
+    b = spread(cell(D512, "b", 105.0), 95.0, 115.0)
+    m = margin(a, b)
     assert (m.tie, m.why) == (True, TieReason.SPREADS_OVERLAP)
+    # one cell's long tail is not an overlap: on a loaded CPU a 505 µs median with a 24 ms p90 made a cell
+    # 19× (and 120×) slower "a tie"
+    tail = spread(cell(D512, "fast", 505.0), 480.0, 24_000.0)
+    m = margin(tail, spread(cell(D512, "slow", 9_600.0), 9_000.0, 10_500.0))
+    assert not m.tie and m.ratio == pytest.approx(9_600 / 505)
 
 
 def test_repeats_interval_decides_when_medians_and_spreads_do_not():

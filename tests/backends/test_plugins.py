@@ -163,8 +163,13 @@ def test_malformed_backend_spec_is_a_usage_error(tmp_path: Path, monkeypatch, cl
                       ("os:system", "not a profattn backend: a builtin (system), not a backend class or factory"),
                       ("os:fork", "not a profattn backend: a builtin (fork)"),
                       ("builtins:dict", "not a profattn backend: a builtin (dict)"),
-                      ("shutil:rmtree", "not a profattn backend: rmtree needs arguments (path"),
-                      ("byok_spec:needs_args", "needs_args needs arguments (path); a backend factory takes none")):
+                      ("shutil:rmtree", "not a profattn backend: rmtree comes from Python's standard library (shutil)"),
+                      ("byok_spec:needs_args", "needs_args needs arguments (path); a backend factory takes none"),
+                      # exit 0 with no output, and a debugger prompt, before: callables of the standard library
+                      ("builtins:exit", "comes from Python's standard library (_sitebuiltins)"),
+                      # (pdb:set_trace dropped into the debugger; under pytest it is pytest's wrapper, so pdb:Pdb here)
+                      ("pdb:Pdb", "Pdb comes from Python's standard library (pdb)"),
+                      ("profattn.backends:Backend", "Backend is an interface (a Protocol)")):
         out = tmp_path / "never"
         res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--backend", spec, "--out", str(out)])
         assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output, (spec, res.output)

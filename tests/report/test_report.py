@@ -230,3 +230,19 @@ def test_a_noisy_machine_is_named_in_the_report():
     assert texts[1].startswith("the load average reached 3.9 on 2 logical CPUs")
     html = render_html(r)
     assert html.count("Noisy machine:") == 2
+
+
+def test_crossovers_count_only_changes_beyond_noise():
+    """The H200 seed report listed 'triton-paged-decode → sdpa-cudnn between kv 2048 and 8192 (within noise)'
+    as a crossover while the verdict called every decode comparison a tie."""
+    from profattn.report.run import crossover_rows
+    from profattn.results import read_results
+
+    (row,) = crossover_rows(read_results(EXAMPLES / "h200-seed-2026-12-01"))
+    assert row["crossovers"].startswith("none beyond noise (the fastest changes only within noise: "
+                                        "triton-paged-decode → sdpa-cudnn between kv 2048 and 8192)")
+    assert "kv 512: triton-paged-decode 12.2 µs ≈ sdpa-cudnn" in row["winners"]
+    sweep = {(r["batch"], r["page_size"]): r["crossovers"] for r in crossover_rows(read_results(EXAMPLES / "h200-sweep"))}
+    # batch 1, page 64: cuDNN wins kv 2048 beyond noise of ours, between two kv lengths ours wins: real crossovers
+    assert sweep[(1, 64)] == ("triton-paged-decode → sdpa-cudnn between kv 512 and 2048; "
+                              "sdpa-cudnn → triton-paged-decode between kv 2048 and 8192")

@@ -68,7 +68,7 @@ def test_chunked_prefill_chunk_is_uniform_or_varlen_alike():
     ("mix=0x(q1,kv8),hq=2,hkv=1,d=8", "mix group '0x(q1,kv8)': count, q and kv must be positive"),
     ("mix=(q0,kv8),hq=2,hkv=1,d=8", "mix group '(q0,kv8)': count, q and kv must be positive"),
     ("mix=(q9,kv8),hq=2,hkv=1,d=8", "sequence 0: q_len 9 > kv_len 8"),
-    ("mix=(q5,kv8),b=3,hq=2,hkv=1,d=8", "b follow from mix=...; give either mix or b"),
+    ("mix=(q5,kv8),b=3,hq=2,hkv=1,d=8", "b follows from mix=...; give either mix or b"),
     ("mix=(q5,kv8),hkv=1,d=8", "missing num_q_heads"),
     ("hq=2,num_q_heads=3", "num_q_heads given twice ('hq' and 'num_q_heads')"),
     ("phase=decode,mix=(q5,kv8)+(q1,kv3),hq=2,hkv=1,d=8", "a decode call has q_len 1 in every sequence"),
@@ -105,3 +105,29 @@ def test_round_trip_through_results_json():
     assert Workload.from_dict(w.to_dict()) == w
     with pytest.raises(WorkloadError):
         Workload.from_dict({**w.to_dict(), "seqs": 5})
+
+
+@pytest.mark.parametrize("field, value", [("batch", 10**23), ("batch", 3_000_000_000), ("kv_len", 10**20),
+                                          ("num_q_heads", 1 << 17), ("head_dim", 1 << 20)])
+def test_shape_fields_are_bounded_before_anything_is_sized(field, value):
+    """batch=1e23 raised OverflowError from kv_lens, 3e9 a MemoryError, 1e8 ran for minutes: now one line."""
+    fields = dict(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=8)
+    fields[field] = value
+    if field == "num_q_heads":
+        fields["num_kv_heads"] = 1
+    with pytest.raises(WorkloadError, match=f"{field} {value:,} is beyond profattn's bound"):
+        Workload(**fields)
+
+
+def test_a_results_file_claiming_a_huge_batch_is_a_one_line_error(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "examples" / "h200-seed-2026-12-01" / "results.json"
+    doc = json.loads(src.read_text())
+    doc["cells"][0]["workload"]["batch"] = 10**30
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "summary", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "beyond profattn's bound" in proc.stderr, proc.stderr

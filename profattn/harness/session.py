@@ -116,12 +116,16 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
         write_results(run, results_path)
     stored = {c.cell_id: c for c in run.cells}
 
+    def unfinished(c: CellResult | None) -> bool:
+        # pending, or timed before an interruption but never profiled (no trace: its kernels were never read,
+        # so it could win unchecked): measured again
+        return c is None or c.status == CellStatus.PENDING or (c.timing is not None and c.trace is None)
+
     def pending(w: Workload, b: Backend) -> bool:
-        c = stored.get(cell_id(w, b.name))
-        return c is None or c.status == CellStatus.PENDING
+        return unfinished(stored.get(cell_id(w, b.name)))
 
     total = len(run.cells)
-    done = sum(1 for c in run.cells if c.status != CellStatus.PENDING)
+    done = sum(1 for c in run.cells if not unfinished(c))
     for phase in cfg.regimes:
         regime_workloads = cfg.preset.regime(phase)
         to_profile: list[ProfiledCall] = []

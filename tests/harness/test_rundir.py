@@ -114,3 +114,20 @@ def test_resume_on_another_device_kind_is_refused(tmp_path: Path):
     gpu_run = run([cell(get_preset("seed").workloads[0], "eager", 10.0)], device="cuda")
     with pytest.raises(ProfattnError, match="measured on cuda, this run would use cpu"):
         resume_config(gpu_run, tmp_path, torch.device("cpu"))
+
+
+def test_resume_measures_again_a_cell_timed_but_never_profiled(tmp_path: Path):
+    """Ctrl-C between a cell's timing and the regime's profiler pass left it timed with no trace; --resume kept
+    it as it was, so it could win without its kernels ever being read."""
+    cpu = torch.device("cpu")
+    wl = (Workload(phase="decode", batch=2, q_len=1, kv_len=32, num_q_heads=4, num_kv_heads=2, head_dim=16),)
+    cfg = SessionConfig(preset=Preset("p", "d", wl), regimes=(Phase.DECODE,), backends=(get_backend("eager"),),
+                        device=cpu, out_dir=tmp_path / "run", measure_ceilings=False)
+    full = run_session(cfg)
+    (c,) = full.cells
+    assert c.trace is not None
+    write_results(replace(full, cells=(replace(c, trace=None),)), tmp_path / "run" / "results.json")
+    stored = read_results(tmp_path / "run" / "results.json")
+    again = run_session(resume_config(stored, tmp_path / "run", cpu), resume=stored)
+    (c2,) = again.cells
+    assert c2.status == CellStatus.OK and c2.trace is not None and c2.timing != c.timing  # measured again

@@ -59,7 +59,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown: environment line, verdict, the result matrix (winners in bold; workloads by their
     short label; rates in the unit their header names, three significant digits; an eager column only
     where some cell was CUDA-graph replayed, so a CPU run shows none)."""
-    from profattn.analysis.verdict import ranked_cells, verdict
+    from profattn.analysis.verdict import ranked_cells, tied_with, verdict
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
     from profattn.report.run import matrix_columns, workload_labels
     from profattn.report.verdict import render_verdict
@@ -76,7 +76,8 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         c = rc.cell
         t = c.graph_timing or c.timing
         table.append([
-            ("**" + c.backend + "** 🏆") if rc.winner else c.backend, labels[c.workload.tag], c.status.value,
+            (("**" + c.backend + "** 🏆" + (" (tie: " + ", ".join(ties) + ")" if (ties := tied_with(run, c.workload.tag, c)) else ""))
+             if rc.winner else c.backend), labels[c.workload.tag], c.status.value,
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
             *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),

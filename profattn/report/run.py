@@ -153,7 +153,8 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str, graph: bool) -> dict[str, Any]:
+def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str, graph: bool,
+               ties: tuple[str, ...] = ()) -> dict[str, Any]:
     """One cell of the result matrix: ``kind`` (its CSS class: winner, tie, ok, incorrect, flagged,
     error, pending, unsupported), ``latency`` (first line), ``sub`` (the compact second line: ratio to the
     workload's winner, ties, error or status) and ``title`` (everything, on hover)."""
@@ -184,6 +185,9 @@ def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str,
         cell.update(kind="incorrect", sub=f"incorrect · err {err}")
     elif c.trace is not None and c.trace.family_ok is False:
         cell.update(kind="flagged", sub=f"✗ family · err {err}")
+    elif winner and ties:
+        title.append(f"fastest, but within noise of {', '.join(ties)}: a tie, not a win")
+        cell.update(kind="winner", sub=f"tie · err {err}")
     elif winner:
         title.append("winner: the fastest correct cell of this workload whose kernels belong to its backend's family")
         cell.update(kind="winner", sub=f"err {err}")
@@ -234,7 +238,7 @@ def matrix_grid(run: RunResult) -> dict[str, Any]:
                 out.append({"backend": b, "cell_id": "", "kind": "absent", "latency": "·", "sub": "",
                             "title": f"{b} was not run on {label}", "footnote": None})
                 continue
-            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph))
+            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph, ties=tied_with(run, wl.tag, win.get(wl.tag))))
         reasons: dict[str, list[str]] = {}
         for b in backends:
             if b in cells and cells[b][0].status is CellStatus.UNSUPPORTED:

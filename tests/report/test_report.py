@@ -246,3 +246,18 @@ def test_crossovers_count_only_changes_beyond_noise():
     # batch 1, page 64: cuDNN wins kv 2048 beyond noise of ours, between two kv lengths ours wins: real crossovers
     assert sweep[(1, 64)] == ("triton-paged-decode → sdpa-cudnn between kv 512 and 2048; "
                               "sdpa-cudnn → triton-paged-decode between kv 2048 and 8192")
+
+
+def test_a_tied_winner_is_marked_as_a_tie_in_the_matrix():
+    """The matrix starred triton-paged-decode at kv 512 alone while the verdict called it a tie with cuDNN."""
+    from profattn.report.run import matrix_grid
+    from profattn.results import read_results
+
+    grid = matrix_grid(read_results(EXAMPLES / "h200-seed-2026-12-01"))
+    row = next(r for r in grid["rows"] if r["label"] == "decode kv 512 (page 16)")
+    (win,) = [c for c in row["cells"] if c["kind"] == "winner"]
+    assert win["backend"] == "triton-paged-decode" and win["sub"].startswith("tie · err")
+    assert "within noise of sdpa-cudnn: a tie, not a win" in win["title"]
+    pre = next(r for r in grid["rows"] if r["label"] == "prefill kv 2048")
+    (win,) = [c for c in pre["cells"] if c["kind"] == "winner"]
+    assert win["backend"] == "sdpa-cudnn" and win["sub"].startswith("err ")  # a clear win (1.50× ahead of flex)

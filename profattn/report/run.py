@@ -301,7 +301,8 @@ def launch_rows(run: RunResult) -> list[dict[str, Any]]:
                 "kernel": k.name, "count": f"{k.count_per_call:g}", "time": fmt_us(k.dur_us_per_call),
                 **launch_cells(k.grid, k.block, ctas=k.ctas, registers=k.registers_per_thread,
                                smem_bytes=k.shared_mem_bytes, blocks_per_sm=k.blocks_per_sm),
-                "occupancy": "n/a" if k.est_occupancy_pct is None else f"{k.est_occupancy_pct:.0f}%",
+                # Kineto writes 0 for some kernels that ran (seen with 131–219 kB of shared memory): unknown, not 0
+                "occupancy": "n/a" if not k.est_occupancy_pct else f"{k.est_occupancy_pct:.0f}%",
             } for k in ranked],
         })
     # the workload label spans all rows of its cells (each cell: its dominant kernels + the "all kernels" row)

@@ -103,3 +103,10 @@ def test_append_timing_executed_pairs_and_cache_check_round_trip_and_old_files_s
     data["cells"][0]["executed_pairs"] = -3
     with pytest.raises(ResultsError, match=r"cells\[0\].*executed_pairs"):
         run_from_dict(data)
+
+
+def test_deeply_nested_results_json_is_a_results_error(tmp_path):
+    """'[' x 100000 raised RecursionError (a traceback, exit 1) from report, summary and compare."""
+    (tmp_path / "results.json").write_text("[" * 100_000)
+    with pytest.raises(ResultsError, match=r"results\.json: JSON nested too deeply$"):
+        read_results(tmp_path)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import main, output_file, read_run, resolve_device
+from profattn.cli.main import distinct_outputs, main, output_file, read_run, resolve_device, run_inputs
+from profattn.errors import ProfattnError
 
 
 @main.command()
@@ -20,20 +21,23 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
     from profattn.results import read_results
     from profattn.harness.session import reattach_traces
 
-    target = output_file(out_path, default_name="report.html") if out_path is not None else None
+    root = run_dir if run_dir.is_dir() else run_dir.parent
     run = read_results(run_dir)
-    run = reattach_traces(run, run_dir if run_dir.is_dir() else run_dir.parent)
-    path = write_report(run, target or (run_dir if run_dir.is_dir() else run_dir.parent) / "report.html", keep_host_info=keep_host_info)
+    target = output_file(out_path if out_path is not None else root / "report.html", default_name="report.html",
+                         inputs=run_inputs(run_dir), own_report_of=root)
+    run = reattach_traces(run, root)
+    path = write_report(run, target, keep_host_info=keep_host_info)
     click.echo(f"report: {path}")
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(path_type=str), default="report.html", show_default=True,
-              help="HTML report to write; an existing directory or a path ending in / means DIR/report.html.")
+@click.option("--out", "out_path", type=click.Path(path_type=str), default=None, show_default="report.html",
+              help="HTML report to write; an existing directory or a path ending in / means DIR/report.html. "
+                   "Never a file that is not profattn's output, nor a run's report.html.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the analysis as versioned JSON.")
 @click.option("--keep-host-info", is_flag=True, help="Keep absolute trace paths, host and user names in the report and JSON.")
-def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_host_info: bool = False) -> None:
+def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None, keep_host_info: bool = False) -> None:
     """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
 
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
@@ -43,8 +47,12 @@ def analyze(paths: tuple[Path, ...], out_path: str, json_path: str | None, keep_
     from profattn.report.analyze import set_warnings, write_html, write_json
     from profattn.report.format import fmt_us
 
-    html_path = output_file(out_path, default_name="report.html")
-    json_file = output_file(json_path, "--json") if json_path is not None else None
+    if out_path is None and Path("results.json").is_file():
+        raise ProfattnError("this directory holds a run (results.json): analyze would replace its report.html; "
+                            "write elsewhere with --out PATH")
+    html_path = output_file(out_path if out_path is not None else "report.html", default_name="report.html", inputs=paths)
+    json_file = output_file(json_path, "--json", inputs=paths) if json_path is not None else None
+    distinct_outputs(("--out", html_path), ("--json", json_file))
     analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
         other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
@@ -68,7 +76,7 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
     from profattn.report.markdown import run_markdown
 
-    out_path = output_file(out_path, default_name="summary.md") if out_path is not None else None
+    out_path = output_file(out_path, default_name="summary.md", inputs=run_inputs(run_dir)) if out_path is not None else None
 
     text = run_markdown(read_run(run_dir, keep_host_info))
     if out_path is None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
 
 from profattn.errors import ProfattnError
-from profattn.files import check_parents
+from profattn.files import check_output
 
 REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
@@ -51,15 +52,19 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None) -> Path:
-    """Validate an output file path before any work is done and return it.
+def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None,
+                inputs: Iterable[str | os.PathLike[str]] = (), own_report_of: Path | None = None) -> Path:
+    """Validate an output file path before anything is read or written and return it.
 
     With ``default_name``, an existing directory or a path ending in ``/`` means ``<dir>/<default_name>``;
     without it, a directory is refused. Parents need not exist (they are created on writing), but none of
-    them may be a file.
+    them may be a file or a directory files cannot be created in. The path may not be one of ``inputs``
+    (the files the command reads), a run's report.html or results.json (unless ``own_report_of`` is that
+    run: ``profattn report RUN``), or an existing file profattn did not write
+    (:func:`profattn.files.check_output`).
 
     Raises:
-        ProfattnError: an empty path, a directory (without ``default_name``), or a parent that is a file.
+        ProfattnError: an empty path, a directory (without ``default_name``), or any refusal above.
     """
     text = os.fspath(raw)
     if not text.strip():
@@ -69,8 +74,31 @@ def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_n
         path = path / default_name
     elif path.is_dir():
         raise ProfattnError(f"{option} {path} is a directory")
-    check_parents(path, option)
+    check_output(path, option, inputs=inputs, own_report_of=own_report_of)
     return path
+
+
+def distinct_outputs(*named: tuple[str, Path | None]) -> None:
+    """Raise :class:`ProfattnError` when two of the ``(option, path)`` outputs of one command are the same file."""
+    seen: dict[Path, str] = {}
+    for option, path in named:
+        if path is None:
+            continue
+        key = path.resolve()
+        if key in seen:
+            raise ProfattnError(f"{option} {path} is also {seen[key]}; choose another path")
+        seen[key] = option
+
+
+def run_inputs(path: str | os.PathLike[str]) -> list[Path]:
+    """The inputs (for :func:`output_file`) of a command that reads the run at ``path`` (a run directory or
+    its results.json): the results.json and, when it is one, the run directory (its traces)."""
+    path = Path(path)
+    root = path if path.is_dir() else path.parent
+    files = [path, root / "results.json"]
+    if (root / "results.json").is_file():
+        files.append(root)
+    return files
 
 
 def resolve_device(name: str | None):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import main, output_file, read_run
+from profattn.cli.main import distinct_outputs, main, output_file, read_run, run_inputs
 
 
 @main.command()
@@ -27,8 +27,10 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     from profattn.report import compare as compare_report
     from profattn.report.verdict import workload_label
 
-    out_path = output_file(out_path, default_name="compare.html")
-    markdown_path = output_file(markdown_path, "--markdown", default_name="compare.md") if markdown_path is not None else None
+    inputs = run_inputs(base_run) + run_inputs(head_run)
+    out_path = output_file(out_path, default_name="compare.html", inputs=inputs)
+    markdown_path = output_file(markdown_path, "--markdown", default_name="compare.md", inputs=inputs) if markdown_path is not None else None
+    distinct_outputs(("--out", out_path), ("--markdown", markdown_path))
 
     t = comparison.parse_threshold(threshold)
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)

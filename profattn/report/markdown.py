@@ -2,7 +2,9 @@
 
 GitHub-flavoured Markdown (pipe tables), under GitHub's 65,536-character comment limit: every table is
 rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10, 5) until the whole text
-fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". Rows come from the same records
+fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". The first line is
+:data:`profattn.files.MARKDOWN_MARKER` (an HTML comment GitHub does not show), so a later run may replace
+the file and never a user's. Rows come from the same records
 the HTML uses (:mod:`profattn.analysis.verdict`, :mod:`profattn.report.compare`).
 """
 
@@ -12,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
+from profattn.files import MARKDOWN_MARKER
 from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
 from profattn.report.verdict import summary as verdict_summary
 from profattn.results import RunResult
@@ -44,11 +47,13 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_rows: in
 
 
 def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
-    """``render(cap)`` for the largest row cap whose text is shorter than ``limit`` characters; if even the
+    """:data:`MARKDOWN_MARKER`, a newline and ``render(cap)`` for the largest row cap whose text (marker
+    included) is shorter than ``limit`` characters; if even the
     smallest cap is too long, that text cut at ``limit`` with a closing note."""
+    head = MARKDOWN_MARKER + "\n"
     text = ""
     for cap in _CAPS:
-        text = render(cap)
+        text = head + render(cap)
         if len(text) < limit:
             return text
     note = "\n\n… (truncated to fit a GitHub comment)\n"

@@ -217,7 +217,8 @@ def read_results(path: str | os.PathLike[str]) -> RunResult:
     """Read a results.json (or the one inside a run directory).
 
     Raises:
-        ResultsError: missing, not JSON, or not a supported profattn results file.
+        ResultsError: missing, not JSON (or nested too deeply for Python's parser), or not a supported
+            profattn results file.
     """
     path = Path(path)
     if path.is_dir():
@@ -232,6 +233,8 @@ def read_results(path: str | os.PathLike[str]) -> RunResult:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: JSON nested too deeply") from None
     try:
         return run_from_dict(data)
     except ResultsError as exc:

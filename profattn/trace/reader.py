@@ -27,15 +27,24 @@ Files that do not look like a trace at the top (another first character, no ``"t
 first :data:`HEADER_LIMIT_BYTES`) are read whole by the stdlib ``json`` module instead, which gives the
 precise error for non-traces and handles any layout.
 
+**Bounded buffering.** Whitespace before the document and between elements is dropped as it is read,
+never buffered; one element (or a document read whole) longer than :data:`MAX_EVENT_BYTES` is an error,
+so a file of nothing but whitespace, or ``/dev/zero`` renamed, cannot take the machine's memory. Only
+regular files are read: a device, FIFO or socket is refused before it is opened.
+
 Errors: every unreadable input raises :class:`~profattn.errors.TraceError` with a one-line message that
 names the file: missing/unreadable file, bad or truncated gzip, invalid UTF-8 (with the byte offset), not
-JSON (line and column), truncated JSON, nesting too deep, not a trace.
+JSON (line and column), truncated JSON, nesting too deep, not a trace, not a regular file, an element
+longer than :data:`MAX_EVENT_BYTES`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,7 +54,7 @@ import msgspec
 
 from profattn.errors import TraceError
 
-__all__ = ["BATCH_BYTES", "HEADER_LIMIT_BYTES", "Batch", "TraceReader", "parse_int"]
+__all__ = ["BATCH_BYTES", "HEADER_LIMIT_BYTES", "MAX_EVENT_BYTES", "Batch", "TraceReader", "parse_int"]
 
 #: Target size (bytes of JSON text) of one decoded batch of events.
 BATCH_BYTES = 4 * 2**20
@@ -53,6 +62,9 @@ BATCH_BYTES = 4 * 2**20
 _BLOCK_BYTES = 2**20
 #: Most bytes searched for the ``"traceEvents"`` key before the whole file is read the slow way.
 HEADER_LIMIT_BYTES = 64 * 2**20
+#: Most bytes of JSON text buffered for one element of ``traceEvents`` (or for a document read whole):
+#: beyond it the file is refused rather than held in memory.
+MAX_EVENT_BYTES = 512 * 2**20
 #: Bytes of the buffer's tail searched first for a batch boundary.
 _TAIL_BYTES = 256 * 2**10
 
@@ -105,6 +117,7 @@ class TraceReader:
         self.object_count = 0
         self._typed = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
         self._stdlib = json.JSONDecoder(parse_int=parse_int)
+        self._lines_skipped = 0  # newlines of leading whitespace dropped before the document (for line numbers)
 
     # ---- the byte stream -------------------------------------------------------------------------
 
@@ -112,6 +125,8 @@ class TraceReader:
         """The file's bytes in blocks, gunzipped (all members) when it starts with the gzip magic."""
         name = self.name
         try:
+            if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO would block, /dev/zero never end
+                raise TraceError(f"{name}: not a regular file (a device, FIFO or socket); give a trace file")
             with open(name, "rb") as f:
                 first = f.read(_BLOCK_BYTES)
                 if first[:2] == _GZIP_MAGIC:
@@ -170,8 +185,19 @@ class TraceReader:
         blocks = self._blocks()
         buf = b""
         start = None
+        skipped = 0  # bytes of leading whitespace (and BOM) dropped, not buffered
         for block in blocks:
             buf += block
+            rest = buf.removeprefix(_BOM) if not skipped else buf
+            if rest and not rest.strip(_WS):  # nothing but whitespace yet: keep at most the last line's
+                cut = rest.rfind(b"\n") + 1
+                if len(rest) - cut > _BLOCK_BYTES:  # a line of only blanks: its columns are not counted
+                    cut = len(rest)
+                if cut:
+                    self._lines_skipped += rest.count(b"\n", 0, cut)
+                    skipped += len(buf) - len(rest) + cut
+                    buf = rest[cut:]
+                continue
             start = self._array_start(buf)
             if start is not None or len(buf) > HEADER_LIMIT_BYTES:
                 break
@@ -183,7 +209,7 @@ class TraceReader:
         if start is None or prefix_doc is None:
             yield from self._whole(buf, blocks)
             return
-        yield from self._stream(buf[start[1] :], start[1], prefix_doc if start[0] else None, blocks)
+        yield from self._stream(buf[start[1] :], skipped + start[1], prefix_doc if start[0] else None, blocks)
         if self.event_count and not self.object_count:
             raise TraceError(f"{self.name}: not a Chrome trace (events are not JSON objects)")
 
@@ -217,7 +243,15 @@ class TraceReader:
 
     def _whole(self, buf: bytes, blocks: Iterator[bytes]) -> Iterator[Batch]:
         """Read the rest and decode the document as a whole (stdlib ``json``): non-traces and odd layouts."""
-        document = self._decode_document(buf + b"".join(blocks))
+        pieces: list[bytes] = []
+        size = 0
+        for block in itertools.chain([buf], blocks):
+            pieces.append(block)
+            size += len(block)
+            if size > MAX_EVENT_BYTES:
+                raise TraceError(f"{self.name}: over {MAX_EVENT_BYTES // 2**20} MB of JSON without a 'traceEvents' "
+                                 "array near the start to stream (not a trace?)")
+        document = self._decode_document(b"".join(pieces))
         name = self.name
         if isinstance(document, dict):
             if "traceEvents" not in document:
@@ -254,9 +288,10 @@ class TraceReader:
         except json.JSONDecodeError as e:
             if not text.strip():
                 raise TraceError(f"{name}: file is empty") from None
+            line = e.lineno + self._lines_skipped
             if e.pos >= len(text.rstrip()):
-                raise TraceError(f"{name}: JSON ends early (truncated?) at line {e.lineno}") from None
-            raise TraceError(f"{name}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+                raise TraceError(f"{name}: JSON ends early (truncated?) at line {line}") from None
+            raise TraceError(f"{name}: not JSON ({e.msg} at line {line} column {e.colno})") from None
         except RecursionError:
             raise TraceError(f"{name}: JSON nested too deeply") from None
 
@@ -279,6 +314,13 @@ class TraceReader:
             while size < want and not eof:
                 read_block()
             buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            lead = len(buf) - len(buf.lstrip(_WS))
+            if lead:  # whitespace between elements is dropped, never buffered
+                buf, offset = buf[lead:], offset + lead
+                pieces[:] = [buf]
+                size = len(buf)
+                if size < want and not eof:
+                    continue
             if eof:
                 consumed = yield from self._final(buf, offset)
                 self._suffix_keys(prefix_doc, buf[consumed:], offset + consumed)
@@ -305,7 +347,10 @@ class TraceReader:
             size = len(buf)
             # An element longer than the buffer: read twice as much before trying again, so an element of
             # n bytes is decoded O(log n) times, not once per block (which took quadratic time).
-            want = BATCH_BYTES if consumed else max(BATCH_BYTES, 2 * size)
+            want = BATCH_BYTES if consumed else min(max(BATCH_BYTES, 2 * size), MAX_EVENT_BYTES + 1)
+            if size > MAX_EVENT_BYTES:
+                raise TraceError(f"{self.name}: an element of 'traceEvents' longer than {MAX_EVENT_BYTES // 2**20} MB "
+                                 f"at byte offset {offset} (not a trace?)")
 
     @staticmethod
     def _boundary(buf: bytes) -> int:

@@ -248,3 +248,59 @@ def test_an_element_longer_than_a_batch_is_decoded_a_logarithmic_number_of_times
     t = load_trace(path)
     assert len(t.kernels) == 1 and list(t.ops["name"]) == ["aten::mm", "aten::add"]
     assert len(calls) <= 12  # log2(1 MiB / 4 KiB) = 8 doublings (+ the final read); was about 1024
+
+
+# ---- bounded buffering ---------------------------------------------------------------------------
+
+
+def _peak_bytes(path: Path) -> tuple[Trace, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        trace = load_trace(path)
+        return trace, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("where", ["before the document", "between events", "before the first event"])
+def test_whitespace_is_dropped_not_buffered(tmp_path: Path, tiny_batches: None, where: str) -> None:
+    """8 MiB of newlines (gzipped to ~8 KB) read in 2 KiB batches with a peak under 1 MiB (it was all held:
+    8+ MiB); line numbers in errors still count the dropped lines."""
+    ws = "\n" * (8 * 2**20)
+    events = '{"ph": "X", "name": "a", "ts": 1, "dur": 2}'
+    text = {"before the document": ws + '{"traceEvents": [' + events + "]}",
+            "between events": '{"traceEvents": [' + events + "," + ws + events + "]}",
+            "before the first event": '{"traceEvents": [' + ws + events + "]}"}[where]
+    path = tmp_path / "ws.json.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    trace, peak = _peak_bytes(path)
+    assert trace.event_count == (2 if where == "between events" else 1)
+    assert peak < 2**20, peak
+    if where == "before the document":
+        path.write_bytes(gzip.compress((ws + "{oops}").encode()))
+        with pytest.raises(TraceError, match=f"line {8 * 2**20 + 1} column 2"):
+            load_trace(path)
+
+
+def test_an_element_or_document_over_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "MAX_EVENT_BYTES", 2**20)
+    monkeypatch.setattr(reader, "BATCH_BYTES", 2**18)
+    long_event = '{"traceEvents": [{"ph": "X", "name": "' + "a" * (3 * 2**20) + '"}]}'
+    (tmp_path / "long.json").write_text(long_event)
+    with pytest.raises(TraceError, match="an element of 'traceEvents' longer than 1 MB at byte offset 17"):
+        load_trace(tmp_path / "long.json")
+    (tmp_path / "doc.json").write_text('{"other": "' + "a" * (3 * 2**20) + '"}')
+    with pytest.raises(TraceError, match="over 1 MB of JSON without a 'traceEvents' array"):
+        load_trace(tmp_path / "doc.json")
+
+
+def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "t.json"
+    os.mkfifo(fifo)  # open() would block until a writer came
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(TraceError, match="not a regular file"):
+            load_trace(path)

@@ -66,7 +66,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     where some cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.analysis.verdict import ranked_cells, tied_with, verdict
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
-    from profattn.report.run import matrix_columns, workload_labels
+    from profattn.report.run import matrix_columns, noise_texts, workload_labels
     from profattn.report.verdict import render_verdict
 
     v = render_verdict(verdict(run))
@@ -89,15 +89,16 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
             fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
     headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
+    noise = noise_texts(run)  # the same warnings the report and `profile` print: the verdict's caveat
 
     def render(cap: int | None) -> str:
         parts = [
             f"## profattn: preset `{run.preset}` on {e.device_name}",
             (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
              f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
-            "### Verdict",
-            f"**{md_text(v.summary)}**",
         ]
+        parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
+        parts += ["### Verdict", f"**{md_text(v.summary)}**"]
         if headline_rows:
             parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
         parts += ["### Result matrix",

@@ -631,7 +631,9 @@ def noise_texts(run: RunResult) -> list[str]:
                        "the machine was noisy; small differences are not evidence")
         else:
             out.append(f"the load average reached {f.worst:g} on {f.threshold:g} logical CPUs during the run: "
-                       "other processes competed for the cores, timings are suspect")
+                       "other processes competed for the cores, timings are suspect (CPU medians can then sit on the "
+                       "scheduler's time slices, e.g. ~8 ms steps; measure on an idle machine, or with fewer torch "
+                       "threads than cores: OMP_NUM_THREADS)")
     return out
 
 

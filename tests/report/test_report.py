@@ -230,6 +230,11 @@ def test_a_noisy_machine_is_named_in_the_report():
     assert texts[1].startswith("the load average reached 3.9 on 2 logical CPUs")
     html = render_html(r)
     assert html.count("Noisy machine:") == 2
+    # the PR-comment summary carried neither warning before
+    from profattn.report.markdown import run_markdown
+
+    md = run_markdown(r)
+    assert md.count("> ⚠️ Noisy machine: ") == 2 and md.index("Noisy machine") < md.index("### Verdict")
 
 
 def test_crossovers_count_only_changes_beyond_noise():

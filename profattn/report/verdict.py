@@ -35,7 +35,8 @@ def workload_label(w: Workload) -> str:
         for q in w.q_lens:
             groups[q] = groups.get(q, 0) + 1
         seqs = " + ".join(f"{n}×q{q}" for q, n in sorted(groups.items(), reverse=True))
-        return f"{w.phase.value} {seqs}, kv ≤ {w.kv_len}{tail}"
+        kv = f"kv {w.kv_len}" if len(set(w.kv_lens)) == 1 else f"kv ≤ {w.kv_len}"
+        return f"{w.phase.value} {seqs}, {kv}{tail}"
     if w.phase is Phase.PREFILL and w.q_len != w.kv_len:
         return f"prefill q {w.q_len} kv {w.kv_len}{tail}"
     return f"{w.phase.value} kv {w.kv_len}{tail}"

@@ -74,16 +74,14 @@ def csr_pages(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int
     pages = [-(-n // page_size) for n in lens]
     table = block_table.tolist()
     indices = [p for b, n in enumerate(pages) for p in table[b][:n]]
-    indptr = [0]
-    for n in pages:
-        indptr.append(indptr[-1] + n)
     last = [n - (k - 1) * page_size for n, k in zip(lens, pages)]
     dev = block_table.device
     as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=dev)  # noqa: E731
-    return as_int(indptr), as_int(indices), as_int(last)
+    return _indptr(pages, dev), as_int(indices), as_int(last)
 
 
 def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:
+    """CSR offsets ``[0, l0, l0 + l1, …]`` (int32, ``len(lengths) + 1``) on ``device``."""
     out = [0]
     for n in lengths:
         out.append(out[-1] + n)

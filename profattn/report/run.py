@@ -232,13 +232,14 @@ def matrix_grid(run: RunResult) -> dict[str, Any]:
     for wl in workload_order(run):
         label = labels[wl.tag]
         cells = by_tag.get(wl.tag, {})
+        ties = tied_with(run, wl.tag, win.get(wl.tag))  # once per workload, not per cell
         out = []
         for b in backends:
             if b not in cells:
                 out.append({"backend": b, "cell_id": "", "kind": "absent", "latency": "·", "sub": "",
                             "title": f"{b} was not run on {label}", "footnote": None})
                 continue
-            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph, ties=tied_with(run, wl.tag, win.get(wl.tag))))
+            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph, ties=ties))
         reasons: dict[str, list[str]] = {}
         for b in backends:
             if b in cells and cells[b][0].status is CellStatus.UNSUPPORTED:

@@ -29,6 +29,7 @@ from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.plugins import BrokenPlugin, PluginBackend, PluginSpecError, installed_plugins, load_spec
 from profattn.backends.sdpa import SDPA_BACKENDS
 from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecode
+from profattn.backends.triton_paged_prefill import TritonPagedPrefill
 from profattn.errors import UnknownNameError
 
 __all__ = [
@@ -185,6 +186,7 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     return out
 
 
-for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TorchPagedReference(), FlexPagedDecode(),
+for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TritonPagedPrefill(), TorchPagedReference(),
+           FlexPagedDecode(),
            *FLASHINFER_BACKENDS):
     register(_b)

@@ -9,13 +9,14 @@ from collections.abc import Iterable
 
 __all__ = ["BUILTIN_COLORS", "backend_colors"]
 
-#: Fixed colours of the built-in backends (plotly's qualitative ``Plotly`` and ``Dark24`` palettes), so a
+#: Fixed colours of the built-in backends (plotly's qualitative ``Plotly`` and ``Dark24`` palettes, then ``Alphabet``), so a
 #: backend has the same colour in every report, whichever other backends ran beside it.
 BUILTIN_COLORS: dict[str, str] = {
     "sdpa-math": "#636EFA", "sdpa-flash": "#EF553B", "sdpa-efficient": "#00CC96", "sdpa-cudnn": "#AB63FA",
     "eager": "#FFA15A", "flex": "#19D3F3", "triton-paged-decode": "#FF6692", "torch-paged-reference": "#B6E880",
     "flex-paged-decode": "#FF97FF", "flashinfer-decode": "#FECB52", "flashinfer-decode-tc": "#2E91E5",
     "flashinfer-prefill-paged": "#E15F99", "flashinfer-prefill-ragged": "#1CA71C",
+    "triton-paged-prefill": "#C4451C",  # plotly's ``Alphabet`` palette (Dark24 is spent below)
 }
 #: Colours for other names (plugins): plotly's ``Dark24`` minus those used above.
 _OTHERS = ("#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86", "#EB663B", "#511CFB", "#00A08B",

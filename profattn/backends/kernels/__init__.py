@@ -1,0 +1,1 @@
+"""Triton kernels (imported lazily by the backends that launch them)."""

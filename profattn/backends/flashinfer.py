@@ -15,11 +15,19 @@ passed as a tuple); the block table becomes FlashInfer's CSR page list (:func:`c
 host-side set-up and runs in ``bind`` (outside every timed and profiled window). JIT compilation happens
 in :meth:`prepare`, on a tiny problem with the same configuration, and its wall time is a cell note —
 never inside a timing.
+
+An appending call (decode and paged prefill) writes its new K/V with FlashInfer's own append
+(``flashinfer/page.py``: ``append_paged_kv_cache(append_key, append_value, batch_indices, positions,
+(k_pages, v_pages), kv_indices, kv_indptr, kv_last_page_len, kv_layout="NHD")``, the CSR page list of the
+cache *after* the append, ``positions`` as ``get_batch_indices_positions(append_indptr, seq_lens, nnz)``
+gives them); its index tensors are built in ``bind_append`` (:func:`append_args`), untimed.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -86,6 +94,79 @@ def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:
     for n in lengths:
         out.append(out[-1] + n)
     return torch.tensor(out, dtype=torch.int32, device=device)
+
+
+@dataclass(frozen=True)
+class AppendArgs:
+    """The index arguments of FlashInfer's ``append_paged_kv_cache`` for one step, on the block table's device
+    (all int32): ``batch_indices`` and ``positions`` ``[nnz]`` (new token ``i`` is position ``positions[i]``
+    of sequence ``batch_indices[i]``), and the CSR page list of the cache after the append — ``kv_indptr``
+    ``[B + 1]``, ``kv_indices`` ``[kv_indptr[-1]]``, ``kv_last_page_len`` ``[B]`` (see :func:`csr_pages`)."""
+
+    batch_indices: torch.Tensor
+    positions: torch.Tensor
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_last_page_len: torch.Tensor
+
+
+def append_args(block_table: torch.Tensor, seq_lens: torch.Tensor, q_lens: "list[int] | tuple[int, ...]",
+                page_size: int) -> AppendArgs:
+    """FlashInfer's append arguments for a step whose sequence ``b`` appends its last ``q_lens[b]`` tokens.
+
+    ``positions`` are what FlashInfer's ``get_batch_indices_positions(append_indptr, seq_lens, nnz)`` gives
+    (its Triton kernel stores ``seq_len_b − q_len_b + i``), built here in torch so the arguments need no GPU;
+    the page list is :func:`csr_pages` of the cache after the append (FlashInfer's append "assumes that the
+    space for appended k/v has already been allocated"). FlashInfer's kernel then writes token ``i`` to page
+    ``kv_indices[kv_indptr[b] + positions[i] // page_size]``, slot ``positions[i] % page_size``: the same slots
+    as :meth:`~profattn.workload.paged.PagedKVCache.slot_mapping`.
+
+    Args:
+        block_table: ``[B, max_pages]`` int32 (``-1`` past the last page), the pages already allocated.
+        seq_lens: ``[B]`` int32, tokens of each sequence after the append.
+        q_lens: ``B`` new-token counts, packed in this order (``[Σ q_lens, Hkv, d]``).
+        page_size: tokens per page.
+
+    Raises:
+        ValueError: ``q_lens`` has not one entry per sequence, an entry is outside ``[0, seq_lens[b]]``, or a
+            sequence is empty (see :func:`csr_pages`).
+    """
+    lens = [int(x) for x in seq_lens.tolist()]
+    q = [int(x) for x in q_lens]
+    if len(q) != len(lens) or any(not 0 <= n <= m for n, m in zip(q, lens)):
+        raise ValueError(f"q_lens {q} must have {len(lens)} entries, each in [0, seq_lens {lens}]")
+    dev = block_table.device
+    indptr, indices, last = csr_pages(block_table, seq_lens, page_size)
+    counts = torch.tensor(q, dtype=torch.long, device=dev)
+    batch = torch.repeat_interleave(torch.arange(len(q), device=dev), counts)
+    append_indptr = _indptr(q, dev).long()
+    start = torch.tensor([m - n for n, m in zip(q, lens)], dtype=torch.long, device=dev)
+    positions = start[batch] + torch.arange(batch.numel(), device=dev) - append_indptr[batch]
+    return AppendArgs(batch.to(torch.int32), positions.to(torch.int32), indptr, indices, last)
+
+
+def bind_flashinfer_append(inputs: AttentionInputs) -> Callable[[], None]:
+    """A FlashInfer backend's ``Prepared.bind_append``: the zero-argument call that appends ``inputs.append``
+    into ``inputs.paged`` with ``flashinfer.page.append_paged_kv_cache`` (NHD, the K and V pools as a tuple);
+    its index tensors (:func:`append_args`) are built here, untimed.
+
+    Raises:
+        ValueError: ``inputs`` has no paged cache, no append or no ``q_lens``, or the new tokens are not
+            ``Σ q_lens``.
+        ImportError: flashinfer is not importable (the backends' ``unsupported_reason`` says so first).
+    """
+    cache, new = inputs.paged, inputs.append
+    if cache is None or new is None or inputs.q_lens is None:
+        raise ValueError("an append needs a paged cache, the step's new K/V and q_lens (workload append=True)")
+    q_lens = [int(x) for x in inputs.q_lens.tolist()]
+    if sum(q_lens) != new.tokens:
+        raise ValueError(f"{new.tokens} new tokens for q_lens summing to {sum(q_lens)}")
+    from flashinfer.page import append_paged_kv_cache
+
+    a = append_args(cache.block_table, cache.seq_lens, q_lens, cache.page_size)
+    kv = (cache.k_pages, cache.v_pages)
+    return lambda: append_paged_kv_cache(new.k_new, new.v_new, a.batch_indices, a.positions, kv, a.kv_indices,
+                                         a.kv_indptr, a.kv_last_page_len, kv_layout="NHD")
 
 
 def pack_rows(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -176,11 +257,11 @@ class FlashInferDecode:
 
             return call
 
-        return Prepared(forward=paged_only_forward, bind=bind, notes=(
+        return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_flashinfer_append, notes=(
             f"FlashInfer {_version()} BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores={self.tensor_cores}, "
             "CUDA-graph mode; plan() outside the timed window",
             f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
-        ))
+        ) + _append_note(w))
 
 
 class FlashInferPrefill:
@@ -267,13 +348,20 @@ class FlashInferPrefill:
         uniform = all(n == l_max for n in q_lens)
         return Prepared(
             forward=paged_only_forward if self.paged else _dense_forward_refused, bind=bind,
+            bind_append=bind_flashinfer_append if self.paged else None,
             to_contract=lambda o: unpack_rows(o, q_lens, l_max),  # a view of [B·Lq, Hq, d] when uniform
             notes=(
                 f"FlashInfer {_version()} {'BatchPrefillWithPagedKVCacheWrapper' if self.paged else 'BatchPrefillWithRaggedKVCacheWrapper'}"
                 f", causal={causal}; Q{'/K/V' if not self.paged else ''} packed to [Σ len, H, d] and plan() outside the timed window",
                 f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
-            ) + (() if uniform else ("output unpacked to [B, Hq, Lq_max, d] for the correctness check, outside the timing",)),
+            ) + (() if uniform else ("output unpacked to [B, Hq, Lq_max, d] for the correctness check, outside the timing",))
+            + _append_note(w),
         )
+
+
+def _append_note(w: Workload) -> tuple[str, ...]:
+    """The cell note of an appending call: which append ran (none for a call that does not append)."""
+    return ("cache append: FlashInfer's append_paged_kv_cache (indices built outside the timed window)",) if w.append else ()
 
 
 def _dense_forward_refused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
+from profattn.backends.triton_append import bind_paged_append
 from profattn.families import TRITON
 from profattn.workload import Workload
 
@@ -353,7 +354,8 @@ def _num_sms(device: torch.device) -> int:
 
 
 class TritonPagedDecode:
-    """``triton-paged-decode``: our split-KV paged decode kernel (see module docstring)."""
+    """``triton-paged-decode``: our split-KV paged decode kernel (see module docstring); an appending decode
+    step writes its new K/V with our Triton append (:func:`~profattn.backends.triton_append.bind_paged_append`)."""
 
     name = "triton-paged-decode"
     family = TRITON
@@ -400,7 +402,8 @@ class TritonPagedDecode:
 
         interp_note = (f"ran in {run_dtype} under TRITON_INTERPRET=1 (the interpreter's bf16 dot is wrong); "
                        "output cast back to bfloat16",) if run_dtype != workload.dtype else ()
-        return Prepared(forward=paged_only_forward, bind=bind, notes=interp_note + (
+        append_note = ("cache append: ours, one Triton launch for K and V (triton_append.paged_append)",) if workload.append else ()
+        return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + (
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
             + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",

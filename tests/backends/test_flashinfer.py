@@ -1,5 +1,6 @@
-"""FlashInfer backends: the block table → CSR page list, Q packing for variable-length calls, and the
-reasons they give where FlashInfer cannot run (CPU; the GPU test runs them against the reference)."""
+"""FlashInfer backends: the block table → CSR page list, Q packing for variable-length calls, the arguments of
+FlashInfer's cache append, and the reasons they give where FlashInfer cannot run (CPU; the GPU tests run them
+against the reference and the torch append)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 import torch
 
 from profattn.backends import get_backend
-from profattn.backends.flashinfer import FLASHINFER_BACKENDS, csr_pages, pack_rows, shape_reason, unpack_rows
+from profattn.backends.flashinfer import (FLASHINFER_BACKENDS, append_args, csr_pages, pack_rows, shape_reason,
+                                         unpack_rows)
 from profattn.workload import Workload, get_preset
 
 
@@ -19,6 +21,35 @@ def test_csr_pages_from_a_block_table():
     assert indptr.dtype == indices.dtype == last.dtype == torch.int32
     with pytest.raises(ValueError):
         csr_pages(table, torch.tensor([9, 0, 6], dtype=torch.int32), 4)
+
+
+def test_append_args_by_hand_and_the_slots_they_address():
+    # the cache after the append, page size 4: sequences of 9, 4 and 6 tokens appending 3, 1 and 6 (sequence
+    # 2 is a whole first chunk); FlashInfer's get_batch_indices_positions stores seq_len_b - q_len_b + i
+    table = torch.tensor([[7, 2, 5, -1], [0, -1, -1, -1], [3, 1, -1, -1]], dtype=torch.int32)
+    lens = torch.tensor([9, 4, 6], dtype=torch.int32)
+    a = append_args(table, lens, [3, 1, 6], 4)
+    assert a.batch_indices.tolist() == [0, 0, 0, 1, 2, 2, 2, 2, 2, 2]
+    assert a.positions.tolist() == [6, 7, 8, 3, 0, 1, 2, 3, 4, 5]
+    assert a.kv_indptr.tolist() == [0, 3, 4, 6] and a.kv_indices.tolist() == [7, 2, 5, 0, 3, 1]
+    assert a.kv_last_page_len.tolist() == [1, 4, 2]
+    assert {t.dtype for t in (a.batch_indices, a.positions, a.kv_indptr, a.kv_indices, a.kv_last_page_len)} == {torch.int32}
+    # FlashInfer's kernel writes token i to kv_indices[kv_indptr[b] + pos // 4] * 4 + pos % 4: the slot mapping
+    # profattn's torch append uses (sequence 0: page 2 slots 2, 3 then page 5 slot 0; ...)
+    b, pos = a.batch_indices.long(), a.positions.long()
+    slots = a.kv_indices.long()[a.kv_indptr.long()[b] + pos // 4] * 4 + pos % 4
+    assert slots.tolist() == [10, 11, 20, 3, 12, 13, 14, 15, 4, 5]
+    from profattn.workload.paged import PagedKVCache
+
+    pool = torch.zeros(8, 4, 1, 1)
+    cache = PagedKVCache(k_pages=pool, v_pages=pool, block_table=table, seq_lens=lens)
+    assert cache.slot_mapping([3, 1, 6]).tolist() == slots.tolist()
+    # a sequence that appends nothing this step keeps its pages in the list and adds no index
+    a = append_args(table, lens, [3, 0, 2], 4)
+    assert a.batch_indices.tolist() == [0, 0, 0, 2, 2] and a.positions.tolist() == [6, 7, 8, 4, 5]
+    for bad in ([3, 1], [3, 5, 6], [-1, 1, 6]):
+        with pytest.raises(ValueError, match="q_lens"):
+            append_args(table, lens, bad, 4)
 
 
 def test_pack_and_unpack_rows():
@@ -75,3 +106,52 @@ def test_flashinfer_matches_the_reference_on_the_gpu(tmp_path):
                                     measure_ceilings=False, profile_calls=1))
     ok = {c.backend for c in run.cells if c.status == CellStatus.OK}
     assert {"flashinfer-decode", "flashinfer-decode-tc", "flashinfer-prefill-ragged"} <= ok, [(c.backend, c.reason) for c in run.cells]
+
+
+@pytest.mark.gpu
+def test_flashinfer_append_matches_the_torch_append_on_the_gpu():
+    """FlashInfer's append writes the pool bit for bit as ``reshape_and_cache`` does, and ``append_args``'s
+    positions are what ``flashinfer.get_batch_indices_positions`` computes; appending cells keep their cache."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    flashinfer = pytest.importorskip("flashinfer")
+    from profattn.backends.base import AttentionInputs
+    from profattn.backends.flashinfer import bind_flashinfer_append
+    from profattn.workload.paged import CacheAppend, PagedKVCache, reshape_and_cache
+
+    dev = torch.device("cuda")
+    lens, q_lens = [40, 17, 5], [7, 2, 5]
+    k = torch.randn(3, 4, 40, 128, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(3, 4, 40, 128, device=dev, dtype=torch.bfloat16)
+    cache = PagedKVCache.from_dense(k, v, page_size=16, seq_lens=lens, extra_pages=2,
+                                    generator=torch.Generator().manual_seed(3))
+    slots = cache.slot_mapping(q_lens)
+    new = CacheAppend(torch.cat([k[b, :, n - q:n].transpose(0, 1) for b, (n, q) in enumerate(zip(lens, q_lens))]).contiguous(),
+                      torch.cat([v[b, :, n - q:n].transpose(0, 1) for b, (n, q) in enumerate(zip(lens, q_lens))]).contiguous(),
+                      slots)
+    cache.clear_slots(slots)
+    want_k, want_v = cache.k_pages.clone(), cache.v_pages.clone()
+    reshape_and_cache(new.k_new, new.v_new, want_k, want_v, slots)
+    q_t = torch.tensor(q_lens, dtype=torch.int32, device=dev)
+    bind_flashinfer_append(AttentionInputs(q=k, k=k, v=v, paged=cache, q_lens=q_t, append=new))()
+    torch.cuda.synchronize()
+    assert torch.equal(cache.k_pages.view(torch.int16), want_k.view(torch.int16))
+    assert torch.equal(cache.v_pages.view(torch.int16), want_v.view(torch.int16))
+    assert cache.check_contents(k, v) is None
+    a = append_args(cache.block_table, cache.seq_lens, q_lens, 16)
+    indptr = torch.tensor([0, 7, 9, 14], dtype=torch.int32, device=dev)
+    bi, pos = flashinfer.get_batch_indices_positions(indptr, cache.seq_lens, 14)
+    assert torch.equal(bi, a.batch_indices) and torch.equal(pos, a.positions)
+
+    from profattn.harness.cell import run_cell
+    from profattn.harness.inputs import make_inputs, reference
+    from profattn.results import CellStatus
+    from profattn.workload import parse_workload_spec
+
+    for name, spec in (("flashinfer-prefill-paged", "phase=prefill,b=2,q=64,kv=200,hq=16,hkv=4,d=128,page=16,append=true"),
+                       ("flashinfer-decode", "mix=3x(q1,kv90)+(q1,kv300),hq=16,hkv=4,d=128,page=16,append=true")):
+        w = parse_workload_spec(spec)
+        inputs = make_inputs(w, dev, seed=1)
+        cell, _ = run_cell(w, get_backend(name), inputs, reference(w, inputs), dev)
+        assert cell.status == CellStatus.OK and cell.correctness.cache_ok is True, (name, cell.reason)
+        assert any("append_paged_kv_cache" in n for n in cell.notes) and cell.append_timing is not None

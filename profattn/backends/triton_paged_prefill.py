@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_only_forward
+from profattn.backends.triton_append import bind_paged_append
 from profattn.families import TRITON
 from profattn.workload import KVLayout, Mask, Phase, Workload
 
@@ -313,7 +314,8 @@ class TritonPagedPrefill:
         n_tiles = sum(it.m0 >= 0 for it in items)
         interp_note = (f"ran in {run_dtype} under TRITON_INTERPRET=1 (the interpreter's bf16 dot is wrong); "
                        "output cast back to bfloat16",) if run_dtype != w.dtype else ()
-        return Prepared(forward=paged_only_forward, bind=bind, notes=interp_note + (
+        append_note = ("cache append: ours, one Triton launch for K and V (triton_append.paged_append)",) if w.append else ()
+        return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + (
             f"work list: {n_tiles} query tiles ({config.block_m} rows x 1 head) + {len(items) - n_tiles} GQA-group "
             f"items ({rows} rows), {len(items)} programs, order {config.order} (BLOCK_N {config.block_n}/"
             f"{config.block_n_group}, {config.num_warps} warps, {config.num_stages} stages"

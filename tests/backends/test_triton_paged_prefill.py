@@ -110,6 +110,7 @@ def test_a_chunked_appending_cell_and_a_decode_refusal():
     assert cell.status == CellStatus.OK, cell.reason
     assert cell.correctness.cache_ok is True and cell.append_timing is not None
     assert any("query tiles" in n for n in cell.notes)
+    assert any("cache append: ours" in n for n in cell.notes)
     dec = Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=8, num_kv_heads=2, head_dim=16,
                    kv_layout="paged", page_size=16, dtype="float16")
     assert "triton-paged-decode" in backend.unsupported_reason(dec, dev)

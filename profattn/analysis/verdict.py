@@ -8,10 +8,12 @@ into the sentences the HTML report, the Markdown summary and ``profattn profile`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
+from profattn.analysis.serving import PromptPlan, prompt_plans
 from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase, Workload
@@ -66,38 +68,92 @@ class Margin:
         return (self.ratio - 1.0) * 100.0
 
 
-def margin(a: CellResult, b: CellResult) -> Margin:
-    """Compare two timed cells with the one noise rule every "wins" in profattn uses.
+@dataclass(frozen=True)
+class JudgedTime:
+    """The time one backend is judged on for one call, or for a sequence of calls (a prompt's chunks), µs:
+    ``median_us`` and the ``p10_us``–``p90_us`` range of the reps behind it (graph replay where captured, else
+    eager launches), and ``samples_us``, one median per repeat (``--repeat``; one sample without repeats)."""
 
-    The slower of the two is *clearly* slower only when all of these hold: its median is at least
-    :data:`NOISE_FRACTION` (2 %) above the faster's; the two medians do not each lie inside the other cell's
-    p10–p90 range (the spreads of the judged timing — graph replay where captured — do not overlap; one cell's
-    long tail alone does not make a 19× gap a tie); and, when both cells have
-    ≥ 3 repeat samples (``--repeat``), the 95 % Hodges–Lehmann interval of the ratio lies wholly above
-    1 + NOISE_FRACTION. Otherwise the two tie.
+    backend: str
+    median_us: float
+    p10_us: float
+    p90_us: float
+    samples_us: tuple[float, ...]
+
+
+def judged_time(cell: CellResult) -> JudgedTime:
+    """The :class:`JudgedTime` of one cell: its judged timing (:attr:`CellResult.latency_us`: the CUDA-graph
+    replay where captured, else the eager launches) and :attr:`CellResult.latency_samples_us`.
+
+    Raises:
+        ValueError: the cell has no timing.
+    """
+    t = cell.graph_timing or cell.timing
+    if t is None:
+        raise ValueError(f"{cell.cell_id} has no timing")
+    return JudgedTime(cell.backend, t.median_us, t.p10_us, t.p90_us, cell.latency_samples_us)
+
+
+def summed_time(cells: Sequence[CellResult]) -> JudgedTime:
+    """One backend's time over ``cells`` run one after another (a prompt's chunks), µs: the sum of their judged
+    medians, of their p10s and of their p90s (quantiles add when the calls' times move together, so the band
+    is never narrower than independent calls' would be: a sum is not called clearly slower on a narrower
+    spread than its parts'), and per repeat ``i`` the sum of repeat ``i``'s medians (a regime's cells are timed
+    round-robin, so repeat ``i`` of every call is one round); a single sample (the summed median) when the
+    cells' repeat counts differ.
+
+    Raises:
+        ValueError: ``cells`` is empty, holds an untimed cell, or mixes backends.
+    """
+    if not cells:
+        raise ValueError("summed_time needs at least one cell")
+    parts = [judged_time(c) for c in cells]
+    if len({p.backend for p in parts}) != 1:
+        raise ValueError(f"summed_time over several backends: {sorted({p.backend for p in parts})}")
+    median = sum(p.median_us for p in parts)
+    n = {len(p.samples_us) for p in parts}
+    samples = (tuple(sum(rep) for rep in zip(*(p.samples_us for p in parts))) if len(n) == 1 else (median,))
+    return JudgedTime(parts[0].backend, median, sum(p.p10_us for p in parts), sum(p.p90_us for p in parts), samples)
+
+
+def margin(a: CellResult, b: CellResult) -> Margin:
+    """Compare two timed cells with the one noise rule every "wins" in profattn uses
+    (:func:`judged_margin` on their :func:`judged_time`).
 
     Raises:
         ValueError: either cell has no latency.
     """
     if a.latency_us is None or b.latency_us is None:
         raise ValueError(f"margin needs two timed cells ({a.cell_id}, {b.cell_id})")
-    fast, slow = (a, b) if a.latency_us <= b.latency_us else (b, a)
-    tf, ts = fast.graph_timing or fast.timing, slow.graph_timing or slow.timing
-    ratio = slow.latency_us / fast.latency_us  # type: ignore[operator]
+    return judged_margin(judged_time(a), judged_time(b))
+
+
+def judged_margin(a: JudgedTime, b: JudgedTime) -> Margin:
+    """The one noise rule every "wins" in profattn uses, on two judged times (cells, or prompts summed over
+    their chunks).
+
+    The slower of the two is *clearly* slower only when all of these hold: its median is at least
+    :data:`NOISE_FRACTION` (2 %) above the faster's; the two medians do not each lie inside the other's
+    p10–p90 range (the spreads of the judged timing — graph replay where captured — do not overlap; one cell's
+    long tail alone does not make a 19× gap a tie); and, when both have
+    ≥ 3 repeat samples (``--repeat``), the 95 % Hodges–Lehmann interval of the ratio lies wholly above
+    1 + NOISE_FRACTION. Otherwise the two tie. Equal medians: ``a`` is the one ahead.
+    """
+    fast, slow = (a, b) if a.median_us <= b.median_us else (b, a)
+    ratio = slow.median_us / fast.median_us
     lo = hi = None
-    sf, ss = fast.latency_samples_us, slow.latency_samples_us
+    sf, ss = fast.samples_us, slow.samples_us
     if min(len(sf), len(ss)) >= MIN_SAMPLES:
         est = hodges_lehmann_ratio(sf, ss)
         lo, hi = est.lo, est.hi
     why = None
     if ratio - 1.0 < NOISE_FRACTION:
         why = TieReason.CLOSE_MEDIANS
-    elif tf is not None and ts is not None and tf.p90_us >= ts.median_us and ts.p10_us <= tf.median_us:
+    elif fast.p90_us >= slow.median_us and slow.p10_us <= fast.median_us:
         why = TieReason.SPREADS_OVERLAP
     elif lo is not None and lo <= 1.0 + NOISE_FRACTION:
         why = TieReason.INTERVAL_REACHES_ONE
-    return Margin(fast.backend, slow.backend, fast.latency_us, slow.latency_us, ratio,  # type: ignore[arg-type]
-                  why is not None, why, lo, hi)
+    return Margin(fast.backend, slow.backend, fast.median_us, slow.median_us, ratio, why is not None, why, lo, hi)
 
 
 def within_noise(a: CellResult, b: CellResult) -> bool:
@@ -215,14 +271,15 @@ def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
 
 
 class Standing(Enum):
-    """How a non-training workload's winner relates to the training winner (by :func:`margin`'s rule)."""
+    """How a workload's winner relates to a reference winner (by :func:`margin`'s rule): for a non-training
+    workload the training winner; for a serving call (:class:`ServingRow`) the unchunked prefill winner."""
 
     NOT_RUN = "not run"  #: every cell is pending (the run was interrupted)
     NO_WINNER = "no winner"  #: no cell passed
-    UNCOMPARED = "uncompared"  #: a winner, but no training winner to compare it with
-    STAYS = "stays"  #: the training winner is the fastest here too
-    TIES = "ties"  #: another backend is fastest, but within noise of the training winner's cell here
-    CHANGES = "changes"  #: another backend wins beyond noise (or the training winner has no eligible cell here)
+    UNCOMPARED = "uncompared"  #: a winner, but no reference winner to compare it with
+    STAYS = "stays"  #: the reference winner is the fastest here too
+    TIES = "ties"  #: another backend is fastest, but within noise of the reference winner's time here
+    CHANGES = "changes"  #: another backend wins beyond noise (or the reference winner has no eligible time here)
 
 
 class TrainingOutcome(Enum):
@@ -282,6 +339,88 @@ class WorkloadVerdict:
         return self.winner.backend if self.winner else None
 
 
+class ServingCall(Enum):
+    """Which serving call a :class:`ServingRow` judges."""
+
+    CHUNKED = "chunked prompt"  #: one prompt at one chunk size, per prompt: Σ over its chunks (time to first token's attention)
+    MIXED = "mixed step"  #: one mixed batch (prefill chunks beside decoding sequences) as one call
+
+
+@dataclass(frozen=True)
+class ServingRow:
+    """One serving call against the unchunked prefill winner (the reference) of its prompt.
+
+    ``workload``: for :attr:`ServingCall.CHUNKED` the prompt's first chunk (``q_len`` = ``kv_len`` = the chunk
+    size; every chunk in :func:`profattn.analysis.serving.prompt_plans`), for :attr:`ServingCall.MIXED` the
+    step; ``chunks``: chunks per prompt (1 for a step). Times are :class:`JudgedTime` (µs; per prompt: summed
+    over the chunks with :func:`summed_time`, a backend counting only when every chunk cell is eligible).
+    ``winner``: the fastest; ``margin``: the runner-up against it; ``tied``: every backend within noise of the
+    winner, fastest first; ``reference_here``: the reference backend's time here (None: not eligible here);
+    ``reference_margin``: that time against the winner when another backend is fastest;
+    ``reference_vs_unchunked`` / ``winner_vs_unchunked`` (chunked rows): the backend's time per prompt here
+    over its own unchunked time (None where either is missing).
+    """
+
+    call: ServingCall
+    workload: Workload
+    chunks: int
+    standing: Standing
+    winner: JudgedTime | None
+    margin: Margin | None
+    tied: tuple[str, ...]
+    reference_here: JudgedTime | None
+    reference_margin: Margin | None
+    reference_vs_unchunked: float | None = None
+    winner_vs_unchunked: float | None = None
+
+    @property
+    def chunk_size(self) -> int | None:
+        """Tokens per chunk (chunked rows), None for a mixed step."""
+        return self.workload.q_len if self.call is ServingCall.CHUNKED else None
+
+    @property
+    def winner_backend(self) -> str | None:
+        """The winning backend's name, None without a winner."""
+        return self.winner.backend if self.winner else None
+
+    @property
+    def stays(self) -> bool | None:
+        """As :attr:`WorkloadVerdict.stays`, against the unchunked prefill winner."""
+        return {Standing.STAYS: True, Standing.TIES: True, Standing.CHANGES: False}.get(self.standing)
+
+
+@dataclass(frozen=True)
+class ServingVerdict:
+    """Does the prefill winner of a whole prompt stay the winner when the prompt is chunked, and in mixed steps?
+
+    ``prompt``: the unchunked prompt's workload (``q_len`` = ``kv_len`` = the prompt length, appending, paged);
+    ``reference``: its winner's time (None: no eligible cell); ``reference_margin``: the runner-up against it;
+    ``reference_tied``: the backends within noise of it (the comparisons use the faster median, as training
+    does); ``rows``: the prompt at each smaller chunk size (largest first), then every mixed step of the same
+    heads, head dim, dtype, mask and layout (run order; a step goes to the longest such prompt).
+    """
+
+    prompt: Workload
+    reference: JudgedTime | None
+    reference_margin: Margin | None
+    reference_tied: tuple[str, ...]
+    rows: tuple[ServingRow, ...]
+
+    @property
+    def prompt_len(self) -> int:
+        """Tokens in the prompt."""
+        return self.prompt.q_len
+
+    @property
+    def reference_backend(self) -> str | None:
+        """The unchunked prefill winner's name, None without one."""
+        return self.reference.backend if self.reference else None
+
+    def call_rows(self, call: ServingCall) -> tuple[ServingRow, ...]:
+        """The rows of one kind of call, in order."""
+        return tuple(r for r in self.rows if r.call is call)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The run's answer: the training winner (and who ties it), and for every other workload whether it
@@ -295,6 +434,8 @@ class Verdict:
     rows: tuple[WorkloadVerdict, ...]
     training_margin: Margin | None = None
     training_tied: tuple[str, ...] = ()
+    #: Serving calls against the unchunked prefill winner, one per prompt (:func:`serving_verdicts`).
+    serving: tuple[ServingVerdict, ...] = ()
 
     @property
     def decode_rows(self) -> tuple[WorkloadVerdict, ...]:
@@ -311,7 +452,8 @@ def verdict(run: RunResult) -> Verdict:
 
     The training winner is the fastest eligible training cell; a backend whose cell is within noise of it is
     listed in ``training_tied``. On another workload the training winner *stays* when it is fastest there,
-    *ties* when a faster backend is within noise of its cell, and *changes* otherwise.
+    *ties* when a faster backend is within noise of its cell, and *changes* otherwise. ``serving``: the same
+    question for chunked prompts and mixed steps against the unchunked prefill winner (:func:`serving_verdicts`).
     """
     win = winners(run)
     by_tag = {c.workload.tag: c.workload for c in run.cells}
@@ -352,7 +494,100 @@ def verdict(run: RunResult) -> Verdict:
     return Verdict(training, tw.backend if tw else None, tw.workload.tag if tw else None,
                    evidence(tw, run) if tw else None, tuple(rows),
                    training_margin=margin(tw, t_second) if tw and t_second else None,
-                   training_tied=tied_with(run, tw.workload.tag, tw) if tw else ())
+                   training_tied=tied_with(run, tw.workload.tag, tw) if tw else (),
+                   serving=serving_verdicts(run))
+
+
+def _model(w: Workload) -> tuple[object, ...]:
+    """The fields a mixed step shares with the prompts it is compared with (everything but lengths and batch)."""
+    return (w.num_q_heads, w.num_kv_heads, w.head_dim, w.dtype, w.mask, w.kv_layout, w.page_size)
+
+
+def _serving_row(call: ServingCall, workload: Workload, chunks: int, times: dict[str, JudgedTime], pending: bool,
+                 ref: JudgedTime | None, unchunked: dict[str, JudgedTime]) -> ServingRow:
+    """One call's row from its eligible backends' times (run order), against ``ref``; ``unchunked``: each
+    backend's time for the whole prompt (chunked rows only, else empty)."""
+    ranked = sorted(times.values(), key=lambda t: t.median_us)
+    win = ranked[0] if ranked else None
+    here = times.get(ref.backend) if ref is not None else None
+    ref_margin = judged_margin(win, here) if win is not None and here is not None and here.backend != win.backend else None
+    if win is None:
+        standing = Standing.NOT_RUN if pending else Standing.NO_WINNER
+    elif ref is None:
+        standing = Standing.UNCOMPARED
+    elif win.backend == ref.backend:
+        standing = Standing.STAYS
+    else:
+        standing = Standing.TIES if ref_margin is not None and ref_margin.tie else Standing.CHANGES
+
+    def vs_unchunked(t: JudgedTime | None) -> float | None:
+        base = unchunked.get(t.backend) if t is not None else None
+        return t.median_us / base.median_us if t is not None and base is not None else None
+
+    return ServingRow(
+        call=call, workload=workload, chunks=chunks, standing=standing, winner=win,
+        margin=judged_margin(win, ranked[1]) if len(ranked) > 1 else None,
+        tied=tuple(t.backend for t in ranked[1:] if judged_margin(win, t).tie),  # type: ignore[arg-type]
+        reference_here=here, reference_margin=ref_margin,
+        reference_vs_unchunked=vs_unchunked(here) if call is ServingCall.CHUNKED else None,
+        winner_vs_unchunked=vs_unchunked(win) if call is ServingCall.CHUNKED else None,
+    )
+
+
+def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
+    """For every prompt the run processes both whole and in chunks (or beside a mixed step): its unchunked
+    prefill winner, and whether that backend stays the winner per prompt at each chunk size (time summed over
+    the chunks, :func:`summed_time`) and in each mixed step of the same shape (its one call), each tested with
+    :func:`judged_margin`'s rule. Prompts come from :func:`profattn.analysis.serving.prompt_plans` (shapes
+    only); a prompt without its unchunked chunk, or with nothing to compare with, gives no verdict. Cells
+    count when :attr:`CellResult.eligible`; a prompt's time needs every chunk's cell eligible.
+    """
+    cells = run.cells
+    by_key = {(c.workload, c.backend): c for c in cells}
+    backends = list(dict.fromkeys(c.backend for c in cells))
+    plans = prompt_plans([c.workload for c in cells])
+
+    def plan_times(plan: PromptPlan) -> tuple[dict[str, JudgedTime], bool]:
+        times: dict[str, JudgedTime] = {}
+        for b in backends:
+            chunk_cells = [by_key.get((w, b)) for w in plan.workloads]
+            if all(c is not None and c.eligible for c in chunk_cells):
+                times[b] = summed_time(chunk_cells)  # type: ignore[arg-type]
+        present = [c for w in plan.workloads for b in backends if (c := by_key.get((w, b))) is not None]
+        return times, bool(present) and all(c.status == CellStatus.PENDING for c in present)
+
+    prompts: dict[Workload, list[PromptPlan]] = {}
+    for plan in plans:
+        whole = plan.workloads[0].with_(q_len=plan.prompt_len, kv_len=plan.prompt_len)
+        prompts.setdefault(whole, []).append(plan)
+    whole_of = {w: ps for w, ps in prompts.items() if any(p.chunk_size == p.prompt_len for p in ps)}
+    steps: dict[Workload, list[Workload]] = {w: [] for w in whole_of}
+    for step in dict.fromkeys(c.workload for c in cells if c.workload.phase is Phase.MIXED):
+        matches = [w for w in whole_of if _model(w) == _model(step)]
+        if matches:
+            steps[max(matches, key=lambda w: w.q_len)].append(step)
+
+    out = []
+    for whole, ps in whole_of.items():
+        base = next(p for p in ps if p.chunk_size == p.prompt_len)
+        chunked = [p for p in ps if p is not base]
+        if not chunked and not steps[whole]:
+            continue
+        unchunked, _ = plan_times(base)
+        ranked = sorted(unchunked.values(), key=lambda t: t.median_us)
+        ref = ranked[0] if ranked else None
+        rows = [_serving_row(ServingCall.CHUNKED, p.workloads[0], len(p.workloads), *plan_times(p), ref, unchunked)
+                for p in chunked]
+        for step in steps[whole]:
+            here = {c.backend: judged_time(c) for c in cells if c.workload == step and c.eligible}
+            pending = all(c.status == CellStatus.PENDING for c in cells if c.workload == step)
+            rows.append(_serving_row(ServingCall.MIXED, step, 1, here, pending, ref, {}))
+        out.append(ServingVerdict(
+            prompt=whole, reference=ref,
+            reference_margin=judged_margin(ref, ranked[1]) if len(ranked) > 1 else None,  # type: ignore[arg-type]
+            reference_tied=tuple(t.backend for t in ranked[1:] if judged_margin(ref, t).tie),  # type: ignore[arg-type]
+            rows=tuple(rows)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,14 @@ One renderer for the HTML report, the Markdown summary, ``profattn profile``'s l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from profattn.analysis.ledgers import ByteLedger
-from profattn.analysis.verdict import NOISE_FRACTION, CellEvidence, Margin, Standing, TieReason, TrainingOutcome, Verdict, WorkloadVerdict
+from profattn.analysis.verdict import (
+    NOISE_FRACTION, CellEvidence, Margin, ServingCall, ServingRow, ServingVerdict, Standing, TieReason, TrainingOutcome, Verdict,
+    WorkloadVerdict,
+)
 from profattn.report.format import fmt_sig, fmt_us
 from profattn.workload import Phase, Workload
 
@@ -31,15 +35,20 @@ def workload_label(w: Workload) -> str:
         extra.append(f"prefix {w.shared_prefix_len}")
     tail = f" ({', '.join(extra)})" if extra else ""
     if w.is_varlen:
-        groups: dict[int, int] = {}
-        for q in w.q_lens:
-            groups[q] = groups.get(q, 0) + 1
-        seqs = " + ".join(f"{n}×q{q}" for q, n in sorted(groups.items(), reverse=True))
         kv = f"kv {w.kv_len}" if len(set(w.kv_lens)) == 1 else f"kv ≤ {w.kv_len}"
-        return f"{w.phase.value} {seqs}, {kv}{tail}"
+        return f"{w.phase.value} {seqs_label(w)}, {kv}{tail}"
     if w.phase is Phase.PREFILL and w.q_len != w.kv_len:
         return f"prefill q {w.q_len} kv {w.kv_len}{tail}"
     return f"{w.phase.value} kv {w.kv_len}{tail}"
+
+
+def seqs_label(w: Workload) -> str:
+    """A call's sequences by query length, longest first: ``"2×q2048 + 32×q1"`` (``"8×q512"`` for a uniform
+    batch)."""
+    groups: dict[int, int] = {}
+    for q in w.q_lens:
+        groups[q] = groups.get(q, 0) + 1
+    return " + ".join(f"{n}×q{q}" for q, n in sorted(groups.items(), reverse=True))
 
 
 def ledger_note(bl: ByteLedger) -> str:
@@ -249,7 +258,11 @@ def _winner_text(row: WorkloadVerdict) -> str:
 def summary(v: Verdict) -> str:
     """The run's verdict in a few sentences (the report's bold line, ``profattn profile``'s last line),
     derived from the typed standings: "depends on context length" only when some KV length is held and
-    another is lost beyond noise; a tie is never called a win."""
+    another is lost beyond noise; a tie is never called a win. Serving calls follow (:func:`serving_text`)."""
+    return " ".join([_training_summary(v), *(serving_text(s) for s in v.serving)])
+
+
+def _training_summary(v: Verdict) -> str:
     tw = v.training_winner
     if v.training is TrainingOutcome.NO_WORKLOAD:
         won_rows = [r for r in v.rows if r.winner]
@@ -270,6 +283,96 @@ def summary(v: Verdict) -> str:
     if not sentences:
         sentences = ["No other workload has a winner in this run."]
     return " ".join([text, *sentences])
+
+
+def _serving_where(rows: "list[ServingRow]", note: "Callable[[ServingRow], str]") -> str:
+    """Where ``rows`` are, each with its ``note``: ``"per prompt at chunk 2048 (…) and 512 (…), and in the mixed
+    batches 2×q2048 + 32×q1 (…) and 1×q512 + 64×q1 (…)"``."""
+    chunked = [r for r in rows if r.call is ServingCall.CHUNKED]
+    mixed = [r for r in rows if r.call is ServingCall.MIXED]
+    parts = []
+    if chunked:
+        parts.append("per prompt at chunk " + _names([f"{r.chunk_size}{note(r)}" for r in chunked]))
+    if mixed:
+        parts.append(f"in the mixed batch{'es' if len(mixed) > 1 else ''} "
+                     + _names([f"{seqs_label(r.workload)}{note(r)}" for r in mixed]))
+    return (", and " if len(chunked) > 1 else " and ").join(parts)
+
+
+def serving_text(s: ServingVerdict) -> str:
+    """One or two sentences on a :class:`ServingVerdict`: who wins the unchunked prompt (by how much, or a tie),
+    whether it stays the winner per prompt at each chunk size and in each mixed step (stays / ties within noise
+    / who wins instead and how much faster, by :func:`margin_text`), and, when a chunk size changes the winner,
+    what chunking costs the unchunked winner and the new one per prompt (their time over their unchunked time).
+    Calls without a winner are left out."""
+    prompt = f"the unchunked {s.prompt_len:,}-token prompt"
+    batch = f"B={s.prompt.batch}, " if s.prompt.batch != 8 else ""  # as workload_label: the seed batch goes unsaid
+    ref = s.reference_backend
+    if s.reference is None:
+        return (f"No backend has an eligible time for {prompt}{f' ({batch[:-2]})' if batch else ''}, so its chunks "
+                "and the mixed steps are not compared.")
+    m = s.reference_margin
+    tie = m is not None and m.tie
+    if m is None:
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, the only eligible backend)"
+    elif tie:
+        head = (f"{_names((ref, *s.reference_tied))} tie on {prompt} ({batch}{margin_text(m)} apart, {noise_text(m)}; "  # type: ignore[arg-type]
+                f"compared as {ref}, the faster median)")
+    else:
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, {margin_text(m)} ahead of {m.behind})"
+    kept = [r for r in s.rows if r.standing is Standing.STAYS]
+    tied = [r for r in s.rows if r.standing is Standing.TIES]
+    lost = [r for r in s.rows if r.standing is Standing.CHANGES]
+    if not (kept or tied or lost):
+        return f"{head}; no chunk size or mixed step has a winner to compare."
+
+    def stay_note(r: ServingRow) -> str:
+        return f" ({_names(r.tied)} within noise)" if r.tied else ""
+
+    def tie_note(r: ServingRow) -> str:
+        rm = r.reference_margin
+        return f" ({r.winner_backend} {margin_text(rm)} faster, {noise_text(rm)})"  # type: ignore[arg-type]
+
+    held = " and ".join(([f"stays the winner {_serving_where(kept, stay_note)}"] if kept else [])
+                        + ([f"ties {_serving_where(tied, tie_note)}"] if tied else []))
+    winners: dict[str, list[ServingRow]] = {}
+    for r in lost:
+        winners.setdefault(r.winner_backend, []).append(r)  # type: ignore[arg-type]
+
+    def change_note(r: ServingRow) -> str:
+        rm = r.reference_margin
+        if rm is None:
+            return f" ({ref}: no eligible time)"
+        first = winners[r.winner_backend][0] is r  # type: ignore[index]
+        return f" ({margin_text(rm)} faster than {ref})" if first else f" ({margin_text(rm)})"
+
+    beaten = "; ".join(f"{w} wins {_serving_where(rs, change_note)}" for w, rs in winners.items())
+    if not lost:
+        rest = f"is never beaten beyond noise: it {held}" if tied else held
+        text = f"{head}; {ref} {rest}" if tie else f"{head} and {rest}"
+    elif held:
+        text = f"{head}; {ref if tie else 'it'} {held}, but {beaten}"
+    else:
+        text = f"{head}; {ref} does not stay the winner: {beaten}" if tie else f"{head} but does not stay the winner: {beaten}"
+    return text + "." + _chunking_cost(s, lost)
+
+
+def _chunking_cost(s: ServingVerdict, lost: "list[ServingRow]") -> str:
+    """``" Chunked, a needs 2.00× (chunk 2048) and 1.85× (chunk 512) its unchunked time per prompt, b 1.02× and
+    1.07×."``, when a chunk size changes the winner ("" otherwise)."""
+    rows = [r for r in s.call_rows(ServingCall.CHUNKED) if r.reference_vs_unchunked is not None]
+    if not any(r.standing is Standing.CHANGES for r in rows):
+        return ""
+    text = (f" Chunked, {s.reference_backend} needs "
+            + _names([f"{r.reference_vs_unchunked:.2f}× (chunk {r.chunk_size})" for r in rows]) + " its unchunked time per prompt")
+    new: dict[str, list[ServingRow]] = {}
+    for r in lost:
+        if r.call is ServingCall.CHUNKED and r.winner_vs_unchunked is not None:
+            new.setdefault(r.winner_backend, []).append(r)  # type: ignore[arg-type]
+    for w, rs in new.items():
+        same = [r.chunk_size for r in rs] == [r.chunk_size for r in rows]
+        text += f", {w} " + _names([f"{r.winner_vs_unchunked:.2f}×" + ("" if same else f" (chunk {r.chunk_size})") for r in rs])
+    return text + "."
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""The serving verdict in words: the sentence after the run's summary (HTML report and Markdown summary) on
+synthetic stays / ties / changes, a tie on the unchunked prompt, and the committed H200 serving run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from factories import cell, run
+from profattn.analysis.verdict import verdict
+from profattn.report.markdown import run_markdown
+from profattn.report.run import render_html
+from profattn.report.verdict import seqs_label, serving_text, summary, workload_label
+from profattn.results import CellStatus, read_results
+from profattn.workload import Workload
+
+SERVING_RUN = Path(__file__).resolve().parents[2] / "examples" / "h200-serving"
+COMMON = dict(num_q_heads=4, num_kv_heads=2, head_dim=32, dtype="bfloat16", kv_layout="paged", page_size=16,
+              append=True)
+STEP = Workload.varlen(None, [(32, 128), (1, 40), (1, 90)], **COMMON)
+
+
+def chunk(q: int, kv: int) -> Workload:
+    return Workload(phase="prefill", batch=2, q_len=q, kv_len=kv, **COMMON)
+
+
+def prompt(backend: str, size: int, us: list[float]) -> list:
+    """One cell per chunk of a 128-token prompt in ``size``-token chunks, chunk ``i`` taking ``us[i]`` µs."""
+    return [cell(chunk(size, (i + 1) * size), backend, t) for i, t in enumerate(us)]
+
+
+def cells(whole_b: float = 130.0, **drop: bool) -> list:
+    """a wins the whole prompt (100 µs); at chunk 64 b is 1.6 % faster (128 vs 130 µs: a tie), at chunk 32 b wins
+    (100 vs 160 µs); a keeps the mixed step (50 vs 80 µs)."""
+    out = [*prompt("a", 128, [100.0]), *prompt("b", 128, [whole_b]),
+           *prompt("a", 64, [60.0, 70.0]), *prompt("b", 64, [58.0, 70.0]),
+           *prompt("a", 32, [40.0] * 4), *prompt("b", 32, [25.0] * 4),
+           cell(STEP, "a", 50.0), cell(STEP, "b", 80.0)]
+    return [c for c in out if not (drop.get("chunk32") and c.workload.q_len == 32 and not c.workload.is_varlen)]
+
+
+def text(cs: list) -> str:
+    (s,) = verdict(run(cs)).serving
+    return serving_text(s)
+
+
+def test_stays_ties_and_changes_in_one_sentence_and_what_chunking_costs():
+    assert text(cells()) == (
+        "a wins the unchunked 128-token prompt (B=2, 100.0 µs, 1.30× ahead of b); it stays the winner in the mixed "
+        "batch 1×q32 + 2×q1 and ties per prompt at chunk 64 (b 1.6 % faster, within noise), but b wins per prompt "
+        "at chunk 32 (1.60× faster than a). Chunked, a needs 1.30× (chunk 64) and 1.60× (chunk 32) its unchunked "
+        "time per prompt, b 0.77× (chunk 32).")
+
+
+def test_never_beaten_beyond_noise_is_no_change():
+    t = text(cells(chunk32=True))
+    assert t == ("a wins the unchunked 128-token prompt (B=2, 100.0 µs, 1.30× ahead of b) and is never beaten beyond "
+                 "noise: it stays the winner in the mixed batch 1×q32 + 2×q1 and ties per prompt at chunk 64 (b 1.6 % "
+                 "faster, within noise).")
+    assert "wins per prompt" not in t and "Chunked," not in t
+    only_a = [c for c in cells() if c.backend == "a"]
+    assert text(only_a) == ("a wins the unchunked 128-token prompt (B=2, 100.0 µs, the only eligible backend) and "
+                            "stays the winner per prompt at chunk 64 and 32, and in the mixed batch 1×q32 + 2×q1.")
+
+
+def test_a_tie_on_the_unchunked_prompt_is_said_and_the_faster_median_compared():
+    assert text(cells(whole_b=101.0)).startswith(
+        "a and b tie on the unchunked 128-token prompt (B=2, 1.0 % apart, within noise; compared as a, the faster "
+        "median); a stays the winner in the mixed batch 1×q32 + 2×q1 and ties per prompt at chunk 64")
+
+
+def test_no_unchunked_winner_and_a_reference_without_time():
+    failed = [cell(chunk(128, 128), b, 100.0, status=CellStatus.INCORRECT, err=0.5) for b in "ab"] + cells()[2:]
+    assert text(failed) == ("No backend has an eligible time for the unchunked 128-token prompt (B=2), so its chunks "
+                            "and the mixed steps are not compared.")
+    errored = [c if (c.workload, c.backend) != (chunk(32, 96), "a") else
+               cell(chunk(32, 96), "a", None, status=CellStatus.ERROR, reason="boom") for c in cells()]
+    assert "but b wins per prompt at chunk 32 (a: no eligible time)." in text(errored)
+
+
+def test_summary_html_and_markdown_carry_it():
+    r = run(cells())
+    v = verdict(r)
+    sentence = serving_text(v.serving[0])
+    assert summary(v).endswith(". " + sentence)
+    assert sentence in render_html(r) and f"{sentence}**" in run_markdown(r)
+    # a run without serving calls says nothing more
+    plain = Workload(phase="prefill", batch=2, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
+    assert summary(verdict(run([cell(plain, "a", 10.0)]))) == "This run has no training workload; winners: prefill kv 64 (B=2) → a."
+
+
+def test_seqs_label():
+    assert seqs_label(STEP) == "1×q32 + 2×q1" and seqs_label(chunk(32, 64)) == "2×q32"
+    assert workload_label(STEP) == "mixed 1×q32 + 2×q1, kv ≤ 128 (page 16)"
+
+
+def test_h200_serving_run_markdown():
+    """The committed H200 run's summary (the PR comment): sdpa-cudnn wins the whole 8192-token prompt, FlashInfer's
+    paged prefill every chunked and mixed call, beyond noise."""
+    md = run_markdown(read_results(SERVING_RUN))
+    assert (
+        "sdpa-cudnn wins the unchunked 8,192-token prompt (3,907.7 µs, 1.11× ahead of flashinfer-prefill-paged) but "
+        "does not stay the winner: flashinfer-prefill-paged wins per prompt at chunk 2048 (1.75× faster than "
+        "sdpa-cudnn) and 512 (1.56×), and in the mixed batches 2×q2048 + 32×q1 (15.99×) and 1×q512 + 64×q1 (8.80×). "
+        "Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.85× (chunk 512) its unchunked time per prompt, "
+        "flashinfer-prefill-paged 1.02× and 1.07×.**") in md

@@ -258,8 +258,12 @@ def _winner_text(row: WorkloadVerdict) -> str:
 def summary(v: Verdict) -> str:
     """The run's verdict in a few sentences (the report's bold line, ``profattn profile``'s last line),
     derived from the typed standings: "depends on context length" only when some KV length is held and
-    another is lost beyond noise; a tie is never called a win. Serving calls follow (:func:`serving_text`)."""
-    return " ".join([_training_summary(v), *(serving_text(s) for s in v.serving)])
+    another is lost beyond noise; a tie is never called a win. Serving calls follow (:func:`serving_text`);
+    a run without training but with serving calls leads with them instead of a list of per-workload winners."""
+    serving = [serving_text(s) for s in v.serving]
+    if serving and v.training is TrainingOutcome.NO_WORKLOAD:  # a serving run: its own question first, not a list
+        return " ".join(["This run has no training workload.", *serving])
+    return " ".join([_training_summary(v), *serving])
 
 
 def _training_summary(v: Verdict) -> str:

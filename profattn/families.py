@@ -86,17 +86,30 @@ PAGED_GATHER = KernelFamily(
     allows=("flash", "efficient", "cudnn", "dense"),
 )
 
+#: torch's SDPA on jagged nested tensors as ``sdpa-nested`` pins it: FlashAttention-2's variable-length kernels on
+#: CUDA (the same ``pytorch_flash::flash_fwd_*`` kernels as :data:`FLASH`, reached through
+#: ``aten::_flash_attention_forward`` with cumulative sequence lengths), the math composite on a CPU (the only
+#: jagged path there: ``aten::_scaled_dot_product_attention_math`` over strided nested tensors, softmax per
+#: sequence). Not one of :data:`ATTENTION_FAMILIES`: its GPU kernels are FLASH's, so listing it there would make
+#: every ``sdpa-flash`` cell look foreign; ``allows`` lets FLASH's kernels into its own cells.
+NESTED = KernelFamily(
+    "nested",
+    kernel_patterns=FLASH.kernel_patterns,
+    op_patterns=(r"aten::_scaled_dot_product_attention_math", r"aten::_?softmax"),
+    allows=("flash",),
+)
+
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
 ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON, FLASHINFER)
 
 #: Every built-in family by name (the ``family`` a cell records in ``results.json``).
 BUILTIN_FAMILIES: dict[str, KernelFamily] = {
-    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER)
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER, NESTED)
 }
 
 
 def builtin_family(name: str) -> KernelFamily | None:
-    """The built-in :class:`KernelFamily` called ``name`` (``flash``, ``dense``, ``paged-gather``, ...), or
+    """The built-in :class:`KernelFamily` called ``name`` (``flash``, ``dense``, ``paged-gather``, ``nested``, ...), or
     None for a name that is not built in (a plugin's family)."""
     return BUILTIN_FAMILIES.get(name)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from profattn.families import ATTENTION_FAMILIES, EFFICIENT, FLASHINFER
+from profattn.analysis.cells import family_check
+from profattn.families import ATTENTION_FAMILIES, EFFICIENT, FLASH, FLASHINFER, NESTED, builtin_family
 
 #: Kernel names from the traces of the serving run on the H200 (FlashInfer 0.5.3), shortened after the
 #: template arguments that matter to the patterns.
@@ -25,3 +26,28 @@ def test_flashinfer_kernels_belong_to_flashinfer_only():
         others = [f.name for f in ATTENTION_FAMILIES if f is not FLASHINFER and f.matches_kernel(name)]
         assert others == [], (name, others)
     assert EFFICIENT.matches_kernel(MEM_EFF) and not FLASHINFER.matches_kernel(MEM_EFF)
+
+
+#: FlashAttention-2 kernels from the H200 traces (torch 2.11): the prefill kernel (``examples/h200-seed``) and the
+#: split-KV decode kernel (``tests/data/traces/h200_sdpa_decode_flash_gqa.pt.trace.json.gz``); torch's jagged SDPA
+#: reaches the same kernels through ``aten::_flash_attention_forward`` with cumulative sequence lengths.
+FLASH_KERNELS = (
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, "
+    "Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>"
+    "(pytorch_flash::Flash_fwd_params)",
+    "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, "
+    "cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >, false, false, false, false, "
+    "true, false, true, false>(pytorch_flash::Flash_fwd_params)",
+)
+
+
+def test_nested_family_takes_flash_kernels_and_leaves_flash_cells_alone():
+    """``sdpa-nested`` pins FlashAttention-2 on CUDA: its cells are confirmed by FLASH's kernels, flagged by another
+    fused family's; and since ``nested`` is no attention family of its own, ``sdpa-flash`` cells stay confirmed."""
+    for name in FLASH_KERNELS:
+        assert family_check(NESTED, [name], [], gpu=True)[0] is True
+        assert family_check(FLASH, [name], [], gpu=True)[0] is True
+    assert family_check(NESTED, [MEM_EFF], [], gpu=True) == (False, f"ran kernels of another family: {MEM_EFF[:300]}")
+    assert family_check(NESTED, ["void at::native::vectorized_elementwise_kernel<4>"], [], gpu=True) == (
+        False, "no nested kernel among the 1 that ran")
+    assert NESTED not in ATTENTION_FAMILIES and builtin_family("nested") is NESTED

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
+from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
 from profattn.families import FLASHINFER
 from profattn.workload import KVLayout, Phase, Workload
 
@@ -85,15 +86,7 @@ def csr_pages(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int
     last = [n - (k - 1) * page_size for n, k in zip(lens, pages)]
     dev = block_table.device
     as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=dev)  # noqa: E731
-    return _indptr(pages, dev), as_int(indices), as_int(last)
-
-
-def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:
-    """CSR offsets ``[0, l0, l0 + l1, …]`` (int32, ``len(lengths) + 1``) on ``device``."""
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, dtype=torch.int32, device=device)
+    return row_offsets(pages, dev), as_int(indices), as_int(last)
 
 
 @dataclass(frozen=True)
@@ -139,7 +132,7 @@ def append_args(block_table: torch.Tensor, seq_lens: torch.Tensor, q_lens: "list
     indptr, indices, last = csr_pages(block_table, seq_lens, page_size)
     counts = torch.tensor(q, dtype=torch.long, device=dev)
     batch = torch.repeat_interleave(torch.arange(len(q), device=dev), counts)
-    append_indptr = _indptr(q, dev).long()
+    append_indptr = row_offsets(q, dev).long()
     start = torch.tensor([m - n for n, m in zip(q, lens)], dtype=torch.long, device=dev)
     positions = start[batch] + torch.arange(batch.numel(), device=dev) - append_indptr[batch]
     return AppendArgs(batch.to(torch.int32), positions.to(torch.int32), indptr, indices, last)
@@ -167,27 +160,6 @@ def bind_flashinfer_append(inputs: AttentionInputs) -> Callable[[], None]:
     kv = (cache.k_pages, cache.v_pages)
     return lambda: append_paged_kv_cache(new.k_new, new.v_new, a.batch_indices, a.positions, kv, a.kv_indices,
                                          a.kv_indptr, a.kv_last_page_len, kv_layout="NHD")
-
-
-def pack_rows(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """``[B, H, L_max, d]`` (rows ``0 … lengths[b]−1`` valid) → packed ``[Σ lengths, H, d]``, contiguous."""
-    if all(n == x.shape[2] for n in lengths):
-        return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]).contiguous()
-    return torch.cat([x[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)]).contiguous()
-
-
-def unpack_rows(o: torch.Tensor, lengths: list[int], l_max: int) -> torch.Tensor:
-    """Packed ``[Σ lengths, H, d]`` → ``[B, H, l_max, d]`` (a view when every length is ``l_max``; else a
-    copy whose padding rows are zero)."""
-    b, h, d = len(lengths), o.shape[1], o.shape[2]
-    if all(n == l_max for n in lengths):
-        return o.view(b, l_max, h, d).transpose(1, 2)
-    out = o.new_zeros(b, h, l_max, d)
-    start = 0
-    for i, n in enumerate(lengths):
-        out[i, :, :n] = o[start:start + n].transpose(0, 1)
-        start += n
-    return out
 
 
 def _jit_warmup(make_call) -> float:  # noqa: ANN001
@@ -307,7 +279,7 @@ class FlashInferPrefill:
 
         def wrapper_for(qo: list[int], kv: list[int], pages=None):  # noqa: ANN001
             ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-            qo_indptr = _indptr(qo, device)
+            qo_indptr = row_offsets(qo, device)
             if self.paged:
                 indptr, indices, last = pages
                 wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
@@ -315,7 +287,7 @@ class FlashInferPrefill:
                         causal=causal, q_data_type=dt, kv_data_type=dt)
             else:
                 wr = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
-                wr.plan(qo_indptr, _indptr(kv, device), w.num_q_heads, w.num_kv_heads, w.head_dim,
+                wr.plan(qo_indptr, row_offsets(kv, device), w.num_q_heads, w.num_kv_heads, w.head_dim,
                         causal=causal, q_data_type=dt, kv_data_type=dt)
             return wr
 

@@ -1,8 +1,8 @@
 """The backend registry: every kernel family profattn can run, by name.
 
 Built-ins: the four SDPA kernels (``sdpa-math``, ``sdpa-flash``, ``sdpa-efficient``, ``sdpa-cudnn``),
-the eager reference (``eager``), FlexAttention (``flex``), our Triton paged decode kernel and the torch
-paged reference. Installed plugins (the ``profattn.backends`` entry-point group) are produced by
+SDPA on jagged nested tensors (``sdpa-nested``), the eager reference (``eager``), FlexAttention (``flex``),
+our Triton paged decode kernel and the torch paged reference, FlashInfer's kernels. Installed plugins (the ``profattn.backends`` entry-point group) are produced by
 :mod:`profattn.backends.plugins` and registered here, after the built-ins, on the first lookup
 (:func:`load_installed`); ``module:object`` specs are loaded and registered by :func:`resolve_backend`.
 Tests add more with :func:`register` and put the registry back with :func:`preserved`. Optional kernel
@@ -27,7 +27,7 @@ from profattn.backends.eager import EagerBackend
 from profattn.backends.flashinfer import FLASHINFER_BACKENDS
 from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.plugins import BrokenPlugin, PluginBackend, PluginSpecError, installed_plugins, load_spec
-from profattn.backends.sdpa import SDPA_BACKENDS
+from profattn.backends.sdpa import SDPA_BACKENDS, SDPA_NESTED
 from profattn.backends.triton_paged import TorchPagedReference, TritonPagedDecode
 from profattn.backends.triton_paged_prefill import TritonPagedPrefill
 from profattn.errors import UnknownNameError
@@ -186,7 +186,7 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
     return out
 
 
-for _b in (*SDPA_BACKENDS, EagerBackend(), FlexBackend(), TritonPagedDecode(), TritonPagedPrefill(), TorchPagedReference(),
+for _b in (*SDPA_BACKENDS, SDPA_NESTED, EagerBackend(), FlexBackend(), TritonPagedDecode(), TritonPagedPrefill(), TorchPagedReference(),
            FlexPagedDecode(),
            *FLASHINFER_BACKENDS):
     register(_b)

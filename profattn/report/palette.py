@@ -16,7 +16,7 @@ BUILTIN_COLORS: dict[str, str] = {
     "eager": "#FFA15A", "flex": "#19D3F3", "triton-paged-decode": "#FF6692", "torch-paged-reference": "#B6E880",
     "flex-paged-decode": "#FF97FF", "flashinfer-decode": "#FECB52", "flashinfer-decode-tc": "#2E91E5",
     "flashinfer-prefill-paged": "#E15F99", "flashinfer-prefill-ragged": "#1CA71C",
-    "triton-paged-prefill": "#C4451C",  # plotly's ``Alphabet`` palette (Dark24 is spent below)
+    "triton-paged-prefill": "#C4451C", "sdpa-nested": "#1C8356",  # plotly's ``Alphabet`` (Dark24 is spent below)
 }
 #: Colours for other names (plugins): plotly's ``Dark24`` minus those used above.
 _OTHERS = ("#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86", "#EB663B", "#511CFB", "#00A08B",

@@ -88,7 +88,7 @@ def test_cuda_only_backends_unsupported_on_cpu_with_reason(cpu):
 
 def test_registry_names_and_unknown():
     names = [b.name for b in all_backends()]
-    assert names == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "eager", "flex",
+    assert names == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-nested", "eager", "flex",
                      "triton-paged-decode", "triton-paged-prefill", "torch-paged-reference", "flex-paged-decode",
                      "flashinfer-decode",
                      "flashinfer-decode-tc", "flashinfer-prefill-paged", "flashinfer-prefill-ragged"]

@@ -1,6 +1,6 @@
-"""FlashInfer backends: the block table → CSR page list, Q packing for variable-length calls, the arguments of
-FlashInfer's cache append, and the reasons they give where FlashInfer cannot run (CPU; the GPU tests run them
-against the reference and the torch append)."""
+"""FlashInfer backends: the block table → CSR page list, the arguments of FlashInfer's cache append, and the
+reasons they give where FlashInfer cannot run (CPU; the GPU tests run them against the reference and the torch
+append). Q packing: ``test_packing.py``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from profattn.backends import get_backend
-from profattn.backends.flashinfer import (FLASHINFER_BACKENDS, append_args, csr_pages, pack_rows, shape_reason,
-                                         unpack_rows)
+from profattn.backends.flashinfer import FLASHINFER_BACKENDS, append_args, csr_pages, shape_reason
 from profattn.workload import Workload, get_preset
 
 
@@ -50,20 +49,6 @@ def test_append_args_by_hand_and_the_slots_they_address():
     for bad in ([3, 1], [3, 5, 6], [-1, 1, 6]):
         with pytest.raises(ValueError, match="q_lens"):
             append_args(table, lens, bad, 4)
-
-
-def test_pack_and_unpack_rows():
-    x = torch.randn(3, 2, 5, 4)  # [B, H, L_max, d]
-    lens = [5, 1, 3]
-    packed = pack_rows(x, lens)
-    assert packed.shape == (9, 2, 4) and packed.is_contiguous()
-    assert torch.equal(packed[0:5], x[0].transpose(0, 1)) and torch.equal(packed[5], x[1, :, 0])
-    assert torch.equal(packed[6:9], x[2, :, :3].transpose(0, 1))
-    back = unpack_rows(packed, lens, 5)
-    assert torch.equal(back[0], x[0]) and torch.equal(back[2, :, :3], x[2, :, :3]) and back[1, :, 1:].abs().sum() == 0
-    uni = torch.randn(2, 3, 4, 8)
-    p = pack_rows(uni, [4, 4])
-    assert torch.equal(unpack_rows(p, [4, 4], 4), uni) and unpack_rows(p, [4, 4], 4).data_ptr() == p.data_ptr()  # a view
 
 
 def test_cpu_reasons():

@@ -134,6 +134,22 @@ def test_profile_a_workload_given_on_the_command_line(tmp_path: Path):
         assert res.exit_code == 2 and msg in res.output and not (tmp_path / "never").exists()
 
 
+def test_profile_sdpa_nested_on_cpu(tmp_path: Path):
+    """`--backend sdpa-nested` on a decode step over ragged cached lengths (correct, its append timed, its trace
+    evidence the nested family's, the math path's padded GEMMs recorded) and on a mixed step (unsupported: the
+    CPU's jagged SDPA refuses is_causal)."""
+    out = tmp_path / "nested"
+    res = invoke("profile", "--device", "cpu", "--out", str(out), "--backend", "sdpa-nested", "--profile-calls", "1",
+                 "--workload", "mix=3x(q1,kv9)+1x(q1,kv30),hq=4,hkv=2,d=16,page=4,append=true",
+                 "--workload", "mix=1x(q6,kv20)+3x(q1,kv9),hq=4,hkv=2,d=16,page=4,append=true")
+    assert res.exit_code == 0, res.output
+    decode, mixed = read_results(out).cells
+    assert decode.status == CellStatus.OK and decode.correctness.cache_ok is True, decode.reason
+    assert decode.family == "nested" and decode.trace.family_ok is True and decode.append_timing is not None
+    assert decode.executed_pairs == 4 * 1 * 30  # padded by torch's nested matmul, for 3·9 + 30 = 57 required
+    assert mixed.status == CellStatus.UNSUPPORTED and "refuses is_causal=True" in mixed.reason
+
+
 def test_counters_refused_for_cpu_runs(small_run: Path):
     proc = subprocess.run([sys.executable, "-m", "profattn.cli", "counters", str(small_run)], capture_output=True, text=True)
     assert proc.returncode == 2 and "CPU run" in proc.stderr and "Traceback" not in proc.stderr

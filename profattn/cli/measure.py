@@ -166,7 +166,9 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-def counters(run_dir: Path) -> None:
+@click.option("--backend", "backends", multiple=True, metavar="NAME",
+              help="Only this backend's cells (repeatable; default: every timed cell) — a shorter pass on a big run.")
+def counters(run_dir: Path, backends: tuple[str, ...]) -> None:
     """Add Nsight Compute counters (DRAM and L2 bytes per cell) to an existing GPU run, re-render its report."""
     from profattn.harness.ncu import find_ncu
     from profattn.report.run import write_report
@@ -183,7 +185,10 @@ def counters(run_dir: Path) -> None:
 
     if not torch.cuda.is_available():
         raise ProfattnError("torch sees no CUDA device here: run `profattn counters` on the GPU machine that made the run")
-    run = add_counters(run, run_dir)
+    unknown = sorted(set(backends) - {c.backend for c in run.cells})
+    if unknown:
+        raise ProfattnError(f"--backend {unknown[0]} has no cell in {run_dir}")
+    run = add_counters(run, run_dir, backends or None)
     write_results(run, run_dir / "results.json")
     path = write_report(reattach_traces(run, run_dir), run_dir / "report.html")
     info = run.counters_info

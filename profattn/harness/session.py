@@ -210,15 +210,19 @@ def _prepare_workload(w: Workload, cfg: SessionConfig, *, seed: int):
         return None, None, CellStatus.ERROR, f"inputs/reference failed: {error_reason(exc)}"
 
 
-def add_counters(run: RunResult, run_dir: Path) -> RunResult:
-    """Run the Nsight Compute pass over the run's timed cells and attach each cell's measured bytes.
+def add_counters(run: RunResult, run_dir: Path, backends: "Sequence[str] | None" = None) -> RunResult:
+    """Run the Nsight Compute pass over the run's timed cells (only those of ``backends`` when given) and
+    attach each cell's measured bytes; cells left out keep no counters.
 
     Returns ``run`` with ``counters_info`` set to ``measured`` or to ``unavailable`` with the reason
-    (no ncu, no counter permission, CPU run); never raises for an unusable ncu.
+    (no ncu, no counter permission, CPU run, no timed cell of ``backends``); never raises for an unusable ncu.
     """
     if run.environment.device != "cuda":
         return replace(run, counters_info=CountersInfo("unavailable", "CPU run: hardware counters need a CUDA GPU and Nsight Compute"))
-    ids = [c.cell_id for c in run.cells if c.status in (CellStatus.OK, CellStatus.INCORRECT)]
+    ids = [c.cell_id for c in run.cells if c.status in (CellStatus.OK, CellStatus.INCORRECT)
+           and (backends is None or c.backend in backends)]
+    if not ids:
+        return replace(run, counters_info=CountersInfo("unavailable", "no timed cell of the chosen backends"))
     res = run_counter_pass(run_dir, ids)
     settings = dict(ncu_version=res.version, cache_control=CACHE_CONTROL, replay_mode=REPLAY_MODE, clock_control=CLOCK_CONTROL,
                     wall_s=res.wall_s)

@@ -108,3 +108,22 @@ def test_a_missing_counter_gives_unknown_ratios_not_a_crash():
     bl = byte_ledger(c)
     assert bl.dram_bytes is None and bl.dram_ratio is None and bl.redundant is None and bl.l2_rereads is None
     assert bl.l2_ratio == 2.0 and bl.measured is False
+
+
+def test_counter_pass_restricted_to_chosen_backends(tmp_path: Path, monkeypatch):
+    """``profattn counters RUN --backend X``: only X's timed cells go to Nsight Compute; none of them → a reason."""
+    from profattn.harness import session
+    from profattn.harness.ncu import NcuRun
+
+    seen = []
+
+    def fake(run_dir, ids, **_):  # noqa: ANN001
+        seen.append(list(ids))
+        return NcuRun(None, "fake", 0.0, None, (), "stopped here")
+
+    monkeypatch.setattr(session, "run_counter_pass", fake)
+    r = run([cell(DENSE_DECODE, "sdpa-flash", 53.3), cell(DENSE_DECODE, "sdpa-math", 900.0)])
+    session.add_counters(r, tmp_path, ["sdpa-math"])
+    assert seen == [[c.cell_id for c in r.cells if c.backend == "sdpa-math"]]
+    none = session.add_counters(r, tmp_path, ["flex"])
+    assert none.counters_info.status == "unavailable" and "no timed cell" in none.counters_info.reason

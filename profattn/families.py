@@ -68,8 +68,10 @@ FLEX = KernelFamily(
     kernel_patterns=(r"triton_tem", r"flex_attention", r"flex_decoding"),
     op_patterns=(r"CompiledFxGraph", r"CompiledFunction", r"flex_attention", r"Torch-Compiled Region"),
 )
-#: Our own Triton kernels (``_paged_decode_split_kernel`` and its combine).
-TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode",), op_patterns=())
+#: Our own Triton kernels: the split-KV decode (``_paged_decode_split_kernel`` and its combine), the one-launch
+#: prefill / mixed kernel (``paged_varlen_kernel``) and the cache append (``_paged_append_kernel``).
+TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode", r"\bpaged_varlen_kernel\b", r"_paged_append_kernel"),
+                      op_patterns=())
 #: FlashInfer's kernels (namespace ``flashinfer::``: ``BatchDecodeWithPagedKVCacheKernel``,
 #: ``BatchPrefillWithPagedKVCacheKernel``, ``BatchPrefillWithRaggedKVCacheKernel``, the split-KV merge
 #: ``…MergeStates…``; ``flashinfer/csrc`` of FlashInfer 0.5.3).

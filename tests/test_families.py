@@ -51,3 +51,15 @@ def test_nested_family_takes_flash_kernels_and_leaves_flash_cells_alone():
     assert family_check(NESTED, ["void at::native::vectorized_elementwise_kernel<4>"], [], gpu=True) == (
         False, "no nested kernel among the 1 that ran")
     assert NESTED not in ATTENTION_FAMILIES and builtin_family("nested") is NESTED
+
+
+def test_our_triton_kernels_belong_to_triton_only():
+    """Our one-launch prefill kernel (``paged_varlen_kernel`` in the H200 serving traces) was outside the triton
+    family's patterns, so every triton-paged-prefill cell was flagged "no triton kernel among the 1 that ran"."""
+    from profattn.families import TRITON
+
+    ours = ("paged_varlen_kernel", "_paged_decode_split_kernel", "_paged_decode_combine_kernel", "_paged_append_kernel")
+    for name in ours:
+        assert TRITON.matches_kernel(name), name
+        assert [f.name for f in ATTENTION_FAMILIES if f is not TRITON and f.matches_kernel(name)] == [], name
+    assert not TRITON.matches_kernel("triton_tem_fused_flex_attention_0")  # flex's generated kernel

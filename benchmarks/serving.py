@@ -27,7 +27,7 @@ TARGET = 1.25
 def main(run_dir: str) -> int:
     run = read_results(Path(run_dir))
     c = run.ceilings
-    print(f"run: {run_dir} — {run.environment.device_name}, torch {run.environment.torch}, measured {run.environment.created_utc}")
+    print(f"run: {Path(run_dir).name} — {run.environment.device_name}, torch {run.environment.torch}, measured {run.environment.created_utc}")
     if c is not None:
         print(f"ceilings (same run): read {c.read_gbps or float('nan'):,.0f} GB/s, copy {c.copy_gbps:,.0f} GB/s, "
               f"GEMM {c.matmul_tflops:,.0f} TFLOP/s ({c.dtype})")

@@ -72,7 +72,8 @@ def test_backends_that_took_no_chunk_are_a_note_not_rows():
 
     sec = serving_section(read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-serving"))
     shown = {r["backend"] for r in sec["prompts"]}
-    assert shown == {"sdpa-cudnn", "sdpa-flash", "sdpa-math", "flex", "torch-paged-reference", "flashinfer-prefill-paged"}
+    assert shown == {"sdpa-cudnn", "sdpa-flash", "sdpa-nested", "flex", "triton-paged-prefill", "torch-paged-reference",
+                     "flashinfer-prefill-paged"}
     assert {"sdpa-efficient", "triton-paged-decode", "flashinfer-decode", "flashinfer-prefill-ragged"} <= set(sec["not_shown"])
     assert all(r["status"] == "every chunk ok" for r in sec["prompts"])
     assert "flashinfer-decode-tc" in {r["backend"] for r in sec["mixed"]}  # it ran the steps' decode parts

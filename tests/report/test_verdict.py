@@ -95,11 +95,11 @@ def test_seqs_label():
 
 def test_h200_serving_run_markdown():
     """The committed H200 run's summary (the PR comment): sdpa-cudnn wins the whole 8192-token prompt, FlashInfer's
-    paged prefill every chunked and mixed call, beyond noise."""
+    paged prefill every chunked prompt and our one-launch kernel both mixed steps, beyond noise."""
     md = run_markdown(read_results(SERVING_RUN))
     assert (
-        "sdpa-cudnn wins the unchunked 8,192-token prompt (3,907.7 µs, 1.11× ahead of flashinfer-prefill-paged) but "
+        "sdpa-cudnn wins the unchunked 8,192-token prompt (3,815.4 µs, 1.12× ahead of flashinfer-prefill-paged) but "
         "does not stay the winner: flashinfer-prefill-paged wins per prompt at chunk 2048 (1.75× faster than "
-        "sdpa-cudnn) and 512 (1.56×), and in the mixed batches 2×q2048 + 32×q1 (15.99×) and 1×q512 + 64×q1 (8.80×). "
-        "Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.85× (chunk 512) its unchunked time per prompt, "
-        "flashinfer-prefill-paged 1.02× and 1.07×.**") in md
+        "sdpa-cudnn) and 512 (1.59×); triton-paged-prefill wins in the mixed batches 2×q2048 + 32×q1 (21.24× faster "
+        "than sdpa-cudnn) and 1×q512 + 64×q1 (25.96×). Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.89× "
+        "(chunk 512) its unchunked time per prompt, flashinfer-prefill-paged 1.02× and 1.06×.**") in md

@@ -40,7 +40,7 @@ def inputs_bytes_needed(workload: Workload) -> int:
     layout the page pool (K/V again, rounded up to whole pages per sequence). A variable-length call's dense
     tensors are padded to its longest sequence (``q_len``/``kv_len`` are the longest), plus its length tensors
     (int32, B each); an appending call adds the step's new K/V (``[Σ q_len_b, Hkv, d]`` each) and their slot
-    mapping (int64)."""
+    mapping (int64); a quantized cache adds its FP8 pools and the fp32 quotient of one pool while quantizing."""
     w = workload
     q = w.batch * w.num_q_heads * w.q_len * w.head_dim
     kv = w.batch * w.num_kv_heads * w.kv_len * w.head_dim
@@ -52,6 +52,8 @@ def inputs_bytes_needed(workload: Workload) -> int:
     if w.kv_layout is KVLayout.PAGED:
         pages = sum(-(-length // w.page_size) for length in w.kv_lens)
         total += 2 * pages * w.page_size * w.num_kv_heads * w.head_dim * w.itemsize
+        if w.is_kv_quantized:  # the FP8 pools, and the fp32 quotient of one pool while it is quantized
+            total += pages * w.page_size * w.num_kv_heads * w.head_dim * (2 * w.kv_itemsize + 4)
     if w.is_varlen or w.append:
         total += 2 * 4 * w.batch
     if w.append:

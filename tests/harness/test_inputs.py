@@ -145,3 +145,15 @@ def test_fp8_reference_is_over_the_dequantized_cache_and_quant_error_is_apart():
     plain = w.with_(kv_dtype=None)
     pin = make_inputs(plain, torch.device("cpu"), seed=0)
     assert check(plain, inputs.q, None, reference(plain, pin)).quant_rel_err is None
+
+
+def test_fp8_memory_estimates_by_hand(cpu):
+    w = Workload(phase="decode", batch=3, q_len=1, kv_len=40, num_q_heads=4, num_kv_heads=2, head_dim=16,
+                 dtype="float32", kv_layout="paged", page_size=16, kv_len_dist="ragged", kv_len_seed=1, kv_dtype="fp8")
+    assert w.kv_lens == (6, 40, 5)  # 1 + 3 + 1 = 5 pages of 16
+    # q 3·4·16 = 192, k = v = 3·2·40·16 = 3,840: (192 + 7,680) · 4 B = 31,488; fp32 draw 4 · 3,840 = 15,360;
+    # pool in fp32: 2 · 5 · 16 · 2 · 16 · 4 B = 20,480; FP8 pools 2 · 2,560 · 1 B + one fp32 quotient 2,560 · 4 B
+    assert inputs_bytes_needed(w) == 31_488 + 15_360 + 20_480 + 2 * 2_560 + 4 * 2_560
+    # reference (fp64): q, out, k, v = 8,064 elements, + dequantized k, v and the second output 7,872: 15,936 · 8 B;
+    # ragged mask 3 · 40 = 120; one chunk: B 3 · Hkv 2 · (G 2 · Lk 40 · 8 B · 2 + 80) = 6 · 1,360 = 8,160
+    assert reference_bytes_needed(w, cpu) == 127_488 + 120 + 8_160

@@ -110,3 +110,20 @@ def test_deeply_nested_results_json_is_a_results_error(tmp_path):
     (tmp_path / "results.json").write_text("[" * 100_000)
     with pytest.raises(ResultsError, match=r"results\.json: JSON nested too deeply$"):
         read_results(tmp_path)
+
+
+def test_fp8_workload_and_quant_error_round_trip(tmp_path: Path):
+    from profattn.results import Correctness
+
+    w = replace(SEED.workloads[-1], kv_dtype="fp8")
+    c = replace(cell(w, "triton-paged-decode", 10.0),
+                correctness=Correctness(out_rel_err=1e-3, tolerance=2e-2, passed=True, reference="fp32",
+                                        quant_rel_err=0.031))
+    back = read_results(write_results(run([c]), tmp_path / "results.json"))
+    assert back.cells[0].workload.kv_dtype == "float8_e4m3fn" and back.cells[0].workload.tag.endswith("_kvfp8")
+    assert back.cells[0].correctness.quant_rel_err == 0.031
+    # files written before the fields existed read as unquantized, with no quantization error
+    data = run_to_dict(run([c]))
+    del data["cells"][0]["workload"]["kv_dtype"], data["cells"][0]["correctness"]["quant_rel_err"]
+    old = run_from_dict(data).cells[0]
+    assert old.workload.kv_dtype is None and old.correctness.quant_rel_err is None

@@ -161,10 +161,15 @@ def call_shape_reason(backend: object, workload: Workload) -> str | None:
     """Why ``backend`` cannot take ``workload``'s call shape (None if it can), checked before the backend's own
     :meth:`Backend.unsupported_reason`: a variable-length call (per-sequence lengths, phase mixed) or a call
     that appends to the cache is offered only to backends that declare ``varlen = True`` (plugins that do not
-    say so are never handed per-sequence lengths they might ignore)."""
+    say so are never handed per-sequence lengths they might ignore). A quantized KV cache (``workload.kv_dtype``)
+    is offered only to backends whose ``kv_dtypes`` names it: its pages hold codes, which a backend that does not
+    dequantize would read as values."""
     if (workload.is_varlen or workload.append) and not getattr(backend, "varlen", False):
         what = "per-sequence lengths (a variable-length or mixed call)" if workload.is_varlen else "a cache append"
         return f"takes one uniform q_len/kv_len per call: no {what}"
+    if workload.kv_dtype is not None and workload.kv_dtype not in getattr(backend, "kv_dtypes", ()):
+        return (f"reads K/V in the compute dtype only: no {workload.kv_dtype} cache with per-KV-head scales "
+                "(no dequantizing path)")
     return None
 
 

@@ -41,6 +41,12 @@ WORKSPACE_BYTES = 128 << 20
 #: Head dimensions FlashInfer 0.5.3 ships kernels for.
 HEAD_DIMS = (64, 128, 256)
 _DTYPES = ("bfloat16", "float16")
+#: Why an FP8 cache is not run through FlashInfer's decode: FlashInfer 0.5.3's
+#: ``BatchDecodeWithPagedKVCacheWrapper.run(..., k_scale: Optional[float], v_scale: Optional[float])`` (its
+#: ``flashinfer/decode.py``) takes one scale per tensor — ``sm_scale *= k_scale`` and ``out *= v_scale`` after
+#: the kernel — while profattn's cache has one scale per KV head (and ``plan(kv_data_type=torch.float8_e4m3fn)``).
+FP8_KV_REASON = ("FlashInfer 0.5.3's decode run() takes k_scale/v_scale as one float per tensor (folded into "
+                 "sm_scale; the output multiplied by v_scale after the kernel), not this cache's per-KV-head scales")
 
 
 def flashinfer_reason(device: torch.device) -> str | None:
@@ -178,6 +184,8 @@ class FlashInferDecode:
     family = FLASHINFER
     #: decode steps given per sequence (ragged KV lengths, an appending step) read the same CSR page list
     varlen = True
+    #: An FP8 cache is offered so that :meth:`unsupported_reason` can say why it is refused (:data:`FP8_KV_REASON`).
+    kv_dtypes = ("float8_e4m3fn",)
 
     def __init__(self, tensor_cores: bool) -> None:
         self.tensor_cores = tensor_cores
@@ -186,6 +194,8 @@ class FlashInferDecode:
                             + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
+        if workload.kv_dtype is not None:
+            return FP8_KV_REASON
         return flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
 
     def _wrapper(self, device: torch.device, indptr, indices, last, w: Workload):  # noqa: ANN001

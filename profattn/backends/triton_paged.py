@@ -29,6 +29,7 @@ import torch
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.triton_append import bind_paged_append
 from profattn.families import TRITON
+from profattn.workload.paged import dequantize
 from profattn.workload import Workload
 
 # Defaults chosen on the H200 by ``benchmarks/decode_paged.py --tune`` (NOTES.md has the table):
@@ -96,9 +97,10 @@ def _kernels():
         stride_ob, stride_oh,
         stride_pb, stride_ph, stride_ps,
         stride_lb, stride_lh,
-        tokens_per_split, num_splits, Arrivals,
+        tokens_per_split, num_splits, Arrivals, KScale, VScale,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
         PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
+        KV_QUANT: tl.constexpr,
     ):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
@@ -112,6 +114,12 @@ def _kernels():
         g_mask = offs_g < GROUP
         qh = kvh * GROUP + offs_g
         q = tl.load(Q + b * stride_qb + qh[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+        qk_scale = qk_scale_log2
+        if KV_QUANT:
+            # FP8 codes times this KV head's scale: k_scale folds into the softmax scale (one multiply per score,
+            # not per loaded element), v_scale into the output after the loop; the codes convert exactly to
+            # q's 16-bit dtype for the tensor-core dot.
+            qk_scale = qk_scale_log2 * tl.load(KScale + kvh)
 
         m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
@@ -129,10 +137,13 @@ def _kernels():
                         mask=n_mask[:, None], other=0.0)
             v = tl.load(V + page[:, None] * stride_vp + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
                         mask=n_mask[:, None], other=0.0)
+            if KV_QUANT:
+                k = k.to(q.dtype)
+                v = v.to(q.dtype)
             nxt = offs_n + BLOCK_N
             if PREFETCH:
                 page = tl.load(bt_row + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
-            s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # [BLOCK_G, BLOCK_N], log2 domain
+            s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_G, BLOCK_N], log2 domain
             s = tl.where(n_mask[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             alpha = tl.exp2(m_i - m_new)
@@ -145,6 +156,8 @@ def _kernels():
 
         has = l_i > 0
         out = acc / tl.where(has, l_i, 1.0)[:, None]
+        if KV_QUANT:  # every split of this KV head shares the scale, so the combine's weighted mean keeps it
+            out = out * tl.load(VScale + kvh)
         if DIRECT:
             tl.store(Out + b * stride_ob + qh[:, None] * stride_oh + offs_d[None, :], out.to(Out.dtype.element_ty),
                      mask=g_mask[:, None])
@@ -212,7 +225,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
                  seq_lens: torch.Tensor, *, max_kv_len: int, num_sms: int, scale: float | None = None,
                  plan: SplitPlan | None = None, workspace: dict | None = None,
                  num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True,
-                 combine: str | None = None) -> torch.Tensor:
+                 combine: str | None = None, k_scale: torch.Tensor | None = None,
+                 v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention over a paged KV cache.
 
     Args:
@@ -228,12 +242,17 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
             (keeps CUDA-graph replays allocation-free).
         combine: ``"fused"`` (the last-arriving split program combines; one launch) or ``"separate"``
             (a second combine kernel); default :data:`COMBINE`.
+        k_scale, v_scale: for ``torch.float8_e4m3fn`` pages (FP8 codes), fp32 ``[num_kv_heads]`` scales: a value is
+            ``code · scale``. The kernel loads the codes, converts them (exactly) to q's dtype and applies the
+            scales folded — ``k_scale`` into the softmax scale, ``v_scale`` into the output — which equals
+            dequantizing every loaded element (the ledger's ``dequant_ops``) in exact arithmetic.
 
     Returns:
         ``[batch, num_q_heads, head_dim]`` in q's dtype.
 
     Raises:
-        ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, or an unknown ``combine``.
+        ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, an unknown ``combine``, or FP8
+            pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8).
     """
     global _KERNELS
     if _KERNELS is None:
@@ -246,6 +265,11 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
     if hq % hkv:
         raise ValueError(f"num_q_heads {hq} is not a multiple of num_kv_heads {hkv}")
     group = hq // hkv
+    quant = k_pages.dtype == torch.float8_e4m3fn
+    if quant != (k_scale is not None and v_scale is not None) or (v_pages.dtype == torch.float8_e4m3fn) != quant:
+        raise ValueError("FP8 (float8_e4m3fn) K and V pages need k_scale and v_scale, and only they take scales")
+    if quant and (tuple(k_scale.shape) != (hkv,) or tuple(v_scale.shape) != (hkv,)):
+        raise ValueError(f"k_scale and v_scale must be [num_kv_heads] = [{hkv}]")
     plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=max_kv_len, num_sms=num_sms)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = torch.empty_like(q)
@@ -274,8 +298,9 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         partial.stride(0), partial.stride(1), partial.stride(2),
         lse.stride(0), lse.stride(1),
         plan.tokens_per_split, plan.num_splits, arrivals,
+        k_scale if quant else seq_lens, v_scale if quant else seq_lens,  # unread without KV_QUANT
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
-        PREFETCH=prefetch, FUSED=fused,
+        PREFETCH=prefetch, FUSED=fused, KV_QUANT=quant,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not direct and not fused:
@@ -362,6 +387,8 @@ class TritonPagedDecode:
     description = "ours: Triton split-KV flash-decoding over the paged cache, one program per (seq, KV head, split) for the whole GQA group"
     #: Takes per-sequence KV lengths of a decode step (one query each; it reads ``seq_lens``) and appending calls.
     varlen = True
+    #: Reads an FP8 E4M3 cache with per-KV-head scales (dequantized in registers, scales folded).
+    kv_dtypes = ("float8_e4m3fn",)
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         reason = paged_decode_reason(workload)
@@ -389,21 +416,26 @@ class TritonPagedDecode:
             cache = inputs.paged
             q, k_pages, v_pages = inputs.q[:, :, 0, :], cache.k_pages, cache.v_pages
             out_dtype = q.dtype
-            if run_dtype != workload.dtype:  # cast once, outside the timed call
+            if run_dtype != workload.dtype:  # cast once, outside the timed call (FP8 codes stay FP8)
                 cast = getattr(torch, run_dtype)
-                q, k_pages, v_pages = q.to(cast), k_pages.to(cast), v_pages.to(cast)
+                q = q.to(cast)
+                if not workload.is_kv_quantized:
+                    k_pages, v_pages = k_pages.to(cast), v_pages.to(cast)
 
             def call() -> torch.Tensor:
                 return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
                                     max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
-                                    combine=combine).unsqueeze(2).to(out_dtype)
+                                    combine=combine, k_scale=cache.k_scale,
+                                    v_scale=cache.v_scale).unsqueeze(2).to(out_dtype)
 
             return call
 
         interp_note = (f"ran in {run_dtype} under TRITON_INTERPRET=1 (the interpreter's bf16 dot is wrong); "
                        "output cast back to bfloat16",) if run_dtype != workload.dtype else ()
         append_note = ("cache append: ours, one Triton launch for K and V (triton_append.paged_append)",) if workload.append else ()
-        return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + (
+        fp8_note = ("FP8 E4M3 pages loaded as codes, converted in registers; per-KV-head k_scale folded into the "
+                    "softmax scale, v_scale into the output",) if workload.is_kv_quantized else ()
+        return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + fp8_note + (
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
             + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
@@ -427,6 +459,8 @@ class TorchPagedReference:
     description = "gathers pages through the block table with torch indexing, then SDPA on the dense copy"
     #: Takes variable-length and appending calls (per-sequence gather and attention).
     varlen = True
+    #: Reads an FP8 E4M3 cache: the gathered codes are dequantized (code · scale, in q's dtype) before SDPA.
+    kv_dtypes = ("float8_e4m3fn",)
 
     @property
     def family(self):
@@ -472,6 +506,9 @@ class TorchPagedReference:
                 b = table.shape[0]
                 k = cache.k_pages[table].reshape(b, -1, cache.num_kv_heads, cache.head_dim)[:, :max_len].transpose(1, 2)
                 v = cache.v_pages[table].reshape(b, -1, cache.num_kv_heads, cache.head_dim)[:, :max_len].transpose(1, 2)
+                if cache.k_scale is not None:  # FP8 codes: dequantize the gathered copy (one multiply per element)
+                    k = dequantize(k, cache.k_scale, head_axis=1, dtype=q.dtype)
+                    v = dequantize(v, cache.v_scale, head_axis=1, dtype=q.dtype)
                 if mask is not None:  # slots past a sequence's end hold whatever the pool held (NaN in tests)
                     k = k.masked_fill(~mask.transpose(-1, -2), 0)
                     v = v.masked_fill(~mask.transpose(-1, -2), 0)
@@ -480,7 +517,8 @@ class TorchPagedReference:
             return call
 
         return Prepared(forward=paged_only_forward, bind=bind,
-                        notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else ""),))
+                        notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else "")
+                               + (", FP8 codes dequantized after the gather" if workload.is_kv_quantized else ""),))
 
     def _prepare_per_sequence(self, workload: Workload) -> Prepared:
         import torch.nn.functional as F
@@ -506,6 +544,9 @@ class TorchPagedReference:
                 for b, (nq, nk) in enumerate(seqs):
                     k = cache.k_pages[tables[b]].reshape(-1, hkv, d)[:nk].transpose(0, 1).unsqueeze(0)
                     v = cache.v_pages[tables[b]].reshape(-1, hkv, d)[:nk].transpose(0, 1).unsqueeze(0)
+                    if cache.k_scale is not None:  # FP8 codes: dequantize this sequence's gathered copy
+                        k = dequantize(k, cache.k_scale, head_axis=1, dtype=q.dtype)
+                        v = dequantize(v, cache.v_scale, head_axis=1, dtype=q.dtype)
                     m = margs[b]
                     out[b:b + 1, :, :nq] = F.scaled_dot_product_attention(
                         q[b:b + 1, :, :nq], k, v, attn_mask=m.attn_mask, is_causal=m.is_causal, enable_gqa=True)

@@ -16,7 +16,7 @@ from profattn.backends.masks import dense_mask, varlen_mask
 from profattn.backends.memory import fit_reason
 from profattn.results import Correctness
 from profattn.workload import KVLayout, Mask, Phase, Workload
-from profattn.workload.paged import CacheAppend, PagedKVCache
+from profattn.workload.paged import CacheAppend, PagedKVCache, per_head_scales
 
 #: ‖out − ref‖/‖ref‖ bound per dtype. bf16 keeps 8 mantissa bits (unit roundoff 2⁻⁸ ≈ 3.9e-3): attention
 #: outputs from bf16 kernels land near 3e-3–8e-3 and their gradients near 1e-2, so 2e-2 / 3e-2 leaves
@@ -40,7 +40,7 @@ def inputs_bytes_needed(workload: Workload) -> int:
     layout the page pool (K/V again, rounded up to whole pages per sequence). A variable-length call's dense
     tensors are padded to its longest sequence (``q_len``/``kv_len`` are the longest), plus its length tensors
     (int32, B each); an appending call adds the step's new K/V (``[Σ q_len_b, Hkv, d]`` each) and their slot
-    mapping (int64)."""
+    mapping (int64); a quantized cache adds its FP8 pools and the fp32 quotient of one pool while quantizing."""
     w = workload
     q = w.batch * w.num_q_heads * w.q_len * w.head_dim
     kv = w.batch * w.num_kv_heads * w.kv_len * w.head_dim
@@ -52,6 +52,8 @@ def inputs_bytes_needed(workload: Workload) -> int:
     if w.kv_layout is KVLayout.PAGED:
         pages = sum(-(-length // w.page_size) for length in w.kv_lens)
         total += 2 * pages * w.page_size * w.num_kv_heads * w.head_dim * w.itemsize
+        if w.is_kv_quantized:  # the FP8 pools, and the fp32 quotient of one pool while it is quantized
+            total += pages * w.page_size * w.num_kv_heads * w.head_dim * (2 * w.kv_itemsize + 4)
     if w.is_varlen or w.append:
         total += 2 * 4 * w.batch
     if w.append:
@@ -62,7 +64,8 @@ def inputs_bytes_needed(workload: Workload) -> int:
 def reference_bytes_needed(workload: Workload, device: torch.device) -> int:
     """Bytes :func:`reference` allocates: Q, K, V (and dO and three gradients for train) and the output in
     the reference precision (fp64 on CPU, fp32 on CUDA), the dense boolean mask, and one score-matrix
-    chunk (at most :data:`REFERENCE_CHUNK_BYTES`). A variable-length call's reference runs sequence by sequence
+    chunk (at most :data:`REFERENCE_CHUNK_BYTES`); a quantized cache adds its dequantized K/V and a second output.
+    A variable-length call's reference runs sequence by sequence
     on the padded tensors: its mask is one sequence's at most (``q_len · kv_len``, the longest)."""
     w = workload
     hi = _hi_itemsize(device)
@@ -72,6 +75,8 @@ def reference_bytes_needed(workload: Workload, device: torch.device) -> int:
     if w.phase is Phase.TRAIN:
         n += 2 * q + 2 * kv  # dO, dq, dk, dv
     mask = w.q_len * w.kv_len * (w.batch if w.is_ragged else 1)
+    if w.is_kv_quantized:
+        n += 2 * kv + q  # the dequantized K/V and the second (unquantized) output
     unit = _score_row_bytes(w, hi)
     return n * hi + mask + min(REFERENCE_CHUNK_BYTES, w.batch * w.num_kv_heads * w.q_len * unit)
 
@@ -92,11 +97,14 @@ def _score_row_bytes(workload: Workload, itemsize: int) -> int:
 
 @dataclass
 class Reference:
-    """The reference output ``[B, Hq, Lq, d]`` and, for train, gradients of q, k, v (high precision)."""
+    """The reference output ``[B, Hq, Lq, d]`` and, for train, gradients of q, k, v (high precision); for a
+    quantized cache ``out`` is over the dequantized cache and ``unquantized_out`` over the values before quantizing."""
 
     out: torch.Tensor
     grads: dict[str, torch.Tensor] | None
     precision: str
+    #: A quantized cache's reference over the unquantized K/V (``[B, Hq, Lq, d]``), else None.
+    unquantized_out: torch.Tensor | None = None
 
 
 def make_inputs(workload: Workload, device: torch.device, seed: int) -> AttentionInputs:
@@ -105,7 +113,10 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
     A variable-length call pads to its longest sequence (see :class:`AttentionInputs`; padding rows of dO are
     zero, so they add nothing to a gradient). An appending call also gets the step's new K/V (each sequence's
     last ``q_len_b`` tokens of ``k``/``v``, packed) and their pool slots, and its paged cache starts with those
-    slots holding the fill: only the cached prefix is in the cache until the call appends."""
+    slots holding the fill: only the cached prefix is in the cache until the call appends. A quantized cache
+    (``workload.kv_dtype``) holds the FP8 codes of ``k``/``v`` with per-KV-head scales ``amax / 448``
+    (:func:`~profattn.workload.paged.per_head_scales`); its unused slots saturate to code 448. ``k``/``v`` keep the
+    unquantized values (the reference over them gives ``quant_rel_err``)."""
     # Drawn on the device itself (a CPU generator would spend seconds on a 4 GB decode cache);
     # reproducible for a given device type and seed.
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -130,6 +141,8 @@ def make_inputs(workload: Workload, device: torch.device, seed: int) -> Attentio
         paged = PagedKVCache.from_dense(k, v, page_size=workload.page_size, seq_lens=list(workload.kv_lens),
                                         shared_prefix_len=p, generator=torch.Generator().manual_seed(seed + 1),
                                         fill=1e4)
+        if workload.is_kv_quantized:  # FP8 codes + per-KV-head scales; k/v stay the unquantized values
+            paged.quantize_fp8(per_head_scales(k, workload.kv_lens), per_head_scales(v, workload.kv_lens))
     q_lens = kv_lens = append = None
     if workload.is_varlen or workload.append:
         q_lens = torch.tensor(workload.q_lens, dtype=torch.int32, device=device)
@@ -171,11 +184,21 @@ def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int =
     checkable: rows of a softmax are independent, and the gradients of K and V accumulate over the chunks
     (autograd sums into the leaves' ``.grad``).
 
+    A quantized cache (``workload.kv_dtype``, forward only) is attended over its dequantized values
+    (:meth:`PagedKVCache.dense`: ``code · scale`` in the reference precision) — the answer a kernel must give —
+    and once more over the unquantized ``k``/``v`` (:attr:`Reference.unquantized_out`).
+
     A variable-length call is computed sequence by sequence on its own rows and keys (query row ``i`` of
     sequence ``b`` at position ``kv_len_b − q_len_b + i``, bottom-right); the padded output's padding rows are
     zero, as are the gradients' padding rows and key slots (dO is zero there, see :func:`make_inputs`).
     """
     hi = torch.float64 if inputs.q.device.type == "cpu" else torch.float32
+    if workload.is_kv_quantized:
+        k_deq, v_deq = inputs.paged.dense(hi)
+        out = _reference_out(workload, inputs.q, k_deq, v_deq, hi, chunk_bytes)
+        del k_deq, v_deq
+        plain = _reference_out(workload, inputs.q, inputs.k, inputs.v, hi, chunk_bytes)
+        return Reference(out, None, "fp64" if hi is torch.float64 else "fp32", unquantized_out=plain)
     train = inputs.grad_out is not None
     q, k, v = (t.detach().to(hi).requires_grad_(train) for t in (inputs.q, inputs.k, inputs.v))
     d_out = inputs.grad_out.to(hi) if train else None
@@ -194,6 +217,26 @@ def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int =
                                   chunk_bytes)
     grads = {"dq": q.grad.detach(), "dk": k.grad.detach(), "dv": v.grad.detach()} if train else None
     return Reference(out, grads, "fp64" if hi is torch.float64 else "fp32")
+
+
+def _reference_out(workload: Workload, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hi: torch.dtype,
+                   chunk_bytes: int) -> torch.Tensor:
+    """The forward reference ``[B, Hq, Lq, d]`` in ``hi`` of ``q`` over ``k``/``v`` (``[B, Hkv, ≥ Lk, d]``; key slots
+    past each sequence's length are masked or cut), without gradients."""
+    q, k, v = (t.detach().to(hi) for t in (q, k, v))
+    out = torch.zeros(q.shape, dtype=hi, device=q.device)
+    unit = _score_row_bytes(workload, torch.finfo(hi).bits // 8)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        if not workload.is_varlen:
+            n = workload.kv_len
+            _reference_chunks(q, k[:, :, :n], v[:, :, :n], None, out, dense_mask(workload, q.device), unit, chunk_bytes)
+        else:
+            causal = workload.mask is Mask.CAUSAL
+            for b, (nq, nk) in enumerate(zip(workload.q_lens, workload.kv_lens)):
+                mask = varlen_mask((nq,), (nk,), causal=True, device=q.device)[0, 0] if causal else None
+                _reference_chunks(q[b:b + 1, :, :nq], k[b:b + 1, :, :nk], v[b:b + 1, :, :nk], None,
+                                  out[b:b + 1, :, :nq], mask, unit, chunk_bytes)
+    return out
 
 
 def _reference_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor | None,
@@ -275,7 +318,9 @@ def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] 
 
     A variable-length call is compared on its sequences' own rows only (:func:`valid_part`: padding rows,
     whatever a kernel wrote there, are not part of the answer; a wrong value in any valid row counts in full).
-    The cache of an appending call is checked by the cell, after its timed runs (``cache_ok``).
+    The cache of an appending call is checked by the cell, after its timed runs (``cache_ok``). A quantized cache's
+    output is judged against the dequantized-cache reference; its error against the unquantized one is
+    ``quant_rel_err``, reported apart and not judged (it is the format's, not the kernel's).
 
     Raises:
         ValueError: the output's shape differs from the reference's.
@@ -294,4 +339,8 @@ def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] 
             grad_err = {name: rel_err(valid_part(workload, grads[name], keys=name != "dq"),
                                       valid_part(workload, ref.grads[name], keys=name != "dq")) for name in ref.grads}
         passed = passed and all(e <= gtol for e in grad_err.values())
-    return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed), reference=ref.precision, grad_rel_err=grad_err)
+    quant_err = None
+    if ref.unquantized_out is not None:
+        quant_err = rel_err(valid_part(workload, out), valid_part(workload, ref.unquantized_out))
+    return Correctness(out_rel_err=err, tolerance=tol, passed=bool(passed), reference=ref.precision, grad_rel_err=grad_err,
+                       quant_rel_err=quant_err)

@@ -143,6 +143,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "tflops": fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             "out_err": fmt_err(corr.out_rel_err if corr else None),
+            "quant_err": fmt_err(corr.quant_rel_err) if corr and corr.quant_rel_err is not None else "",
             "grad_err": grads,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
@@ -331,6 +332,8 @@ def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
     return {phase.value: [{
         "cell_id": c.cell_id, "workload": labels[c.workload.tag], "backend": c.backend,
         "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
+        "kv_extra": f"+ scales {fmt_bytes(bl.scale_bytes)}" if bl.scale_bytes else "",
+        "flops_extra": f"+ {fmt_count(fl.dequant_ops)} dequant multiplies" if fl.dequant_ops else "",
         "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
         "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
         "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",

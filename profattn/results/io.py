@@ -63,6 +63,7 @@ def _correctness(d: dict[str, Any]) -> Correctness:
         **d,
         "out_rel_err": float(d["out_rel_err"]),
         "grad_rel_err": {k: float(v) for k, v in grads.items()} if grads is not None else None,
+        "quant_rel_err": float(d["quant_rel_err"]) if d.get("quant_rel_err") is not None else None,
     })
 
 

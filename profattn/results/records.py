@@ -87,6 +87,10 @@ class Correctness:
     #: Appending calls: the paged cache held exactly the reference K/V through the block table afterwards, and
     #: unused slots their fill (None: the call does not append; the cell's reason says what differed).
     cache_ok: bool | None = None
+    #: Quantized-cache calls (``Workload.kv_dtype``): ‖out − ref_unquantized‖/‖ref_unquantized‖, this cell's output
+    #: against the reference over the *unquantized* cache — the quantization's cost as a user sees it, beside
+    #: ``out_rel_err`` (against the dequantized cache, which decides ``passed``). None otherwise.
+    quant_rel_err: float | None = None
 
 
 @dataclass(frozen=True)

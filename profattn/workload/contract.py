@@ -81,6 +81,29 @@ _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp3
 _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
+#: KV-cache storage dtypes beside the compute ``dtype`` (``Workload.kv_dtype``): bytes per element. ``float8_e4m3fn``
+#: (OCP E4M3, finite max ±448) is the format of vLLM's ``kv_cache_dtype="fp8_e4m3"`` and FlashInfer's fp8 cache.
+KV_DTYPE_BYTES: dict[str, int] = {"float8_e4m3fn": 1}
+_KV_DTYPE_ALIASES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn"}
+_KV_DTYPE_SHORT = {"float8_e4m3fn": "fp8"}
+
+
+def parse_kv_dtype(name: "str | None") -> "str | None":
+    """Canonical KV-cache dtype (``float8_e4m3fn``) for ``name`` or an alias (``fp8``, ``fp8_e4m3``, ``e4m3``);
+    None (or ``"none"``) means the cache is stored in the workload's ``dtype``.
+
+    Raises:
+        WorkloadError: not a supported KV-cache dtype.
+    """
+    if name is None or str(name).lower() == "none":
+        return None
+    canon = _KV_DTYPE_ALIASES.get(str(name), str(name).removeprefix("torch."))
+    if canon not in KV_DTYPE_BYTES:
+        raise WorkloadError(f"unsupported kv_dtype {name!r}; valid: {', '.join(KV_DTYPE_BYTES)} "
+                            f"(aliases: {', '.join(_KV_DTYPE_ALIASES)}), or none")
+    return canon
+
+
 def parse_dtype(name: str) -> str:
     """Canonical dtype name (``bfloat16``/``float16``/``float32``) for ``name`` or an alias like ``bf16``.
 
@@ -203,6 +226,10 @@ class Workload:
         append: the call also writes its new tokens' K/V into the paged cache through the block table, as a
             serving engine does before attending (paged only); its bytes are :meth:`append_traffic`, kept
             apart from the attention kernel's ledger.
+        kv_dtype: how the paged cache stores K and V: None (in ``dtype``) or ``float8_e4m3fn`` (alias ``fp8``):
+            one byte per element plus one fp32 scale per KV head for K and one for V (vLLM's per-attention-head
+            ``k_scale``/``v_scale`` ``[num_kv_heads]``); kernels dequantize (value = code · scale). FP8 is offered
+            for paged decode calls without an append (no quantizing append kernel yet).
 
     Raises:
         WorkloadError: a field is out of domain.
@@ -224,6 +251,7 @@ class Workload:
     shared_prefix_len: int = 0
     seqs: tuple[tuple[int, int], ...] = ()
     append: bool = False
+    kv_dtype: str | None = None
 
     @classmethod
     def varlen(cls, phase: "Phase | str | None", seqs: "Iterable[tuple[int, int]]", **fields_: object) -> "Workload":
@@ -285,6 +313,14 @@ class Workload:
         if self.append and self.phase is Phase.TRAIN:
             raise WorkloadError("append is a serving-call option; training writes no KV cache")
         self._check_seqs()
+        object.__setattr__(self, "kv_dtype", parse_kv_dtype(self.kv_dtype))
+        if self.kv_dtype is not None:
+            if self.kv_layout is not KVLayout.PAGED:
+                raise WorkloadError(f"kv_dtype {self.kv_dtype} (a quantized KV cache) needs kv_layout='paged'")
+            if self.phase is not Phase.DECODE:
+                raise WorkloadError(f"kv_dtype {self.kv_dtype} is offered for decode calls only, not {self.phase.value}")
+            if self.append:
+                raise WorkloadError(f"kv_dtype {self.kv_dtype} with append is not offered yet (no quantizing append)")
 
     def _check_seqs(self) -> None:
         seqs = self.seqs
@@ -329,6 +365,16 @@ class Workload:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_itemsize(self) -> int:
+        """Bytes per element of the KV cache as stored: :attr:`itemsize`, or 1 for an fp8 cache."""
+        return KV_DTYPE_BYTES[self.kv_dtype] if self.kv_dtype is not None else self.itemsize
+
+    @property
+    def is_kv_quantized(self) -> bool:
+        """True when the cache holds quantized codes plus per-KV-head scales (:attr:`kv_dtype` set)."""
+        return self.kv_dtype is not None
+
+    @property
     def q_shape(self) -> tuple[int, int, int, int]:
         """``[batch, num_q_heads, q_len, head_dim]`` (also the output's shape)."""
         return (self.batch, self.num_q_heads, self.q_len, self.head_dim)
@@ -356,6 +402,8 @@ class Workload:
             tag += "_" + seqs_tag(self.seqs)
         if self.append:
             tag += "_append"
+        if self.kv_dtype is not None:
+            tag += f"_kv{_KV_DTYPE_SHORT[self.kv_dtype]}"
         return tag
 
     @property
@@ -420,6 +468,17 @@ class Workload:
         return 4 * self.num_q_heads * self.attended_pairs * self.head_dim
 
     @property
+    def dequant_ops(self) -> int:
+        """Dequantization work of a quantized cache, apart from :attr:`flops`: one multiply (code · scale) per
+        K and V element loaded, ``2 · Σ kv_len_b · Hkv · d`` (each sequence's keys, a shared prefix counted per
+        sequence, as a decode kernel loads them; GQA: once per KV head, not per query head); 0 without
+        :attr:`kv_dtype`. A kernel that folds the scales into the softmax scale and the output (ours) does far
+        fewer multiplies; this is the unfolded count."""
+        if not self.is_kv_quantized:
+            return 0
+        return 2 * self.logical_kv_tokens * self.num_kv_heads * self.head_dim
+
+    @property
     def backward_flops(self) -> int:
         """Backward FLOPs = 2.5 × forward (five matmuls against two; FlashAttention-2 paper, §4)."""
         return self.forward_flops * 5 // 2
@@ -439,13 +498,15 @@ class Workload:
         (FlashAttention-2 paper, Algorithm 2): the forward's log-sum-exp (fp32, ``[B, Hq, Lq]``) written
         then read; Q, K, V, O, dO read; dQ, dK, dV written. K/V (and dK/dV) use Hkv heads, not Hq.
         Writing new tokens into the KV cache is not the attention kernel's: see :meth:`append_traffic`.
+        A quantized cache (:attr:`kv_dtype`) counts K/V at :attr:`kv_itemsize` (1 byte for fp8) and its scales as
+        separate lines, ``k_scale`` and ``v_scale`` (fp32 ``[Hkv]``, read once).
         Paged: K and V count the unique token slots (a shared prefix once; ``[tokens, Hkv, d]``), plus the
         block table (int32, one entry per page in use) and sequence lengths read once. A variable-length call
         counts each sequence exactly: Q and O as ``[Σ q_len_b, Hq, d]``, K/V as ``Σ kv_len_b`` token slots
         (a packed / paged layout; padding a backend adds is its own waste, not part of this minimum), plus
         the per-sequence query offsets (int32, B + 1).
         """
-        s = self.itemsize
+        s, ks = self.itemsize, self.kv_itemsize
         q: tuple[int, ...] = self.q_shape
         kv: tuple[int, ...] = self.kv_shape
         if self.seqs:
@@ -455,10 +516,13 @@ class Workload:
             kv = (self.unique_kv_tokens, self.num_kv_heads, self.head_dim)
         fwd = [
             TensorTraffic("Q", q, s, reads=1),
-            TensorTraffic("K", kv, s, reads=1, kv=True),
-            TensorTraffic("V", kv, s, reads=1, kv=True),
+            TensorTraffic("K", kv, ks, reads=1, kv=True),
+            TensorTraffic("V", kv, ks, reads=1, kv=True),
             TensorTraffic("O", q, s, writes=1),
         ]
+        if self.is_kv_quantized:
+            fwd += [TensorTraffic("k_scale", (self.num_kv_heads,), 4, reads=1),
+                    TensorTraffic("v_scale", (self.num_kv_heads,), 4, reads=1)]
         if self.kv_layout is KVLayout.PAGED:
             fwd.append(TensorTraffic("block_table", (self.pages_in_use,), 4, reads=1))
             fwd.append(TensorTraffic("seq_lens", (self.batch,), 4, reads=1))
@@ -511,14 +575,15 @@ class Workload:
 
     @property
     def kv_bytes(self) -> int:
-        """Unique K and V bytes read by one forward: ``2 · tokens · Hkv · d · itemsize`` with
-        ``tokens = B · Lk`` for a dense uniform cache, or the unique token slots of a paged one."""
-        return 2 * self.unique_kv_tokens * self.num_kv_heads * self.head_dim * self.itemsize
+        """Unique K and V bytes read by one forward: ``2 · tokens · Hkv · d · kv_itemsize`` with
+        ``tokens = B · Lk`` for a dense uniform cache, or the unique token slots of a paged one (a quantized
+        cache's scales are not included: see :meth:`traffic`)."""
+        return 2 * self.unique_kv_tokens * self.num_kv_heads * self.head_dim * self.kv_itemsize
 
     @property
     def logical_kv_bytes(self) -> int:
         """K and V bytes as every sequence sees them (shared prefix counted per sequence)."""
-        return 2 * self.logical_kv_tokens * self.num_kv_heads * self.head_dim * self.itemsize
+        return 2 * self.logical_kv_tokens * self.num_kv_heads * self.head_dim * self.kv_itemsize
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -562,6 +627,8 @@ class Workload:
             "shared_prefix_len": self.shared_prefix_len,
             "seqs": [list(p) for p in self.seqs],
             "append": self.append,
+            "kv_dtype": self.kv_dtype,
+            "dequant_ops": self.dequant_ops,
             "kv_lens": list(self.kv_lens),
             "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,
@@ -574,9 +641,9 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> "Workload":
-        """Inverse of :meth:`to_dict` (derived keys ignored)."""
+        """Inverse of :meth:`to_dict` (derived keys ignored; files without ``kv_dtype`` read as None)."""
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
-                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append")
+                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype")
         values = {k: data[k] for k in fields_ if k in data}
         seqs = data.get("seqs") or ()
         if not isinstance(seqs, (list, tuple)) or any(not isinstance(p, (list, tuple)) for p in seqs):

@@ -8,6 +8,10 @@ Layout (NHD, as in vLLM's ``PagedAttention`` and FlashInfer's ``paged_kv_cache``
   holds tokens ``j·page_size … (j+1)·page_size − 1`` of sequence ``b``; ``-1`` past the sequence's last page.
 * ``seq_lens``: ``[batch]``, ``int32``: valid tokens of each sequence (its last page may be partial).
 
+A quantized cache (``Workload.kv_dtype``, FP8 E4M3) holds codes in ``k_pages``/``v_pages``
+(``torch.float8_e4m3fn``) and one fp32 scale per KV head for each (``k_scale``, ``v_scale``: ``[num_kv_heads]``,
+vLLM's per-attention-head ``k_scale``/``v_scale``); a value is ``code · scale`` (:func:`dequantize`).
+
 Pages come from a free list. Sequences can share immutable prefix pages (prefix sharing: several block
 tables point at the same physical pages); a shared page is never written through ``append``, which
 copies it first (copy-on-write) if the sequence wants to write into a partially filled shared page.
@@ -37,6 +41,9 @@ class PagedKVCache:
     shared_pages: set[int] = field(default_factory=set)
     #: What unused pool slots hold (NaN by default): :meth:`check_contents` tells a stray write by it.
     fill: float = float("nan")
+    #: A quantized pool's per-KV-head scales, fp32 ``[num_kv_heads]`` (None: the pool holds values, not codes).
+    k_scale: "torch.Tensor | None" = None
+    v_scale: "torch.Tensor | None" = None
 
     # ---- shape facts ---------------------------------------------------------------------------
     @property
@@ -250,6 +257,43 @@ class PagedKVCache:
             return f"{int(stray.sum())} unused pool slots were written"
         return None
 
+    # ---- quantization --------------------------------------------------------------------------
+    def quantize_fp8(self, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        """Replace the pools by their FP8 E4M3 codes, ``clamp(x / scale_h, ±448)`` rounded to nearest
+        (:func:`quantize`), and keep the scales (fp32 ``[num_kv_heads]``). :attr:`fill` becomes the code an
+        unused slot now holds (a finite fill beyond ±448 · scale saturates to ±448; NaN stays NaN).
+
+        Raises:
+            ValueError: the pool is already quantized, or a scale is not ``[num_kv_heads]``.
+        """
+        if self.k_scale is not None:
+            raise ValueError("the pool is already quantized")
+        for s in (k_scale, v_scale):
+            if tuple(s.shape) != (self.num_kv_heads,):
+                raise ValueError(f"a scale must be [num_kv_heads] = [{self.num_kv_heads}], got {tuple(s.shape)}")
+        self.k_scale = k_scale.to(torch.float32).contiguous()
+        self.v_scale = v_scale.to(torch.float32).contiguous()
+        self.k_pages = quantize(self.k_pages, self.k_scale, head_axis=2)
+        self.v_pages = quantize(self.v_pages, self.v_scale, head_axis=2)
+        if not math.isnan(self.fill):
+            self.fill = max(-FP8_E4M3_MAX, min(FP8_E4M3_MAX, self.fill))
+
+    def dense(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cache as dense ``[batch, num_kv_heads, max seq_len, head_dim]`` K and V in ``dtype`` through the block
+        table — dequantized (``code · scale``, computed in ``dtype``) for a quantized pool; slots past a sequence's
+        length are zero. What a correctness reference reads: the values the kernels must attend over."""
+        lens = [int(x) for x in self.seq_lens.tolist()]
+        shape = (self.batch, self.num_kv_heads, max(lens, default=0), self.head_dim)
+        k = torch.zeros(shape, dtype=dtype, device=self.k_pages.device)
+        v = torch.zeros(shape, dtype=dtype, device=self.k_pages.device)
+        for b, n in enumerate(lens):
+            kb, vb = self.gather(b)
+            if self.k_scale is not None:
+                kb = dequantize(kb, self.k_scale, head_axis=0, dtype=dtype)
+                vb = dequantize(vb, self.v_scale, head_axis=0, dtype=dtype)
+            k[b, :, :n], v[b, :, :n] = kb.to(dtype), vb.to(dtype)
+        return k, v
+
     # ---- reading -------------------------------------------------------------------------------
     def gather(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequence ``seq``'s K and V as dense ``[num_kv_heads, seq_len, head_dim]`` (a copy)."""
@@ -289,6 +333,41 @@ class CacheAppend:
     @property
     def tokens(self) -> int:
         return self.slot_mapping.numel()
+
+
+#: Largest finite magnitude of FP8 E4M3 (``torch.finfo(torch.float8_e4m3fn).max``; OCP 8-bit FP spec, E4M3).
+FP8_E4M3_MAX = 448.0
+
+
+def per_head_scales(x: torch.Tensor, lens: "list[int] | tuple[int, ...]") -> torch.Tensor:
+    """One FP8 scale per KV head: ``amax_h / 448`` over every sequence's first ``lens[b]`` tokens of ``x``
+    (``[B, Hkv, L, d]``), fp32 ``[Hkv]`` (1.0 for a head of zeros), so the largest value maps to E4M3's largest
+    finite code. The per-tensor-amax recipe of vLLM's ``calculate_kv_scales``, taken per KV head.
+
+    Raises:
+        ValueError: ``lens`` has not one entry per sequence.
+    """
+    if len(lens) != x.shape[0]:
+        raise ValueError(f"{len(lens)} lengths for {x.shape[0]} sequences")
+    valid = torch.arange(x.shape[2], device=x.device)[None, :] < torch.tensor(list(lens), device=x.device)[:, None]
+    amax = x.detach().abs().to(torch.float32).masked_fill(~valid[:, None, :, None], 0).amax(dim=(0, 2, 3))
+    return torch.where(amax > 0, amax / FP8_E4M3_MAX, torch.ones_like(amax))
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor, *, head_axis: int) -> torch.Tensor:
+    """FP8 E4M3 codes of ``x``: ``clamp(x / scale_h, −448, 448)`` cast (round to nearest even) to
+    ``torch.float8_e4m3fn``; ``scale`` ``[H]`` fp32 broadcast along ``head_axis`` of ``x``."""
+    view = [1] * x.dim()
+    view[head_axis] = -1
+    y = x.to(torch.float32) / scale.to(torch.float32).view(view)
+    return y.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor, *, head_axis: int, dtype: torch.dtype) -> torch.Tensor:
+    """``code · scale_h`` in ``dtype`` (the product computed in ``dtype``); ``scale`` ``[H]`` along ``head_axis``."""
+    view = [1] * codes.dim()
+    view[head_axis] = -1
+    return codes.to(dtype) * scale.to(dtype).view(view)
 
 
 def ragged_lengths(kv_len: int, batch: int, dist: str, seed: int) -> list[int]:

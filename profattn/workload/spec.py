@@ -11,6 +11,7 @@ Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored
     seqs     := group ("+" group)*            -- per-sequence lengths of a variable-length call, in order
     group    := [count "x"] "(" "q" int "," "kv" int ")"
     append   := true | false | 1 | 0
+    kv_dtype := float8_e4m3fn | fp8 | fp8_e4m3 | e4m3 | none   -- the paged cache's storage (default: dtype)
 
 Examples: ``phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16`` (uniform decode);
 ``mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16,append=true`` (a serving step: two
@@ -25,12 +26,12 @@ import re
 from dataclasses import fields
 
 from profattn.errors import WorkloadError
-from profattn.workload.contract import KVLayout, Workload
+from profattn.workload.contract import KVLayout, Workload, parse_kv_dtype
 
 _INT_FIELDS = ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "kv_len_seed",
                "shared_prefix_len")
 _STR_FIELDS = ("phase", "dtype", "mask", "kv_layout", "kv_len_dist")
-_OTHER_FIELDS = ("seqs", "append")
+_OTHER_FIELDS = ("seqs", "append", "kv_dtype")
 #: Short names accepted for fields (the left column of the module docstring's grammar).
 ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv": "num_kv_heads", "d": "head_dim",
            "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
@@ -61,6 +62,8 @@ def workload_spec(w: "Workload") -> str:
         parts.append(f"seqs={seqs_spec(w.seqs)}")
     if w.append:
         parts.append("append=true")
+    if w.kv_dtype is not None:
+        parts.append(f"kv_dtype={w.kv_dtype}")
     return ",".join(parts)
 
 
@@ -158,6 +161,11 @@ def parse_workload_spec(text: str) -> "Workload":
             if flag is None:
                 raise WorkloadError(f"--workload: append must be true or false, got {raw!r}")
             values[name] = flag
+        elif name == "kv_dtype":
+            try:
+                values[name] = parse_kv_dtype(raw)
+            except WorkloadError as exc:
+                raise WorkloadError(f"--workload: {key}={raw}: {exc}") from None
         else:
             values[name] = raw
     if "page_size" in values and "kv_layout" not in values:

@@ -127,3 +127,25 @@ def test_counter_pass_restricted_to_chosen_backends(tmp_path: Path, monkeypatch)
     assert seen == [[c.cell_id for c in r.cells if c.backend == "sdpa-math"]]
     none = session.add_counters(r, tmp_path, ["flex"])
     assert none.counters_info.status == "unavailable" and "no timed cell" in none.counters_info.reason
+
+
+def test_fp8_cache_ledger_one_byte_per_element_scales_and_dequant_apart():
+    from profattn.results import Correctness
+
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4, head_dim=128,
+                 kv_layout="paged", page_size=16, kv_dtype="fp8")
+    c = replace(cell(w, "triton-paged-decode", 50.0),
+                correctness=Correctness(1e-3, 2e-2, True, "fp32", quant_rel_err=0.0312))
+    bl, fl = byte_ledger(c), flop_ledger(c, run([c]))
+    assert bl.kv_bytes == 67_108_864  # 2 x 8 x 8192 x 4 x 128 x 1 byte: half the bf16 cache
+    assert bl.scale_bytes == 2 * 4 * 4  # fp32 [Hkv] for K and for V
+    # + Q read and O written (bf16 [8, 16, 128]), block table (8 x 512 pages, int32), seq_lens (8 x int32)
+    assert bl.requested_bytes == 67_108_864 + 32 + 2 * 32_768 + 16_384 + 32
+    assert fl.flops == 4 * 8 * 16 * 8192 * 128 and fl.dequant_ops == 2 * 8 * 8192 * 4 * 128
+    rows = ledger_rows(run([c]))["decode"]
+    assert rows[0]["kv"] == "67.1 MB" and rows[0]["kv_extra"] == "+ scales 32 B"
+    assert rows[0]["flops_extra"] == "+ 67.11 M dequant multiplies"
+    html = render_html(run([c]))
+    assert "+ scales 32 B" in html and "67.11 M dequant multiplies" in html and "vs unquantized cache 3.1e-02" in html
+    plain = replace(c, workload=w.with_(kv_dtype=None))
+    assert ledger_rows(run([plain]))["decode"][0]["kv_extra"] == "" and flop_ledger(plain, run([plain])).dequant_ops == 0

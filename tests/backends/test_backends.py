@@ -206,3 +206,28 @@ def test_flex_block_mask_from_per_sequence_lengths(extra, cpu):
         pytest.skip(str(exc))
     assert c.passed, c.out_rel_err
     assert "block mask from per-sequence lengths" in prepared.notes[0]
+
+
+def test_fp8_cache_reaches_only_backends_that_declare_it(cpu):
+    """An FP8 cache holds codes: a backend that does not dequantize would read them as values. Every built-in but
+    ours and the torch reference says why not; FlashInfer's decode names its per-tensor scale API."""
+    from profattn.backends.base import call_shape_reason
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("phase=decode,b=2,q=1,kv=64,hq=4,hkv=2,d=64,page=16,kv_dtype=fp8")
+    readers = set()
+    for b in all_backends():
+        reason = call_shape_reason(b, w) or b.unsupported_reason(w, cpu)
+        if reason is None or "TRITON_INTERPRET" in reason or "Triton" in reason:
+            readers.add(b.name)
+        elif b.name.startswith("flashinfer-decode"):
+            assert "one float per tensor" in reason and "per-KV-head" in reason
+        else:
+            assert "no float8_e4m3fn cache" in reason, (b.name, reason)
+    assert readers == {"triton-paged-decode", "torch-paged-reference"}
+
+    class Plain:  # a plugin that says nothing about cache dtypes
+        name, description = "plain", ""
+
+    assert "no float8_e4m3fn cache with per-KV-head scales" in call_shape_reason(Plain(), w)
+    assert call_shape_reason(Plain(), w.with_(kv_dtype=None)) is None

@@ -112,3 +112,48 @@ def test_memory_estimates_by_hand_and_above_what_is_allocated(cpu):
     # reference (fp64): q, out 72 each, k, v 60 each: 264 · 8 B = 2,112; the longest sequence's mask 3 · 5 = 15;
     # one chunk: B 3 · Hkv 1 · Lq 3 · (G 2 · Lk 5 · 8 B · 2 + 10) = 9 · 170 = 1,530
     assert reference_bytes_needed(w, cpu) == 2_112 + 15 + 1_530
+
+
+# ---- a quantized (FP8) paged cache ----------------------------------------------------------------------------
+def test_fp8_reference_is_over_the_dequantized_cache_and_quant_error_is_apart():
+    from profattn.workload.paged import dequantize, quantize
+
+    w = Workload(phase="decode", batch=3, q_len=1, kv_len=40, num_q_heads=4, num_kv_heads=2, head_dim=16,
+                 dtype="float32", kv_layout="paged", page_size=16, kv_len_dist="ragged", kv_len_seed=1, kv_dtype="fp8")
+    inputs = make_inputs(w, torch.device("cpu"), seed=0)
+    cache = inputs.paged
+    assert cache.k_pages.dtype is torch.float8_e4m3fn and tuple(cache.k_scale.shape) == (2,)
+    # scale = amax / 448 per KV head over every sequence's valid tokens
+    lens = w.kv_lens
+    for h in range(2):
+        amax = max(float(inputs.k[b, h, :n].abs().max()) for b, n in enumerate(lens))
+        assert float(cache.k_scale[h]) == pytest.approx(amax / 448, rel=1e-6)
+    ref = reference(w, inputs)
+    # by hand: rowwise fp64 attention over code * scale, and over the unquantized values
+    kq = dequantize(quantize(inputs.k, cache.k_scale, head_axis=1), cache.k_scale, head_axis=1, dtype=torch.float64)
+    vq = dequantize(quantize(inputs.v, cache.v_scale, head_axis=1), cache.v_scale, head_axis=1, dtype=torch.float64)
+    seqs = tuple((1, n) for n in lens)
+    assert torch.allclose(ref.out, rowwise(inputs.q, kq, vq, seqs), rtol=0, atol=1e-12)
+    assert torch.allclose(ref.unquantized_out, rowwise(inputs.q, inputs.k, inputs.v, seqs), rtol=0, atol=1e-12)
+    c = check(w, ref.out.float(), None, ref)
+    assert c.passed and c.out_rel_err < 1e-6
+    # the format's own error, reported apart: E4M3's 3 mantissa bits give a few percent on the output
+    assert c.quant_rel_err == pytest.approx(float(torch.linalg.vector_norm(ref.out - ref.unquantized_out)
+                                                  / torch.linalg.vector_norm(ref.unquantized_out)), rel=1e-3)
+    assert 1e-3 < c.quant_rel_err < 0.1
+    # an unquantized workload has none
+    plain = w.with_(kv_dtype=None)
+    pin = make_inputs(plain, torch.device("cpu"), seed=0)
+    assert check(plain, inputs.q, None, reference(plain, pin)).quant_rel_err is None
+
+
+def test_fp8_memory_estimates_by_hand(cpu):
+    w = Workload(phase="decode", batch=3, q_len=1, kv_len=40, num_q_heads=4, num_kv_heads=2, head_dim=16,
+                 dtype="float32", kv_layout="paged", page_size=16, kv_len_dist="ragged", kv_len_seed=1, kv_dtype="fp8")
+    assert w.kv_lens == (6, 40, 5)  # 1 + 3 + 1 = 5 pages of 16
+    # q 3·4·16 = 192, k = v = 3·2·40·16 = 3,840: (192 + 7,680) · 4 B = 31,488; fp32 draw 4 · 3,840 = 15,360;
+    # pool in fp32: 2 · 5 · 16 · 2 · 16 · 4 B = 20,480; FP8 pools 2 · 2,560 · 1 B + one fp32 quotient 2,560 · 4 B
+    assert inputs_bytes_needed(w) == 31_488 + 15_360 + 20_480 + 2 * 2_560 + 4 * 2_560
+    # reference (fp64): q, out, k, v = 8,064 elements, + dequantized k, v and the second output 7,872: 15,936 · 8 B;
+    # ragged mask 3 · 40 = 120; one chunk: B 3 · Hkv 2 · (G 2 · Lk 40 · 8 B · 2 + 80) = 6 · 1,360 = 8,160
+    assert reference_bytes_needed(w, cpu) == 127_488 + 120 + 8_160

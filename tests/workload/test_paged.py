@@ -134,3 +134,47 @@ def test_check_contents_compares_a_finite_fill_as_the_pool_stores_it():
     c, k, v, new = _prefix_cache(dtype=torch.bfloat16, fill=1e4)  # 1e4 is stored as 9984 in bf16
     reshape_and_cache(new.k_new, new.v_new, c.k_pages, c.v_pages, new.slot_mapping)
     assert c.check_contents(k, v) is None
+
+
+# ---- FP8 E4M3 quantization (Workload.kv_dtype) ----------------------------------------------------------------
+def test_fp8_round_trip_hand_computed():
+    from profattn.workload.paged import dequantize, per_head_scales, quantize
+
+    # head 0 holds 0.5, -3.0, 1.1 (amax 3 -> scale 3/448); head 1 holds only zeros (scale 1.0)
+    x = torch.zeros(1, 2, 3, 1)
+    x[0, 0, :, 0] = torch.tensor([0.5, -3.0, 1.1])
+    scale = per_head_scales(x, [3])
+    assert scale.tolist() == pytest.approx([3 / 448, 1.0])
+    codes = quantize(x, scale, head_axis=1)
+    assert codes.dtype is torch.float8_e4m3fn
+    # 0.5/(3/448) = 74.67 -> E4M3 spacing 8 in [64, 128): 72; -3 -> -448 exactly; 1.1 -> 164.27, spacing 16: 160
+    assert codes[0, 0, :, 0].float().tolist() == [72.0, -448.0, 160.0]
+    back = dequantize(codes, scale, head_axis=1, dtype=torch.float64)
+    assert back[0, 0, :, 0].tolist() == pytest.approx([72 * 3 / 448, -3.0, 160 * 3 / 448])
+    assert back[0, 1].abs().sum() == 0
+    # the amax is over each sequence's own tokens: a larger value past the length does not count
+    y = torch.ones(1, 1, 4, 1)
+    y[0, 0, 3, 0] = 100.0
+    assert per_head_scales(y, [3]).tolist() == pytest.approx([1 / 448])
+
+
+def test_fp8_cache_dense_dequantizes_through_the_block_table():
+    from profattn.workload.paged import dequantize, per_head_scales, quantize
+
+    k, v = dense()
+    lens = [40, 17, 16]
+    c = PagedKVCache.from_dense(k, v, page_size=16, seq_lens=lens, generator=torch.Generator().manual_seed(3), fill=1e4)
+    ks, vs = per_head_scales(k, lens), per_head_scales(v, lens)
+    c.quantize_fp8(ks, vs)
+    assert c.k_pages.dtype is torch.float8_e4m3fn and c.fill == 448.0
+    dk, dv = c.dense(torch.float64)
+    want_k = dequantize(quantize(k, ks, head_axis=1), ks, head_axis=1, dtype=torch.float64)
+    want_v = dequantize(quantize(v, vs, head_axis=1), vs, head_axis=1, dtype=torch.float64)
+    for b, n in enumerate(lens):
+        assert torch.equal(dk[b, :, :n], want_k[b, :, :n]) and torch.equal(dv[b, :, :n], want_v[b, :, :n])
+        assert dk[b, :, n:].abs().sum() == 0
+    # E4M3 keeps 3 mantissa bits: each value within half a spacing, |x| * 2^-4 (plus the subnormal floor)
+    err = (dk[0] - k[0].double()).abs()
+    assert bool((err <= k[0].double().abs() / 16 + ks.double().view(-1, 1, 1) * 2 ** -10).all())
+    with pytest.raises(ValueError, match="already quantized"):
+        c.quantize_fp8(ks, vs)

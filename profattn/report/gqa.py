@@ -147,11 +147,13 @@ def saving_sentence(s: CacheSaving, *, name_heads: bool = False) -> str:
 
 def saving_sentences(c: GqaComparison) -> list[str]:
     """The sentences of one shape: every backend's step from the largest head count to the next (MHA → GQA in the
-    ``gqa`` preset: the 4× saving), then to each smaller one."""
+    ``gqa`` preset: the 4× saving), then to each smaller one; a step without an eligible time at both head counts
+    gets no sentence (its table row says why)."""
     out = []
     for h in c.heads[1:]:
         for s in c.savings_at(h):
-            out.append(saving_sentence(s, name_heads=h != c.heads[1]))
+            if s.outcome is not SavingOutcome.NOT_TIMED:  # the table shows why (unsupported, error, incorrect)
+                out.append(saving_sentence(s, name_heads=h != c.heads[1]))
     return out
 
 

@@ -52,6 +52,19 @@ def test_section_left_out_without_head_variants():
     assert 'id="gqa"' not in render_html(r) and "GQA: cache traffic" not in run_markdown(r)
 
 
+def test_untimed_step_has_no_sentence():
+    from dataclasses import replace
+
+    from profattn.results import CellStatus
+
+    r = gqa_run()
+    cells = tuple(replace(c, status=CellStatus.UNSUPPORTED, timing=None, correctness=None, reason="no paged cache")
+                  if c.backend == "eager" else c for c in r.cells)
+    s = gqa_section(replace(r, cells=cells))
+    assert s["sentences"] and not any("eager" in t for t in s["sentences"])
+    assert s["tables"][1]["rows"][3]["latency"] == "– (unsupported)"
+
+
 def test_ratio_text():
     assert [times(x) for x in (3.6, 1.0256, 18.27)] == ["3.6×", "1.03×", "18.3×"]
     assert [article(x) for x in ("8.0×", "18.3×", "11.0×", "80.0×", "3.6×", "1.8×")] == ["an", "an", "an", "an", "a", "a"]

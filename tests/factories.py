@@ -60,3 +60,45 @@ def with_repeat(r: RunResult, n: int) -> RunResult:
     from dataclasses import replace
 
     return replace(r, repeat=n)
+
+
+def gqa_run() -> RunResult:
+    """A synthetic ``gqa``-shaped run (decode, B=8, Hq=32, d=128, bf16, paged 16; Hkv 32 / 8 / 1 at kv 512 and 8192)
+    with a read roof of 4,603 GB/s and hand-picked medians (µs) for sdpa-cudnn and eager — picked for the rules, not
+    physics (the Hkv-32 kv-512 call at 8.0 µs would stream 8,405 GB/s, above the roof):
+
+    - kv 8192, sdpa-cudnn: Hkv 32 219.24, Hkv 8 60.9 (a 3.6× saving at 4,410 GB/s: bandwidth-bound), Hkv 1 12.0;
+      counters at Hkv 8: 270,000,000 B read + 65,536 written (1.01× requested, not flagged);
+    - kv 512, sdpa-cudnn: 8.0 / 7.9 / 7.8 (Hkv 8 within 2 % of Hkv 32: no saving; launch-bound at its 7.8 floor);
+    - kv 8192, eager: 1,100 / 1,090 / 1,085 (within noise) with counters at Hkv 8 of 1,342,177,280 B read +
+      1,073,741,824 written (K/V expanded to 32 heads: 9.00× requested, flagged);
+    - kv 512, eager: 40 / 42 / 38 (Hkv 8 slower beyond noise; launch-bound at its 38.0 floor).
+    """
+    from dataclasses import replace
+
+    from profattn.results import Ceilings, CounterSummary, CountersInfo
+    from profattn.workload import Workload
+
+    def w(kv: int, hkv: int) -> Workload:
+        return Workload(phase="decode", batch=8, q_len=1, kv_len=kv, num_q_heads=32, num_kv_heads=hkv, head_dim=128,
+                        kv_layout="paged", page_size=16)
+
+    def counted(c: CellResult, read: int, write: int) -> CellResult:
+        return replace(c, counters=CounterSummary(dram_read_bytes=read, dram_write_bytes=write, l2_to_sm_read_bytes=read,
+                                                  l1_global_load_bytes=None, gpu_time_us=None, kernels=()))
+
+    lat = {("sdpa-cudnn", 512): (8.0, 7.9, 7.8), ("sdpa-cudnn", 8192): (219.24, 60.9, 12.0),
+           ("eager", 512): (40.0, 42.0, 38.0), ("eager", 8192): (1100.0, 1090.0, 1085.0)}
+    cells = []
+    for kv in (512, 8192):
+        for b in ("sdpa-cudnn", "eager"):
+            for h, t in zip((32, 8, 1), lat[(b, kv)]):
+                c = cell(w(kv, h), b, t, family="cudnn" if b == "sdpa-cudnn" else "dense")
+                if (b, kv, h) == ("sdpa-cudnn", 8192, 8):
+                    c = counted(c, 270_000_000, 65_536)
+                if (b, kv, h) == ("eager", 8192, 8):
+                    c = counted(c, 1_342_177_280, 1_073_741_824)
+                cells.append(c)
+    return replace(run(cells), preset="gqa", ceilings=Ceilings(4000.0, 2 << 30, 790.0, 8192, "bfloat16", "test", read_gbps=4603.0),
+                   counters_info=CountersInfo("measured", ncu_version="test", cache_control="all", replay_mode="kernel",
+                                               clock_control="base", wall_s=12.0))

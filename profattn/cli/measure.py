@@ -14,7 +14,7 @@ from profattn.errors import ProfattnError
 @main.command()
 @click.option("--regime", type=click.Choice(REGIMES), default="all", show_default=True, help="Which phase's workloads to run.")
 @click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
-@click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed, small, decode-sweep(-small), serving or serving-small (default: seed on CUDA, small on CPU).")
+@click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed, small, decode-sweep(-small), serving(-small) or gqa(-small) (default: seed on CUDA, small on CPU).")
 @click.option("--workload", "workload_specs", multiple=True, metavar="SPEC",
               help="Instead of a preset, this workload (repeatable): field=value pairs, e.g. "
                    "phase=decode,batch=8,q_len=1,kv_len=8192,num_q_heads=16,num_kv_heads=4,head_dim=128,"

@@ -66,6 +66,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     where some cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.analysis.verdict import ranked_cells, tied_with, verdict
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
+    from profattn.report.gqa import gqa_section
     from profattn.report.run import matrix_columns, noise_texts, workload_labels
     from profattn.report.verdict import render_verdict
 
@@ -90,6 +91,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
     noise = noise_texts(run)  # the same warnings the report and `profile` print: the verdict's caveat
+    gqa = gqa_section(run)
 
     def render(cap: int | None) -> str:
         parts = [
@@ -101,6 +103,9 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         parts += ["### Verdict", f"**{md_text(v.summary)}**"]
         if headline_rows:
             parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
+        if gqa is not None and (gqa["sentences"] or gqa["flags"]):
+            lines = [f"- {md_text(t)}" for t in gqa["sentences"]] + [f"- ⚑ {md_text(t)}" for t in gqa["flags"]]
+            parts += ["### GQA: cache traffic vs arithmetic", "\n".join(lines if cap is None else lines[:cap])]
         parts += ["### Result matrix",
                   md_table(headers, table, cap)]
         return "\n\n".join(parts) + "\n"

@@ -125,6 +125,26 @@ PRESETS["serving-small"] = Preset(
     _serving(batch=2, hq=4, hkv=2, d=32, prompt=128, chunks=(64, 32),
              mixed=(((1, 32, 128), (8, 16, 128, 1)), ((2, 16, 64), (6, 24, 40, 2)))),
 )
+def _gqa(*, batch: int, hq: int, hkvs: Iterable[int], d: int, kv_lens: Iterable[int]) -> tuple[Workload, ...]:
+    """Decode steps (q_len 1, paged 16, bf16, causal) at every KV length in ``kv_lens`` and, at each, every KV-head
+    count in ``hkvs`` with the same ``hq`` query heads: workloads identical but for ``num_kv_heads``, so cache
+    bytes fall with Hkv while FLOPs stay (``profattn.analysis.gqa``)."""
+    return tuple(Workload(phase=Phase.DECODE, batch=batch, q_len=1, kv_len=n, num_q_heads=hq, num_kv_heads=h, head_dim=d,
+                          dtype="bfloat16", mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=16)
+                 for n in kv_lens for h in hkvs)
+
+
+PRESETS["gqa"] = Preset(
+    "gqa",
+    "MHA vs GQA vs MQA at the same query heads: decode (q_len 1, B=8, Hq=32, d=128, bf16, paged 16) with Hkv 32, 8 "
+    "and 1 at kv_len 512, 2048, 8192, 32768 — K/V bytes fall 4x and 32x, FLOPs do not",
+    _gqa(batch=8, hq=32, hkvs=(32, 8, 1), d=128, kv_lens=(512, 2048, 8192, 32768)),
+)
+PRESETS["gqa-small"] = Preset(
+    "gqa-small",
+    "the gqa preset at CPU size: decode (B=2, Hq=8, d=32, bf16, paged 16) with Hkv 8, 2 and 1 at kv_len 64 and 256",
+    _gqa(batch=2, hq=8, hkvs=(8, 2, 1), d=32, kv_lens=(64, 256)),
+)
 #: Presets ``profattn sweep decode`` uses by device.
 SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
 

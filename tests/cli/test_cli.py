@@ -320,3 +320,22 @@ def test_profile_serving_small_end_to_end(tmp_path: Path):
                  str(tmp_path / "mixed"), "--backend", "torch-paged-reference")
     assert res.exit_code == 0, res.output
     assert {c.workload.phase.value for c in read_results(tmp_path / "mixed").cells} == {"mixed"}
+
+
+@pytest.mark.slow
+def test_profile_gqa_small_end_to_end(tmp_path: Path):
+    """The GQA twin on the CPU: six decode workloads identical but for Hkv (8 / 2 / 1 at kv 64 and 256), every cell
+    correct, and the report's GQA section with the hand-computed cache bytes (kv 256: K + V = 2 · 2 · Hkv · 256 · 32 ·
+    2 bytes = 524,288 at Hkv 8, 131,072 at Hkv 2) and no transferred figure (no counters on a CPU)."""
+    out = tmp_path / "gqa"
+    res = invoke("profile", "--preset", "gqa-small", "--device", "cpu", "--out", str(out), "--backend", "sdpa-math",
+                 "--backend", "torch-paged-reference")
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert len(run.cells) == 6 * 2 and {c.workload.num_kv_heads for c in run.cells} == {8, 2, 1}
+    for c in run.cells:
+        assert c.status == CellStatus.OK, (c.cell_id, c.reason)
+    html = (out / "report.html").read_text()
+    assert "GQA: cache traffic vs arithmetic" in html and "decode kv 256: B=2, Hq=8, d=32, bfloat16, page 16 — Hkv 8 / 2 / 1" in html
+    assert "524.3 kB" in html and "131.1 kB" in html and "At kv 256, sdpa-math " in html
+    assert "moved" not in html.split('id="gqa"')[1].split('id="ledgers"')[0]  # nothing transferred without counters

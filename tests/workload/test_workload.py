@@ -93,6 +93,18 @@ def test_presets_and_roundtrip():
     assert seed_decode(8192).tag == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal"
 
 
+def test_gqa_presets_differ_only_in_kv_heads():
+    big, small = get_preset("gqa"), get_preset("gqa-small")
+    assert [(w.kv_len, w.num_kv_heads) for w in big.workloads] == [(n, h) for n in (512, 2048, 8192, 32768) for h in (32, 8, 1)]
+    assert all(w.batch == 8 and w.num_q_heads == 32 and w.head_dim == 128 and w.dtype == "bfloat16" and w.page_size == 16
+               and w.phase is Phase.DECODE and w.q_len == 1 for w in big.workloads)
+    assert [(w.kv_len, w.num_kv_heads) for w in small.workloads] == [(n, h) for n in (64, 256) for h in (8, 2, 1)]
+    assert all(w.batch == 2 and w.num_q_heads == 8 and w.head_dim == 32 and w.page_size == 16 for w in small.workloads)
+    # K + V at kv 8192, Hkv 8: 2 · 8 · 8 · 8192 · 128 · 2 bytes; 4× and 32× fewer than at Hkv 32
+    kv = {(w.kv_len, w.num_kv_heads): w.kv_bytes for w in big.workloads}
+    assert kv[(8192, 8)] == 268_435_456 and kv[(8192, 32)] == 4 * kv[(8192, 8)] == 32 * kv[(8192, 1)]
+
+
 def test_workload_spec_round_trips_and_rejects_bad_text():
     from profattn.workload import get_preset, parse_workload_spec, workload_spec
 

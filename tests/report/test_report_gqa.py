@@ -68,3 +68,14 @@ def test_untimed_step_has_no_sentence():
 def test_ratio_text():
     assert [times(x) for x in (3.6, 1.0256, 18.27)] == ["3.6×", "1.03×", "18.3×"]
     assert [article(x) for x in ("8.0×", "18.3×", "11.0×", "80.0×", "3.6×", "1.8×")] == ["an", "an", "an", "an", "a", "a"]
+
+
+def test_counters_measured_without_a_wall_time_render():
+    """A measured counter pass whose wall time was not stored (``wall_s`` None) made the template raise
+    (``'%.0f' % None``); the sentence now leaves the duration out."""
+    from dataclasses import replace
+
+    r = gqa_run()
+    html = render_html(replace(r, counters_info=replace(r.counters_info, wall_s=None)))
+    assert "clock control" in html and "the pass took" not in html
+    assert "the pass took 12 s" in render_html(r)

@@ -53,15 +53,11 @@ def workload_order(run: RunResult) -> list[Workload]:
 def workload_labels(run: RunResult) -> dict[str, str]:
     """Workload tag → its short label (:func:`profattn.report.verdict.workload_label`, e.g.
     ``"decode kv 8192 (B=4, page 16)"``); where two workloads of the run share a label (they differ in a
-    field the label leaves out, such as heads or dtype) both keep their full tag."""
-    from profattn.report.verdict import workload_label
+    field the label leaves out, such as heads or dtype) that field is appended
+    (:func:`profattn.report.verdict.distinct_labels`)."""
+    from profattn.report.verdict import distinct_labels
 
-    ws = workload_order(run)
-    labels = {w.tag: workload_label(w) for w in ws}
-    counts: dict[str, int] = {}
-    for label in labels.values():
-        counts[label] = counts.get(label, 0) + 1
-    return {tag: label if counts[label] == 1 else tag for tag, label in labels.items()}
+    return distinct_labels(workload_order(run))
 
 
 def run_backends(run: RunResult) -> list[str]:

@@ -6,7 +6,7 @@ One renderer for the HTML report, the Markdown summary, ``profattn profile``'s l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from profattn.analysis.ledgers import ByteLedger
@@ -40,6 +40,38 @@ def workload_label(w: Workload) -> str:
     if w.phase is Phase.PREFILL and w.q_len != w.kv_len:
         return f"prefill q {w.q_len} kv {w.kv_len}{tail}"
     return f"{w.phase.value} kv {w.kv_len}{tail}"
+
+
+#: Fields that tell apart workloads sharing a :func:`workload_label`, and how each is spelled when it does.
+_DISTINGUISHING = (
+    (lambda w: (w.num_q_heads, w.num_kv_heads), lambda w: f"Hq {w.num_q_heads}/Hkv {w.num_kv_heads}"),
+    (lambda w: w.head_dim, lambda w: f"d {w.head_dim}"),
+    (lambda w: w.dtype, lambda w: w.dtype),
+    (lambda w: getattr(w, "kv_dtype", None), lambda w: f"KV {getattr(w, 'kv_dtype', None) or w.dtype}"),
+    (lambda w: w.mask, lambda w: f"mask {w.mask.value}"),
+)
+
+
+def distinct_labels(workloads: "Iterable[Workload]") -> dict[str, str]:
+    """Workload tag → a label unique among ``workloads``: :func:`workload_label`, and where several share it,
+    the fields that tell them apart appended (``"decode kv 8192 (page 16), Hq 32/Hkv 8"``); the full tag where
+    even those do not."""
+    ws = list({w.tag: w for w in workloads}.values())
+    labels = {w.tag: workload_label(w) for w in ws}
+    same: dict[str, list[Workload]] = {}
+    for w in ws:
+        same.setdefault(labels[w.tag], []).append(w)
+    out = dict(labels)
+    for label, group in same.items():
+        if len(group) < 2:
+            continue
+        parts = [spell for key, spell in _DISTINGUISHING if len({key(w) for w in group}) > 1]
+        for w in group:
+            out[w.tag] = label + "".join(f", {p(w)}" for p in parts)
+        if len({out[w.tag] for w in group}) < len(group):
+            for w in group:
+                out[w.tag] = w.tag
+    return out
 
 
 def seqs_label(w: Workload) -> str:
@@ -248,11 +280,11 @@ def _phase_sentence(phase: Phase, rows: tuple[WorkloadVerdict, ...], tw: str) ->
             f"the verdict depends on context length.")
 
 
-def _winner_text(row: WorkloadVerdict) -> str:
+def _winner_text(row: WorkloadVerdict, label: str) -> str:
     m = row.margin
     if m is not None and m.tie:
-        return f"{workload_label(row.workload)} → {row.winner_backend} ≈ {_names(row.tied)} (a tie)"
-    return f"{workload_label(row.workload)} → {row.winner_backend}"
+        return f"{label} → {row.winner_backend} ≈ {_names(row.tied)} (a tie)"
+    return f"{label} → {row.winner_backend}"
 
 
 def summary(v: Verdict) -> str:
@@ -270,7 +302,8 @@ def _training_summary(v: Verdict) -> str:
     tw = v.training_winner
     if v.training is TrainingOutcome.NO_WORKLOAD:
         won_rows = [r for r in v.rows if r.winner]
-        won = "; ".join(_winner_text(r) for r in won_rows[:SUMMARY_WINNERS]) + (
+        labels = distinct_labels(r.workload for r in v.rows)
+        won = "; ".join(_winner_text(r, labels[r.workload.tag]) for r in won_rows[:SUMMARY_WINNERS]) + (
             f"; and {len(won_rows) - SUMMARY_WINNERS} more (one line each below)" if len(won_rows) > SUMMARY_WINNERS else "")
         return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.")
     if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:

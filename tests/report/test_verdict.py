@@ -103,3 +103,18 @@ def test_h200_serving_run_markdown():
         "sdpa-cudnn) and 512 (1.59×); triton-paged-prefill wins in the mixed batches 2×q2048 + 32×q1 (21.24× faster "
         "than sdpa-cudnn) and 1×q512 + 64×q1 (25.96×). Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.89× "
         "(chunk 512) its unchunked time per prompt, flashinfer-prefill-paged 1.02× and 1.06×.**") in md
+
+
+def test_labels_of_workloads_that_differ_only_in_kv_heads():
+    """A GQA run's summary listed "decode kv 64 (B=2, page 16) → …" three times (the label leaves heads out); the
+    heads that tell them apart are appended, and a field the label already shows is not."""
+    from profattn.report.verdict import distinct_labels
+    from profattn.workload import Workload
+
+    ws = [Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=8, num_kv_heads=h, head_dim=32,
+                   kv_layout="paged", page_size=16) for h in (8, 2, 1)]
+    other = Workload(phase="decode", batch=2, q_len=1, kv_len=256, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                     kv_layout="paged", page_size=16)
+    labels = distinct_labels(ws + [other])
+    assert [labels[w.tag] for w in ws] == [f"decode kv 64 (B=2, page 16), Hq 8/Hkv {h}" for h in (8, 2, 1)]
+    assert labels[other.tag] == "decode kv 256 (B=2, page 16)"

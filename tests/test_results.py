@@ -110,3 +110,15 @@ def test_deeply_nested_results_json_is_a_results_error(tmp_path):
     (tmp_path / "results.json").write_text("[" * 100_000)
     with pytest.raises(ResultsError, match=r"results\.json: JSON nested too deeply$"):
         read_results(tmp_path)
+
+
+def test_window_round_trips_and_committed_runs_load_without_it(tmp_path: Path):
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("phase=decode,b=2,q=1,kv=64,hq=4,hkv=2,d=16,page=16,window=24")
+    r = run([cell(w, "torch-paged-reference", 12.0)])
+    back = read_results(write_results(r, tmp_path / "results.json"))
+    assert back == r and back.cells[0].workload.window == 24
+    assert back.cells[0].cell_id == r.cells[0].cell_id and back.cells[0].workload.tag.endswith("_paged16_w24")
+    old = read_results(REPO / "examples" / "h200-serving")  # written before windows existed
+    assert old.cells and all(c.workload.window is None for c in old.cells)

@@ -127,3 +127,15 @@ def test_fp8_workload_and_quant_error_round_trip(tmp_path: Path):
     del data["cells"][0]["workload"]["kv_dtype"], data["cells"][0]["correctness"]["quant_rel_err"]
     old = run_from_dict(data).cells[0]
     assert old.workload.kv_dtype is None and old.correctness.quant_rel_err is None
+
+
+def test_window_round_trips_and_committed_runs_load_without_it(tmp_path: Path):
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("phase=decode,b=2,q=1,kv=64,hq=4,hkv=2,d=16,page=16,window=24")
+    r = run([cell(w, "torch-paged-reference", 12.0)])
+    back = read_results(write_results(r, tmp_path / "results.json"))
+    assert back == r and back.cells[0].workload.window == 24
+    assert back.cells[0].cell_id == r.cells[0].cell_id and back.cells[0].workload.tag.endswith("_paged16_w24")
+    old = read_results(REPO / "examples" / "h200-serving")  # written before windows existed
+    assert old.cells and all(c.workload.window is None for c in old.cells)

@@ -208,7 +208,7 @@ class FlashInferDecode:
             paged_kv_last_page_len_buffer=torch.empty_like(last))
         dt = getattr(torch, w.dtype)
         wrapper.plan(indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
-                     pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt)
+                     pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
         return wrapper
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
@@ -294,11 +294,11 @@ class FlashInferPrefill:
                 indptr, indices, last = pages
                 wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
                 wr.plan(qo_indptr, indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
-                        causal=causal, q_data_type=dt, kv_data_type=dt)
+                        causal=causal, q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
             else:
                 wr = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
                 wr.plan(qo_indptr, row_offsets(kv, device), w.num_q_heads, w.num_kv_heads, w.head_dim,
-                        causal=causal, q_data_type=dt, kv_data_type=dt)
+                        causal=causal, q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
             return wr
 
         def tiny():
@@ -339,6 +339,13 @@ class FlashInferPrefill:
             ) + (() if uniform else ("output unpacked to [B, Hq, Lq_max, d] for the correctness check, outside the timing",))
             + _append_note(w),
         )
+
+
+def window_left(w: Workload) -> int:
+    """FlashInfer's ``plan(window_left=...)``: keys left of the diagonal each query sees, ``window − 1`` for a
+    sliding window (the diagonal key plus ``W − 1`` before it: FlashInfer 0.5's convention), ``-1`` (no window)
+    otherwise. Not run here without a GPU: checked on a CUDA run against the reference."""
+    return -1 if w.window is None else w.window - 1
 
 
 def _append_note(w: Workload) -> tuple[str, ...]:

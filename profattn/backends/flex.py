@@ -70,7 +70,8 @@ class FlexBackend:
         elif workload.mask is Mask.CAUSAL:
             offset = workload.kv_len - workload.q_len
             block_mask = create_block_mask(
-                causal_mask_mod(offset), None, None, workload.q_len, workload.kv_len, device=str(device)
+                causal_mask_mod(offset, workload.window), None, None, workload.q_len, workload.kv_len,
+                device=str(device)
             )
         compiled = _compiled_flex()
         gqa = workload.is_gqa
@@ -93,25 +94,33 @@ class FlexBackend:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
         notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
+        if workload.window is not None:
+            notes = (f"block mask: causal (bottom-right), sliding window of {workload.window} keys (tiles outside "
+                     "every row's window skipped)",)
         if workload.is_varlen:
             notes = ("block mask from per-sequence lengths: padding rows and key slots masked, fully masked tiles "
-                     "skipped" + (", bottom-right causal per sequence" if workload.mask is Mask.CAUSAL else ""),)
+                     "skipped" + (", bottom-right causal per sequence" if workload.mask is Mask.CAUSAL else "")
+                     + (f", sliding window of {workload.window} keys" if workload.window is not None else ""),)
         return Prepared(forward=forward, notes=notes)
 
 
 def varlen_mask_mod(workload: Workload, device: torch.device):
     """FlexAttention ``mask_mod`` of a variable-length call padded to its longest sequence: sequence ``b`` keeps
     its own query rows (``q_idx < q_lens[b]``) and keys (``kv_idx < kv_lens[b]``), and with a causal mask
-    ``kv_idx ≤ q_idx + kv_lens[b] − q_lens[b]`` (bottom-right per sequence). The lengths are int32 tensors on
+    ``kv_idx ≤ q_idx + kv_lens[b] − q_lens[b]`` (bottom-right per sequence), with a sliding window ``W`` also
+    ``kv_idx > q_idx + kv_lens[b] − q_lens[b] − W``. The lengths are int32 tensors on
     ``device`` captured by the closure. Padding rows see no key (FlexAttention writes zeros there)."""
     q_lens = torch.tensor(workload.q_lens, dtype=torch.int32, device=device)
     kv_lens = torch.tensor(workload.kv_lens, dtype=torch.int32, device=device)
     causal = workload.mask is Mask.CAUSAL
+    window = workload.window
 
     def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
         keep = (q_idx < q_lens[b]) & (kv_idx < kv_lens[b])
         if causal:
             keep = keep & (kv_idx <= q_idx + kv_lens[b] - q_lens[b])
+            if window is not None:
+                keep = keep & (kv_idx > q_idx + kv_lens[b] - q_lens[b] - window)
         return keep
 
     return mask_mod
@@ -124,7 +133,8 @@ class FlexPagedDecode:
     no copy); the batch's new tokens are the query rows ``[1, Hq, B, d]`` (query row ``b`` = sequence ``b``).
     ``mask_mod`` keeps physical slot ``j`` for query ``b`` when page ``j // page_size`` belongs to sequence
     ``b`` (a ``[B, num_pages]`` table of logical page numbers built from the block table, ``-1`` elsewhere;
-    shared prefix pages belong to every sequence that maps them) and the slot lies before ``seq_lens[b]``.
+    shared prefix pages belong to every sequence that maps them) and the slot lies before ``seq_lens[b]`` (and, with
+    a sliding window ``W``, at or after ``seq_lens[b] − W``).
     The block mask is built once in ``bind`` (outside timing). Each K/V block is loaded once for all query
     rows — the pool is read once — at the price of B× the QK/PV arithmetic on masked entries.
     """
@@ -159,10 +169,15 @@ class FlexPagedDecode:
                 n = -(-int(cache.seq_lens[s]) // page)
                 owner[s, table[s, :n]] = torch.arange(n, dtype=torch.int32, device=owner.device)
             lens = cache.seq_lens
+            window = workload.window
 
             def mask_mod(bb, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
                 lp = owner[q_idx, kv_idx // page]
-                return (lp >= 0) & (lp * page + kv_idx % page < lens[q_idx])
+                pos = lp * page + kv_idx % page
+                keep = (lp >= 0) & (pos < lens[q_idx])
+                if window is not None:
+                    keep = keep & (pos >= lens[q_idx] - window)
+                return keep
 
             block_mask = create_block_mask(mask_mod, 1, None, b, pool_tokens, device=str(inputs.q.device))
             q = inputs.q[:, :, 0, :].unsqueeze(0).transpose(1, 2)  # [1, Hq, B, d]
@@ -176,4 +191,5 @@ class FlexPagedDecode:
             return call
 
         return Prepared(forward=paged_only_forward, bind=bind,
-                        notes=("FlexAttention on the physical page pool; mask from the block table",))
+                        notes=("FlexAttention on the physical page pool; mask from the block table"
+                               + (f" and a sliding window of {workload.window} keys" if workload.window else ""),))

@@ -37,7 +37,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from profattn.backends.base import AttentionInputs, KernelFamily, Prepared, Unsupported
 from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH, NESTED
 from profattn.backends.eager import dense_path_bytes, dense_path_reason
-from profattn.backends.masks import SdpaMaskArgs, dense_mask, padded_pairs, padding_note, sdpa_mask_args, varlen_mask
+from profattn.backends.masks import (SdpaMaskArgs, dense_mask, padded_pairs, padding_note, sdpa_mask_args, varlen_mask,
+                                    window_applies)
 from profattn.backends.memory import fit_reason, human_bytes
 from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
 from profattn.workload import Mask, Phase, Workload
@@ -71,7 +72,7 @@ class SdpaBackend:
         reason = self.unsupported_reason(workload, device)
         if reason:
             raise Unsupported(reason)
-        margs = sdpa_mask_args(workload)
+        margs = sdpa_mask_args(workload, device)
         if workload.is_varlen:
             margs = SdpaMaskArgs(dense_mask(workload, device), False,
                                  "explicit boolean mask [B, 1, Lq_max, Lk_max] from per-sequence lengths")
@@ -108,7 +109,7 @@ def _trial(workload: Workload, device: torch.device, backend: SDPBackend) -> Non
     small = Workload(phase=phase, batch=1, q_len=lq, kv_len=lk, num_q_heads=workload.num_q_heads,
                      num_kv_heads=workload.num_kv_heads, head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask)
     margs = sdpa_mask_args(small)
-    if workload.is_varlen:  # the same mask class as the real call: an arbitrary boolean tensor
+    if workload.is_varlen or window_applies(workload):  # the same mask class as the real call: a boolean tensor
         margs = SdpaMaskArgs(varlen_mask((lq,), (lk,), causal=True, device=device), False, "")
     dtype = getattr(torch, workload.dtype)
     q = torch.randn(small.q_shape, device=device, dtype=dtype)
@@ -184,6 +185,9 @@ def nested_call_reason(workload: Workload, device_type: str) -> str | None:
         return ("train: bind packs q/k/v into jagged tensors outside the timed call and outside autograd, so no "
                 "gradient would reach the padded q/k/v the check reads (a backward through jagged SDPA is not "
                 "measured here)")
+    if window_applies(w):
+        return (f"sliding window of {w.window} keys: torch's jagged SDPA takes no attn_mask (\"Masks are not yet "
+                "supported!\") and no window argument, so the window cannot be expressed")
     kernel = NESTED_KERNELS.get(device_type)
     if kernel is None:
         return (f"jagged SDPA is pinned to FlashAttention-2 on CUDA and to the math path on a CPU; {device_type} "

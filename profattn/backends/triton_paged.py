@@ -97,7 +97,7 @@ def _kernels():
         stride_ob, stride_oh,
         stride_pb, stride_ph, stride_ps,
         stride_lb, stride_lh,
-        tokens_per_split, num_splits, Arrivals, KScale, VScale,
+        tokens_per_split, num_splits, Arrivals, KScale, VScale, window,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
         PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
         KV_QUANT: tl.constexpr,
@@ -106,7 +106,10 @@ def _kernels():
         kvh = tl.program_id(1)
         split = tl.program_id(2)
         seq_len = tl.load(SeqLens + b)
-        start = split * tokens_per_split
+        # A sliding window (window > 0) starts the key loop at the window's first key: the pages before it
+        # are never read, and the splits share only the window's tokens.
+        lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)
+        start = lo + split * tokens_per_split
         end = tl.minimum(start + tokens_per_split, seq_len)
 
         offs_g = tl.arange(0, BLOCK_G)
@@ -226,7 +229,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
                  plan: SplitPlan | None = None, workspace: dict | None = None,
                  num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True,
                  combine: str | None = None, k_scale: torch.Tensor | None = None,
-                 v_scale: torch.Tensor | None = None) -> torch.Tensor:
+                 v_scale: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """Decode attention over a paged KV cache.
 
     Args:
@@ -246,13 +249,16 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
             ``code · scale``. The kernel loads the codes, converts them (exactly) to q's dtype and applies the
             scales folded — ``k_scale`` into the softmax scale, ``v_scale`` into the output — which equals
             dequantizing every loaded element (the ledger's ``dequant_ops``) in exact arithmetic.
+        window: sliding window: each sequence attends its last ``window`` keys only, its key loop starting at
+            ``max(0, seq_len − window)`` (pages before it are not read); the split plan then covers
+            ``min(max_kv_len, window)`` tokens. None: every key.
 
     Returns:
         ``[batch, num_q_heads, head_dim]`` in q's dtype.
 
     Raises:
-        ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, an unknown ``combine``, or FP8
-            pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8).
+        ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, an unknown ``combine``, FP8
+            pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8), or a window below 1.
     """
     global _KERNELS
     if _KERNELS is None:
@@ -270,7 +276,10 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         raise ValueError("FP8 (float8_e4m3fn) K and V pages need k_scale and v_scale, and only they take scales")
     if quant and (tuple(k_scale.shape) != (hkv,) or tuple(v_scale.shape) != (hkv,)):
         raise ValueError(f"k_scale and v_scale must be [num_kv_heads] = [{hkv}]")
-    plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=max_kv_len, num_sms=num_sms)
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    span = max_kv_len if window is None else min(max_kv_len, window)
+    plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = torch.empty_like(q)
     ws = workspace if workspace is not None else {}
@@ -299,6 +308,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         lse.stride(0), lse.stride(1),
         plan.tokens_per_split, plan.num_splits, arrivals,
         k_scale if quant else seq_lens, v_scale if quant else seq_lens,  # unread without KV_QUANT
+        0 if window is None else window,
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
         PREFETCH=prefetch, FUSED=fused, KV_QUANT=quant,
         num_warps=num_warps, num_stages=num_stages,
@@ -406,8 +416,10 @@ class TritonPagedDecode:
         sms = _num_sms(device)
         ctas_per_sm = ctas_per_sm_setting()
         combine = combine_setting()
+        window = workload.window
+        span = workload.kv_len if window is None else min(workload.kv_len, window)  # tokens one sequence reads
         plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
-                                 max_kv_len=workload.kv_len, num_sms=sms, ctas_per_sm=ctas_per_sm)
+                                 max_kv_len=span, num_sms=sms, ctas_per_sm=ctas_per_sm)
         workspace: dict = {}
 
         run_dtype = interpreter_dtype(device, workload.dtype)
@@ -426,7 +438,7 @@ class TritonPagedDecode:
                 return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
                                     max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
                                     combine=combine, k_scale=cache.k_scale,
-                                    v_scale=cache.v_scale).unsqueeze(2).to(out_dtype)
+                                    v_scale=cache.v_scale, window=window).unsqueeze(2).to(out_dtype)
 
             return call
 
@@ -435,6 +447,9 @@ class TritonPagedDecode:
         append_note = ("cache append: ours, one Triton launch for K and V (triton_append.paged_append)",) if workload.append else ()
         fp8_note = ("FP8 E4M3 pages loaded as codes, converted in registers; per-KV-head k_scale folded into the "
                     "softmax scale, v_scale into the output",) if workload.is_kv_quantized else ()
+        if window is not None:
+            append_note += (f"sliding window of {window} keys: each sequence's key loop starts at max(0, kv_len − "
+                            f"{window}), so only the window's pages are read; the split plan covers {span:,} tokens",)
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + fp8_note + (
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
             f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
@@ -485,22 +500,29 @@ class TorchPagedReference:
             raise Unsupported(reason)
         if workload.q_len == 1:
             return self._prepare_decode(workload)
-        return self._prepare_per_sequence(workload)
+        return self._prepare_per_sequence(workload, device)
 
     def _prepare_decode(self, workload: Workload) -> Prepared:
         import torch.nn.functional as F
 
+        from profattn.backends.masks import window_applies
+
         max_len = workload.kv_len
         pages_needed = math.ceil(max_len / workload.page_size)
         ragged = len(set(workload.kv_lens)) > 1
+        window = workload.window if window_applies(workload) else None
 
         def bind(inputs: AttentionInputs):
             cache = inputs.paged
             q = inputs.q
             table = cache.block_table[:, :pages_needed].long().clamp(min=0)
             mask = None
-            if ragged:
-                mask = (torch.arange(max_len, device=q.device)[None, :] < cache.seq_lens[:, None].long())[:, None, None, :]
+            if ragged or window is not None:
+                pos, lens = torch.arange(max_len, device=q.device)[None, :], cache.seq_lens[:, None].long()
+                keep = pos < lens
+                if window is not None:  # the sliding window: the last `window` keys of each sequence
+                    keep = keep & (pos >= lens - window)
+                mask = keep[:, None, None, :]
 
             def call() -> torch.Tensor:
                 b = table.shape[0]
@@ -509,7 +531,7 @@ class TorchPagedReference:
                 if cache.k_scale is not None:  # FP8 codes: dequantize the gathered copy (one multiply per element)
                     k = dequantize(k, cache.k_scale, head_axis=1, dtype=q.dtype)
                     v = dequantize(v, cache.v_scale, head_axis=1, dtype=q.dtype)
-                if mask is not None:  # slots past a sequence's end hold whatever the pool held (NaN in tests)
+                if mask is not None:  # masked slots may hold whatever the pool held (NaN in tests)
                     k = k.masked_fill(~mask.transpose(-1, -2), 0)
                     v = v.masked_fill(~mask.transpose(-1, -2), 0)
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
@@ -518,9 +540,11 @@ class TorchPagedReference:
 
         return Prepared(forward=paged_only_forward, bind=bind,
                         notes=("gather + SDPA (default kernel choice)" + (", key-padding mask" if ragged else "")
-                               + (", FP8 codes dequantized after the gather" if workload.is_kv_quantized else ""),))
+                               + (", FP8 codes dequantized after the gather" if workload.is_kv_quantized else "")
+                               + (f", sliding-window mask of {window} keys (the whole cache is gathered)"
+                                  if window is not None else ""),))
 
-    def _prepare_per_sequence(self, workload: Workload) -> Prepared:
+    def _prepare_per_sequence(self, workload: Workload, device: torch.device) -> Prepared:
         import torch.nn.functional as F
 
         from profattn.backends.masks import sdpa_mask_args
@@ -530,7 +554,8 @@ class TorchPagedReference:
         seqs = list(zip(workload.q_lens, workload.kv_lens))
         margs = [sdpa_mask_args(Workload(phase=Phase.PREFILL, batch=1, q_len=nq, kv_len=nk,
                                          num_q_heads=workload.num_q_heads, num_kv_heads=workload.num_kv_heads,
-                                         head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask))
+                                         head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask,
+                                         window=workload.window), device)
                  for nq, nk in seqs]
 
         def bind(inputs: AttentionInputs):
@@ -556,4 +581,5 @@ class TorchPagedReference:
 
         return Prepared(forward=paged_only_forward, bind=bind,
                         notes=("per sequence: gather its pages, SDPA on its own rows (default kernel choice, "
-                               "bottom-right causal per sequence; no padding computed)",))
+                               "bottom-right causal per sequence; no padding computed)"
+                               + (f"; sliding window of {workload.window} keys" if workload.window else ""),))

@@ -268,6 +268,8 @@ class TritonPagedPrefill:
             return f"head_dim {d} is not a power of two >= 16"
         if w.mask not in (Mask.CAUSAL, Mask.NONE):
             return f"mask {w.mask.value} is not implemented (causal or none)"
+        if w.window is not None and w.window < w.kv_len:
+            return "window not implemented (sliding-window attention runs in triton-paged-decode for decode steps)"
         return triton_available(device)
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:

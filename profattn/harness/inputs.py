@@ -177,7 +177,8 @@ def _valid_rows(lens: "tuple[int, ...]", longest: int, device: torch.device) -> 
 
 
 def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int = REFERENCE_CHUNK_BYTES) -> Reference:
-    """Eager attention with an explicit mask on inputs upcast to fp32 (CUDA) or fp64 (CPU).
+    """Eager attention with an explicit mask on inputs upcast to fp32 (CUDA) or fp64 (CPU); a sliding window is
+    part of that mask (:func:`~profattn.backends.masks.dense_mask`).
 
     The score matrix is built in chunks of whole sequences, then KV heads, then query rows, each chunk at
     most ``chunk_bytes`` of intermediates (one chunk when the whole call fits), so long prefills stay
@@ -211,7 +212,8 @@ def reference(workload: Workload, inputs: AttentionInputs, *, chunk_bytes: int =
             causal = workload.mask is Mask.CAUSAL
             for b, (nq, nk) in enumerate(zip(workload.q_lens, workload.kv_lens)):
                 rows, keys = slice(0, nq), slice(0, nk)
-                mask = varlen_mask((nq,), (nk,), causal=True, device=q.device)[0, 0] if causal else None
+                mask = (varlen_mask((nq,), (nk,), causal=True, device=q.device, window=workload.window)[0, 0]
+                        if causal else None)
                 _reference_chunks(q[b:b + 1, :, rows], k[b:b + 1, :, keys], v[b:b + 1, :, keys],
                                   d_out[b:b + 1, :, rows] if train else None, out[b:b + 1, :, rows], mask, unit,
                                   chunk_bytes)

@@ -377,7 +377,7 @@ def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
     series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, tuple[str, ...]]]] = {}
     for c in run.cells:
         w = c.workload
-        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen:
+        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen or w.window is not None:
             continue
         best = win.get(w.tag)
         series.setdefault((w.batch, w.page_size or 0), {})[w.kv_len] = (
@@ -443,11 +443,12 @@ def _ok(c: CellResult) -> bool:
 
 
 def _decode_groups(run: RunResult) -> dict[tuple[int, int, str], list[CellResult]]:
-    """Timed uniform-length decode cells grouped by (batch, page_size, backend)."""
+    """Timed uniform-length decode cells grouped by (batch, page_size, backend); sliding-window cells are left out
+    (their kv_len is not what they read)."""
     groups: dict[tuple[int, int, str], list[CellResult]] = {}
     for c in run.cells:
         w = c.workload
-        if w.phase is Phase.DECODE and _ok(c) and not w.is_ragged and not w.shared_prefix_len:
+        if w.phase is Phase.DECODE and _ok(c) and not w.is_ragged and not w.shared_prefix_len and w.window is None:
             groups.setdefault((w.batch, w.page_size or 0, c.backend), []).append(c)
     return {k: sorted(v, key=lambda c: c.workload.kv_len) for k, v in groups.items()}
 

@@ -21,7 +21,8 @@ from profattn.workload import Phase, Workload
 def workload_label(w: Workload) -> str:
     """A workload's short display label: ``"decode kv 8192 (B=4, page 16)"``, ``"train 2048/2048"``; a prefill
     chunk whose queries are fewer than its keys ``"prefill q 2048 kv 8192 (page 16)"``; a variable-length call
-    by its sequences: ``"mixed 2×q2048 + 32×q1, kv ≤ 8192 (page 16)"``, ``"decode 32×q1, kv ≤ 8192 (page 16)"``."""
+    by its sequences: ``"mixed 2×q2048 + 32×q1, kv ≤ 8192 (page 16)"``, ``"decode 32×q1, kv ≤ 8192 (page 16)"``; a
+    sliding window adds ``"window 4096"`` to the parentheses."""
     if w.phase is Phase.TRAIN:
         return f"train {w.q_len}/{w.kv_len}" + (" (packed)" if w.is_varlen else "")
     extra = []
@@ -33,6 +34,8 @@ def workload_label(w: Workload) -> str:
         extra.append(f"{w.kv_len_dist} lengths")
     if w.shared_prefix_len:
         extra.append(f"prefix {w.shared_prefix_len}")
+    if w.window is not None:
+        extra.append(f"window {w.window}")
     tail = f" ({', '.join(extra)})" if extra else ""
     if w.is_varlen:
         kv = f"kv {w.kv_len}" if len(set(w.kv_lens)) == 1 else f"kv ≤ {w.kv_len}"

@@ -11,7 +11,9 @@ Mask semantics: ``causal`` is *bottom-right* aligned, as in flash-attn 2 (Dao, 2
 § "causal mask" in the flash-attn README since v2.1): query row ``i`` of ``q_len`` sits at absolute
 position ``p = kv_len - q_len + i`` and sees keys ``0..p``. For ``q_len == kv_len`` that equals SDPA's
 top-left ``is_causal=True``; for ``q_len < kv_len`` (decode, chunked prefill) it does not, and backends
-must use ``torch.nn.attention.bias.causal_lower_right`` or an equivalent.
+must use ``torch.nn.attention.bias.causal_lower_right`` or an equivalent. A sliding window ``W`` (causal
+only; Mistral's and Gemma's local attention, flash-attn's ``window_size=(W-1, 0)``) keeps, of those keys, the last
+``W``: query row ``i`` sees keys ``j`` with ``p − W < j ≤ p``.
 """
 
 from __future__ import annotations
@@ -151,14 +153,22 @@ class TensorTraffic:
         return self.bytes_read + self.bytes_written
 
 
-def causal_pairs(q_len: int, kv_len: int) -> int:
+def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> int:
     """Number of (query, key) pairs a bottom-right-aligned causal mask keeps, per batch and head.
 
     Query row ``i`` (0-based) sits at position ``kv_len - q_len + i`` and sees
-    ``clamp(kv_len - q_len + i + 1, 0, kv_len)`` keys. Summed in closed form: rows with no visible key
-    (possible when ``q_len > kv_len``) contribute 0, rows past ``kv_len`` are clamped.
-    Example: ``causal_pairs(2048, 2048) == 2048 * 2049 // 2``; ``causal_pairs(1, n) == n``.
+    ``clamp(kv_len - q_len + i + 1, 0, kv_len)`` keys, at most ``window`` of them when a sliding window is
+    given. Summed in closed form: rows with no visible key (possible when ``q_len > kv_len``) contribute 0,
+    rows past ``kv_len`` are clamped, rows past the window see ``window`` keys.
+    Example: ``causal_pairs(2048, 2048) == 2048 * 2049 // 2``; ``causal_pairs(1, n) == n``;
+    ``causal_pairs(4, 4, window=2) == 1 + 2 + 2 + 2``.
     """
+    if window is not None:
+        # visible(i) = clamp(a + i, 0, window) with a = kv_len - q_len + 1, i in [0, q_len)
+        a, z = kv_len - q_len + 1, kv_len
+        lo, hi = max(a, 1), min(z, window)
+        ramp = (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
+        return ramp + window * max(0, z - max(a - 1, window))
     offset = kv_len - q_len
     # visible(i) = i + offset + 1 for i in [lo, q_len), clamped at kv_len (never exceeded since i < q_len).
     lo = max(0, -offset)  # first row that sees at least one key
@@ -179,6 +189,16 @@ FIELD_LIMITS: dict[str, int] = {"batch": 1 << 16, "q_len": 1 << 28, "kv_len": 1 
 
 #: Longest run-length text :func:`seqs_tag` spells out before it falls back to a digest.
 SEQS_TAG_MAX = 48
+
+
+def window_start(q_len: int, kv_len: int, window: int | None) -> int:
+    """First key any query row of a sequence sees under a sliding ``window`` (bottom-right causal): its
+    last row sits at ``kv_len − 1`` and its first at ``kv_len − q_len``, which sees down to ``kv_len − q_len − window
+    + 1``; 0 without a window. Keys ``window_start … kv_len − 1`` are the ones a call must read:
+    ``min(kv_len, q_len + window − 1)`` of them. Example: ``window_start(1, 32768, 4096) == 28672``."""
+    if window is None:
+        return 0
+    return max(0, kv_len - q_len - window + 1)
 
 
 def seqs_tag(seqs: "Iterable[tuple[int, int]]") -> str:
@@ -230,6 +250,8 @@ class Workload:
             one byte per element plus one fp32 scale per KV head for K and one for V (vLLM's per-attention-head
             ``k_scale``/``v_scale`` ``[num_kv_heads]``); kernels dequantize (value = code · scale). FP8 is offered
             for paged decode calls without an append (no quantizing append kernel yet).
+        window: sliding-window attention (causal only): each query row sees at most its last ``window`` keys
+            (see the module docstring); ``None`` is the full causal mask, and ``window ≥ kv_len`` equals it.
 
     Raises:
         WorkloadError: a field is out of domain.
@@ -252,6 +274,7 @@ class Workload:
     seqs: tuple[tuple[int, int], ...] = ()
     append: bool = False
     kv_dtype: str | None = None
+    window: int | None = None
 
     @classmethod
     def varlen(cls, phase: "Phase | str | None", seqs: "Iterable[tuple[int, int]]", **fields_: object) -> "Workload":
@@ -312,6 +335,12 @@ class Workload:
             raise WorkloadError("append (writing new K/V into the cache) needs kv_layout='paged'")
         if self.append and self.phase is Phase.TRAIN:
             raise WorkloadError("append is a serving-call option; training writes no KV cache")
+        if self.window is not None:
+            if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+                raise WorkloadError(f"window must be a positive integer (keys each query sees), got {self.window!r}")
+            if self.mask is not Mask.CAUSAL:
+                raise WorkloadError(f"a sliding window needs mask='causal' (it keeps the last window keys of the "
+                                    f"causal mask), got mask={self.mask.value!r}")
         self._check_seqs()
         object.__setattr__(self, "kv_dtype", parse_kv_dtype(self.kv_dtype))
         if self.kv_dtype is not None:
@@ -404,6 +433,8 @@ class Workload:
             tag += "_append"
         if self.kv_dtype is not None:
             tag += f"_kv{_KV_DTYPE_SHORT[self.kv_dtype]}"
+        if self.window is not None:
+            tag += f"_w{self.window}"
         return tag
 
     @property
@@ -438,15 +469,27 @@ class Workload:
         return tuple(ragged_lengths(self.kv_len, self.batch, self.kv_len_dist, self.kv_len_seed))
 
     @property
+    def window_starts(self) -> tuple[int, ...]:
+        """First key each sequence's queries see (:func:`window_start`): all 0 without a window."""
+        if self.window is None:
+            return (0,) * self.batch
+        return tuple(window_start(q, n, self.window) for q, n in zip(self.q_lens, self.kv_lens))
+
+    @property
     def unique_kv_tokens(self) -> int:
-        """Token slots of K (or V) that physically exist: a shared prefix counts once."""
-        lens = self.kv_lens
-        return sum(lens) - (len(lens) - 1) * self.shared_prefix_len
+        """Token slots of K (or V) the call reads, each physical slot once: a shared prefix counts once, and with a
+        sliding window only the slots ``window_start_b … kv_len_b − 1`` (:attr:`window_starts`; shared prefix slots
+        once if any sequence's window reaches them). Example: decode, B=2, kv 32768, window 4096 → 8192."""
+        lens, p = self.kv_lens, self.shared_prefix_len
+        starts = self.window_starts
+        private = sum(n - max(lo, p) for lo, n in zip(starts, lens))
+        return private + max(0, p - min(starts))
 
     @property
     def logical_kv_tokens(self) -> int:
-        """Token slots every sequence reads, shared prefix counted per sequence: ``Σ len_b``."""
-        return sum(self.kv_lens)
+        """Token slots every sequence reads, shared prefix counted per sequence: ``Σ (len_b − window_start_b)``
+        (``Σ len_b`` without a window)."""
+        return sum(n - lo for lo, n in zip(self.window_starts, self.kv_lens))
 
     # ---- arithmetic ledger ---------------------------------------------------------------------
     @property
@@ -454,7 +497,7 @@ class Workload:
         """(query, key) pairs computed per query head, summed over the batch, after the mask."""
         pairs = zip(self.q_lens, self.kv_lens)
         if self.mask is Mask.CAUSAL:
-            return sum(causal_pairs(q, n) for q, n in pairs)
+            return sum(causal_pairs(q, n, self.window) for q, n in pairs)
         return sum(q * n for q, n in pairs)
 
     @property
@@ -504,7 +547,9 @@ class Workload:
         block table (int32, one entry per page in use) and sequence lengths read once. A variable-length call
         counts each sequence exactly: Q and O as ``[Σ q_len_b, Hq, d]``, K/V as ``Σ kv_len_b`` token slots
         (a packed / paged layout; padding a backend adds is its own waste, not part of this minimum), plus
-        the per-sequence query offsets (int32, B + 1).
+        the per-sequence query offsets (int32, B + 1). A sliding window reads only the keys inside some row's
+        window (:attr:`window_starts`; the block table's entries for the pages they lie on); training still
+        writes dK/dV whole (zero outside the windows).
         """
         s, ks = self.itemsize, self.kv_itemsize
         q: tuple[int, ...] = self.q_shape
@@ -512,6 +557,9 @@ class Workload:
         if self.seqs:
             q = (self.q_tokens, self.num_q_heads, self.head_dim)
             kv = (sum(self.kv_lens), self.num_kv_heads, self.head_dim)
+        grads_kv = kv
+        if self.window is not None:
+            kv = (self.logical_kv_tokens, self.num_kv_heads, self.head_dim)
         if self.kv_layout is KVLayout.PAGED:
             kv = (self.unique_kv_tokens, self.num_kv_heads, self.head_dim)
         fwd = [
@@ -539,16 +587,19 @@ class Workload:
             TensorTraffic("LSE", lse, 4, reads=1, writes=1),
             TensorTraffic("dO", q, s, reads=1),
             TensorTraffic("dQ", q, s, writes=1),
-            TensorTraffic("dK", kv, s, writes=1, kv=True),
-            TensorTraffic("dV", kv, s, writes=1, kv=True),
+            TensorTraffic("dK", grads_kv, s, writes=1, kv=True),
+            TensorTraffic("dV", grads_kv, s, writes=1, kv=True),
         )
 
     @property
     def pages_in_use(self) -> int:
-        """Pages the block table addresses (paged layout): ``Σ ⌈kv_len_b / page_size⌉``; 0 for a dense cache."""
+        """Block-table entries the call reads (paged layout): ``Σ ⌈kv_len_b / page_size⌉``; with a sliding window
+        only the pages its window touches, ``Σ (⌈kv_len_b / page_size⌉ − ⌊window_start_b / page_size⌋)``; 0 for a
+        dense cache. Example: kv 100, window 40, page 16 → keys 60…99 on pages 3…6: 4."""
         if self.kv_layout is not KVLayout.PAGED:
             return 0
-        return sum(-(-n // self.page_size) for n in self.kv_lens)  # type: ignore[operator]
+        ps = self.page_size
+        return sum(-(-n // ps) - lo // ps for lo, n in zip(self.window_starts, self.kv_lens))  # type: ignore[operator]
 
     def append_traffic(self) -> tuple[TensorTraffic, ...]:
         """The cache append's minimum traffic (empty unless :attr:`append`): the new tokens' K and V
@@ -629,6 +680,7 @@ class Workload:
             "append": self.append,
             "kv_dtype": self.kv_dtype,
             "dequant_ops": self.dequant_ops,
+            "window": self.window,
             "kv_lens": list(self.kv_lens),
             "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,
@@ -643,7 +695,7 @@ class Workload:
     def from_dict(cls, data: dict[str, object]) -> "Workload":
         """Inverse of :meth:`to_dict` (derived keys ignored; files without ``kv_dtype`` read as None)."""
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
-                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype")
+                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype", "window")
         values = {k: data[k] for k in fields_ if k in data}
         seqs = data.get("seqs") or ()
         if not isinstance(seqs, (list, tuple)) or any(not isinstance(p, (list, tuple)) for p in seqs):

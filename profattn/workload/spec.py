@@ -7,7 +7,7 @@ Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored
     field    := a Workload field name, or an alias:
                 b=batch  q=q_len  kv=kv_len  hq=num_q_heads  hkv=num_kv_heads  d=head_dim
                 page=page_size (also sets kv_layout=paged)  layout=kv_layout  dist=kv_len_dist
-                seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs
+                seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs  w=window
     seqs     := group ("+" group)*            -- per-sequence lengths of a variable-length call, in order
     group    := [count "x"] "(" "q" int "," "kv" int ")"
     append   := true | false | 1 | 0
@@ -17,7 +17,8 @@ Examples: ``phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16`` (uniform de
 ``mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16,append=true`` (a serving step: two
 prompts' prefill chunks of 2048 new tokens over 8192-token contexts beside 32 sequences decoding one token
 over 4096; the phase, batch, q_len and kv_len follow from ``mix``: here ``mixed``, 34, 2048, 8192).
-Every error names the item or token that is wrong.
+``window=4096`` (alias ``w=4096``) makes any causal call a sliding-window one: each query sees at most its last
+4096 keys. Every error names the item or token that is wrong.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from profattn.errors import WorkloadError
 from profattn.workload.contract import KVLayout, Workload, parse_kv_dtype
 
 _INT_FIELDS = ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "kv_len_seed",
-               "shared_prefix_len")
+               "shared_prefix_len", "window")
 _STR_FIELDS = ("phase", "dtype", "mask", "kv_layout", "kv_len_dist")
 _OTHER_FIELDS = ("seqs", "append", "kv_dtype")
 #: Short names accepted for fields (the left column of the module docstring's grammar).
 ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv": "num_kv_heads", "d": "head_dim",
            "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
-           "prefix": "shared_prefix_len", "mix": "seqs"}
+           "prefix": "shared_prefix_len", "mix": "seqs", "w": "window"}
 _SHAPE = ("num_q_heads", "num_kv_heads", "head_dim")
 _GROUP = re.compile(r"^(?:(\d+)\s*x\s*)?\(\s*q\s*(\d+)\s*,\s*kv\s*(\d+)\s*\)$")
 #: Most sequences one ``mix=`` may describe (a bound before anything is allocated from the text).

@@ -231,3 +231,75 @@ def test_fp8_cache_reaches_only_backends_that_declare_it(cpu):
 
     assert "no float8_e4m3fn cache with per-KV-head scales" in call_shape_reason(Plain(), w)
     assert call_shape_reason(Plain(), w.with_(kv_dtype=None)) is None
+
+
+# ---- sliding-window attention --------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("q_len,kv_len,window", [(5, 12, 3), (1, 9, 4), (7, 7, 1), (7, 7, 7), (4, 10, 100)])
+def test_sliding_window_on_every_cpu_backend(backend, q_len, kv_len, window, cpu):
+    from profattn.harness.inputs import check, make_inputs, reference
+
+    w = Workload(phase="prefill", batch=2, q_len=q_len, kv_len=kv_len, num_q_heads=4, num_kv_heads=2, head_dim=16,
+                 dtype="float32", window=window)
+    inputs = make_inputs(w, cpu, seed=5)
+    prepared = get_backend(backend).prepare(w, cpu)
+    with prepared.context():
+        out = prepared.forward(inputs.q, inputs.k, inputs.v)
+    assert check(w, out, None, reference(w, inputs)).passed
+    # by hand: the last row of sequence 0 against its own window of keys
+    lo = max(0, kv_len - window)
+    want = explicit_reference(inputs.q[:1, :, -1:], inputs.k[:1, :, lo:], inputs.v[:1, :, lo:], 1, kv_len - lo)
+    torch.testing.assert_close(out[:1, :, -1:].double(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [
+    "phase=decode,b=3,q=1,kv=40,hq=4,hkv=2,d=16,page=8,dist=ragged,seed=1,dtype=fp32,w=9",  # decode, ragged
+    "phase=decode,b=2,q=1,kv=40,hq=4,hkv=2,d=16,page=8,dtype=fp32,w=16",  # uniform decode, page edge
+    "phase=prefill,b=2,q=8,kv=24,hq=4,hkv=2,d=16,page=4,append=true,dtype=fp32,w=5",  # a chunk
+    f"{MIXED},dtype=float32,w=3",  # a mixed step
+])
+def test_sliding_window_on_the_paged_torch_reference_and_padded_backends(spec, cpu):
+    _, prepared, c = _varlen_case(spec, "torch-paged-reference", cpu)
+    assert c.passed, (c.out_rel_err, prepared.notes)
+    assert any("window" in n for n in prepared.notes)
+    if "mix=" in spec:
+        for backend in ("eager", "sdpa-math"):
+            assert _varlen_case(spec, backend, cpu)[2].passed
+
+
+def test_backends_without_a_window_say_so(cpu):
+    from profattn.backends.flashinfer import window_left
+    from profattn.workload import parse_workload_spec
+
+    chunk = parse_workload_spec("phase=prefill,b=2,q=8,kv=24,hq=4,hkv=2,d=16,page=4,w=5")
+    assert get_backend("triton-paged-prefill").unsupported_reason(chunk, cpu).startswith("window not implemented")
+    mixed = parse_workload_spec("mix=3x(q1,kv9)+(q1,kv30),hq=4,hkv=2,d=16,w=4")
+    assert "sliding window of 4 keys" in get_backend("sdpa-nested").unsupported_reason(mixed, cpu)
+    assert get_backend("sdpa-nested").unsupported_reason(mixed.with_(window=30), cpu) is None  # W ≥ kv: causal
+    assert (window_left(chunk), window_left(chunk.with_(window=None))) == (4, -1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["phase=prefill,b=1,q=5,kv=12,hq=4,hkv=2,d=16,dtype=fp32,w=3",
+                                  f"{MIXED},dtype=float32,w=3"])
+def test_flex_sliding_window(spec, cpu):
+    try:
+        _, prepared, c = _varlen_case(spec, "flex", cpu)
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+    assert c.passed, c.out_rel_err
+    assert "sliding window of 3 keys" in prepared.notes[0]
+
+
+@pytest.mark.slow
+def test_flex_paged_decode_sliding_window(cpu):
+    from profattn.harness.inputs import make_inputs, reference, rel_err
+
+    w = Workload(phase="decode", batch=3, q_len=1, kv_len=96, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                 dtype="float32", kv_layout="paged", page_size=16, kv_len_dist="ragged", kv_len_seed=2, window=20)
+    inputs = make_inputs(w, cpu, seed=3)
+    try:
+        call = get_backend("flex-paged-decode").prepare(w, cpu).bound(inputs)
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+    assert rel_err(call(), reference(w, inputs).out) < 1e-5

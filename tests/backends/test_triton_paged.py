@@ -219,3 +219,80 @@ def test_fp8_decode_cells_pass_against_the_dequantized_cache(backend):
     c = cell.correctness
     assert c.out_rel_err < 2e-3 and c.quant_rel_err is not None and 5 * c.out_rel_err < c.quant_rel_err < 0.1
     assert any("FP8" in n for n in cell.notes)
+
+
+def _poison_before(cache, lens, starts):
+    """NaN into every slot of sequence b before starts[b] (through the block table): a read of one shows."""
+    page = cache.page_size
+    for b, lo in enumerate(starts):
+        for pos in range(lo):
+            p = int(cache.block_table[b, pos // page])
+            cache.k_pages[p, pos % page] = float("nan")
+            cache.v_pages[p, pos % page] = float("nan")
+
+
+@pytest.mark.parametrize("window", [1, 16, 32, 33, 100, 1000])  # 1 key, page edges (page 16), W ≥ kv
+@pytest.mark.parametrize("combine", ["separate", "fused"])
+def test_sliding_window_reads_only_the_window(window, combine):
+    g = torch.Generator().manual_seed(window)
+    d, hq, hkv, page, dtype = 32, 8, 2, 16, torch.float16
+    lens = [1, 300, 128, 129, 40]
+    n = max(lens)
+    q = torch.randn(len(lens), hq, d, generator=g).to(DEVICE, dtype)
+    k = torch.randn(len(lens), hkv, n, d, generator=g).to(DEVICE, dtype)
+    v = torch.randn(len(lens), hkv, n, d, generator=g).to(DEVICE, dtype)
+    cache = PagedKVCache.from_dense(k, v, page_size=page, seq_lens=lens, extra_pages=2, generator=g)
+    starts = [max(0, L - window) for L in lens]
+    ref = torch.stack([eager_attention(q[b:b + 1, :, None].double(), k[b:b + 1, :, lo:L].double(),
+                                       v[b:b + 1, :, lo:L].double(), mask=None)[0, :, 0]
+                       for b, (lo, L) in enumerate(zip(starts, lens))])
+    _poison_before(cache, lens, starts)  # keys before each window: never read
+    out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n,
+                       num_sms=132, combine=combine, window=window)
+    assert torch.isfinite(out).all()
+    err = (out.double() - ref).norm() / ref.norm()
+    assert err < 2e-3, err
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n, num_sms=132,
+                     window=0)
+
+
+def test_sliding_window_split_plan_covers_only_the_window():
+    from profattn.backends import get_backend
+
+    w = __import__("profattn.workload", fromlist=["Workload"]).Workload(
+        phase="decode", batch=8, q_len=1, kv_len=32768, num_q_heads=16, num_kv_heads=4, head_dim=128,
+        kv_layout="paged", page_size=16, window=4096)
+    if get_backend("triton-paged-decode").unsupported_reason(w, torch.device(DEVICE)):
+        pytest.skip("no Triton here")
+    notes = get_backend("triton-paged-decode").prepare(w, torch.device(DEVICE)).notes
+    # 4096 tokens = 128 tiles of 32; ceil(4·132/32) = 17 splits wanted, ceil(128/17) = 8 tiles -> 16 splits of 256
+    p = choose_num_splits(batch=8, num_kv_heads=4, max_kv_len=4096, num_sms=132)
+    assert (p.num_splits, p.tokens_per_split) == (16, 256)
+    assert any("split plan: 16 splits x 256 tokens" in x for x in notes), notes
+    assert any("sliding window of 4096 keys" in x and "4,096 tokens" in x for x in notes), notes
+
+
+@pytest.mark.parametrize("spec", [
+    "mix=(q1,kv70)+2x(q1,kv17)+(q1,kv33),hq=8,hkv=2,d=16,page=16,append=true,dtype=float16,w=20",
+    "phase=decode,b=3,q=1,kv=100,hq=8,hkv=2,d=16,page=16,dist=ragged,seed=2,dtype=float16,window=32",
+])
+def test_a_sliding_window_decode_cell_through_the_harness(spec):
+    """A spec-driven decode cell with a window (ragged, appending): the fp64 reference honours the window, the kernel
+    matches it; the same cell without the window differs from the windowed reference (the window matters)."""
+    from profattn.backends import get_backend
+    from profattn.harness.cell import run_cell
+    from profattn.harness.inputs import make_inputs, reference as high_precision, rel_err
+    from profattn.results import CellStatus
+    from profattn.workload import parse_workload_spec
+
+    dev = torch.device(DEVICE)
+    w = parse_workload_spec(spec)
+    inputs = make_inputs(w, dev, seed=3)
+    ref = high_precision(w, inputs)
+    cell, _ = run_cell(w, get_backend("triton-paged-decode"), inputs, ref, dev)
+    assert cell.status == CellStatus.OK, cell.reason
+    assert cell.correctness.out_rel_err < 5e-3
+    assert cell.workload.tag.endswith(f"_w{w.window}")
+    full = high_precision(w.with_(window=None), make_inputs(w.with_(window=None), dev, seed=3))
+    assert rel_err(full.out, ref.out) > 0.05

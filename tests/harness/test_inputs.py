@@ -23,16 +23,17 @@ def varlen(**kw) -> Workload:
     return Workload.varlen(None, SEQS, **fields)
 
 
-def rowwise(q, k, v, seqs):
+def rowwise(q, k, v, seqs, window=None):
     """fp64 attention one query row at a time: row i of sequence b sits at position kv_b - q_b + i and sees keys
-    0..that position."""
+    0..that position (with a window W, only the last W of them)."""
     out = torch.zeros(q.shape, dtype=torch.float64)
     g = q.shape[1] // k.shape[1]
     for b, (nq, nk) in enumerate(seqs):
         for h in range(q.shape[1]):
             for i in range(nq):
                 last = nk - nq + i
-                kk, vv = k[b, h // g, :last + 1].double(), v[b, h // g, :last + 1].double()
+                first = 0 if window is None else max(0, last - window + 1)
+                kk, vv = k[b, h // g, first:last + 1].double(), v[b, h // g, first:last + 1].double()
                 s = kk @ q[b, h, i].double() / math.sqrt(q.shape[-1])
                 out[b, h, i] = torch.softmax(s, 0) @ vv
     return out
@@ -157,3 +158,17 @@ def test_fp8_memory_estimates_by_hand(cpu):
     # reference (fp64): q, out, k, v = 8,064 elements, + dequantized k, v and the second output 7,872: 15,936 · 8 B;
     # ragged mask 3 · 40 = 120; one chunk: B 3 · Hkv 2 · (G 2 · Lk 40 · 8 B · 2 + 80) = 6 · 1,360 = 8,160
     assert reference_bytes_needed(w, cpu) == 127_488 + 120 + 8_160
+
+
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_the_reference_honours_a_sliding_window_whole_and_in_chunks(window, cpu):
+    w = varlen(window=window)
+    inputs = make_inputs(w, cpu, seed=4)
+    torch.testing.assert_close(reference(w, inputs).out, rowwise(inputs.q, inputs.k, inputs.v, SEQS, window))
+    # a uniform chunk (Lq 3 over Lk 7), the score matrix in one-row chunks
+    u = Workload(phase="prefill", batch=2, q_len=3, kv_len=7, num_q_heads=2, num_kv_heads=1, head_dim=4,
+                 dtype="float32", window=window)
+    ins = make_inputs(u, cpu, seed=6)
+    want = rowwise(ins.q, ins.k, ins.v, [(3, 7)] * 2, window)
+    torch.testing.assert_close(reference(u, ins).out, want)
+    torch.testing.assert_close(reference(u, ins, chunk_bytes=1).out, want)

@@ -118,3 +118,17 @@ def test_labels_of_workloads_that_differ_only_in_kv_heads():
     labels = distinct_labels(ws + [other])
     assert [labels[w.tag] for w in ws] == [f"decode kv 64 (B=2, page 16), Hq 8/Hkv {h}" for h in (8, 2, 1)]
     assert labels[other.tag] == "decode kv 256 (B=2, page 16)"
+
+
+def test_a_sliding_window_shows_in_the_label_and_stays_out_of_the_decode_kv_series():
+    from profattn.report.run import crossover_rows
+
+    full = Workload(phase="decode", batch=4, q_len=1, kv_len=32768, num_q_heads=16, num_kv_heads=4, head_dim=128,
+                    kv_layout="paged", page_size=16)
+    win = full.with_(window=4096)
+    assert workload_label(win) == "decode kv 32768 (B=4, page 16, window 4096)"
+    assert workload_label(full) == "decode kv 32768 (B=4, page 16)"
+    # the windowed cell (another winner, 8x faster) must not replace the full-cache point at kv 32768
+    r = run([cell(full, "a", 100.0), cell(full, "b", 150.0), cell(win, "b", 12.0), cell(win, "a", 20.0)])
+    (row,) = crossover_rows(r)
+    assert row["winners"] == "kv 32768: a 100.0 µs"  # before: "b 12.0 µs", the windowed cell's

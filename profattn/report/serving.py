@@ -22,8 +22,10 @@ def serving_section(run: RunResult) -> dict[str, Any] | None:
         return None
     shown_t = tuple(t for t in times if not _never_ran(t))
     shown_s = tuple(x for x in splits if not _split_never_ran(x))
-    hidden = list(dict.fromkeys([t.backend for t in times if _never_ran(t)]
-                                + [x.backend for x in splits if x.backend and _split_never_ran(x)]))
+    # "not shown" only for a backend absent from both tables (sdpa-flash was listed beside its own chunk rows)
+    shown = {t.backend for t in shown_t} | {x.backend for x in shown_s}
+    hidden = [b for b in dict.fromkeys([t.backend for t in times] + [x.backend for x in splits if x.backend])
+              if b not in shown]
     return {"prompts": prompt_rows(shown_t), "mixed": mixed_rows(shown_s), "not_shown": hidden}
 
 

@@ -187,6 +187,9 @@ FIELD_LIMITS: dict[str, int] = {"batch": 1 << 16, "q_len": 1 << 28, "kv_len": 1 
                                 "num_kv_heads": 1 << 16, "head_dim": 1 << 16}
 
 
+#: Largest ``kv_len_seed`` (torch's generator takes a signed 64-bit seed).
+SEED_MAX = (1 << 63) - 1
+
 #: Longest run-length text :func:`seqs_tag` spells out before it falls back to a digest.
 SEQS_TAG_MAX = 48
 
@@ -310,6 +313,9 @@ class Workload:
             if value > FIELD_LIMITS[name]:
                 raise WorkloadError(f"{name} {value:,} is beyond profattn's bound of {FIELD_LIMITS[name]:,} "
                                     "(no attention call that size can be allocated)")
+        seed = self.kv_len_seed
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+            raise WorkloadError(f"kv_len_seed must be an integer in [0, {SEED_MAX:,}] (a 63-bit seed), got {seed!r}")
         if self.num_q_heads % self.num_kv_heads:
             raise WorkloadError(
                 f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -335,6 +341,13 @@ class Workload:
             raise WorkloadError("append (writing new K/V into the cache) needs kv_layout='paged'")
         if self.append and self.phase is Phase.TRAIN:
             raise WorkloadError("append is a serving-call option; training writes no KV cache")
+        if not self.seqs and self.q_len > self.kv_len:
+            if self.append:
+                raise WorkloadError(f"append writes q_len {self.q_len} new tokens into sequences of kv_len {self.kv_len} "
+                                    "(cached prefix + new tokens): q_len must be <= kv_len")
+            if self.mask is Mask.CAUSAL:
+                raise WorkloadError(f"causal with q_len {self.q_len} > kv_len {self.kv_len}: with the bottom-right mask the "
+                                    f"first {self.q_len - self.kv_len} query rows would see no key (use mask=none)")
         if self.window is not None:
             if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
                 raise WorkloadError(f"window must be a positive integer (keys each query sees), got {self.window!r}")

@@ -38,7 +38,7 @@ ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv
            "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
            "prefix": "shared_prefix_len", "mix": "seqs", "w": "window"}
 _SHAPE = ("num_q_heads", "num_kv_heads", "head_dim")
-_GROUP = re.compile(r"^(?:(\d+)\s*x\s*)?\(\s*q\s*(\d+)\s*,\s*kv\s*(\d+)\s*\)$")
+_GROUP = re.compile(r"^(?:([0-9]+)\s*x\s*)?\(\s*q\s*([0-9]+)\s*,\s*kv\s*([0-9]+)\s*\)$", re.ASCII)
 #: Most sequences one ``mix=`` may describe (a bound before anything is allocated from the text).
 MAX_SEQS = 1 << 16
 
@@ -151,10 +151,9 @@ def parse_workload_spec(text: str) -> "Workload":
             raise WorkloadError(f"--workload: {name} given twice ({given_as[name]!r} and {key!r})")
         given_as[name] = key
         if name in _INT_FIELDS:
-            try:
-                values[name] = int(raw)
-            except ValueError:
-                raise WorkloadError(f"--workload: {key} must be an integer, got {raw!r}") from None
+            if not re.fullmatch(r"-?[0-9]+", raw):  # int() would also take "1_0", "+16" and non-ASCII digits
+                raise WorkloadError(f"--workload: {key} must be an integer, got {raw!r} (ASCII digits only)")
+            values[name] = int(raw)
         elif name == "seqs":
             values[name] = parse_seqs(raw)
         elif name == "append":

@@ -68,10 +68,19 @@ FLEX = KernelFamily(
     kernel_patterns=(r"triton_tem", r"flex_attention", r"flex_decoding"),
     op_patterns=(r"CompiledFxGraph", r"CompiledFunction", r"flex_attention", r"Torch-Compiled Region"),
 )
+#: Prefix of the ``record_function`` range our Triton backends put around each kernel launch on a CPU tensor
+#: (Triton's interpreter, ``TRITON_INTERPRET=1``): the interpreter runs the kernel as Python and numpy, so a CPU
+#: trace holds no operator naming it; the range ``triton-interpreter::<kernel name>`` does. On CUDA no range is
+#: added: the kernel itself is in the trace.
+INTERPRETER_RANGE_PREFIX = "triton-interpreter::"
 #: Our own Triton kernels: the split-KV decode (``_paged_decode_split_kernel`` and its combine), the one-launch
-#: prefill / mixed kernel (``paged_varlen_kernel``) and the cache append (``_paged_append_kernel``).
-TRITON = KernelFamily("triton", kernel_patterns=(r"_paged_decode", r"\bpaged_varlen_kernel\b", r"_paged_append_kernel"),
-                      op_patterns=())
+#: prefill / mixed kernel (``paged_varlen_kernel``) and the cache append (``_paged_append_kernel``); on a CPU
+#: trace, the interpreter's ranges around them (:data:`INTERPRETER_RANGE_PREFIX`).
+TRITON = KernelFamily(
+    "triton",
+    kernel_patterns=(r"_paged_decode", r"\bpaged_varlen_kernel\b", r"_paged_append_kernel"),
+    op_patterns=(rf"^{re.escape(INTERPRETER_RANGE_PREFIX)}(_paged_decode|paged_varlen_kernel$|_paged_append_kernel$)",),
+)
 #: FlashInfer's kernels (namespace ``flashinfer::``: ``BatchDecodeWithPagedKVCacheKernel``,
 #: ``BatchPrefillWithPagedKVCacheKernel``, ``BatchPrefillWithRaggedKVCacheKernel``, the split-KV merge
 #: ``…MergeStates…``; ``flashinfer/csrc`` of FlashInfer 0.5.3).

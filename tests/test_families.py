@@ -63,3 +63,23 @@ def test_our_triton_kernels_belong_to_triton_only():
         assert TRITON.matches_kernel(name), name
         assert [f.name for f in ATTENTION_FAMILIES if f is not TRITON and f.matches_kernel(name)] == [], name
     assert not TRITON.matches_kernel("triton_tem_fused_flex_attention_0")  # flex's generated kernel
+
+
+def test_our_triton_kernels_under_the_interpreter_match_triton_operators_only():
+    """On a CPU trace the check reads operator names; TRITON had no operator pattern, so every interpreter cell of
+    our kernels was "no triton operator among the N that ran". The launch range names the kernel now."""
+    from profattn.families import INTERPRETER_RANGE_PREFIX, TRITON
+
+    ours = [INTERPRETER_RANGE_PREFIX + n for n in ("paged_varlen_kernel", "_paged_decode_split_kernel",
+                                                   "_paged_decode_combine_kernel", "_paged_append_kernel")]
+    for name in ours:
+        assert TRITON.matches_op(name), name
+        assert [f.name for f in ATTENTION_FAMILIES if f is not TRITON and f.matches_op(name)] == [], name
+    assert family_check(TRITON, [], ["aten::empty", ours[1], ours[2]], gpu=False) == (
+        True, f"triton operators ran: {ours[2]}, {ours[1]}")
+    # an eager cell's operators, another Triton kernel, and the kernel's bare name are not our kernels' evidence
+    eager_ops = ["aten::repeat_interleave", "aten::matmul", "aten::bmm", "aten::_softmax", "aten::softmax", "aten::copy_"]
+    assert [n for n in eager_ops if TRITON.matches_op(n)] == []
+    assert not TRITON.matches_op(INTERPRETER_RANGE_PREFIX + "my_matmul_kernel")
+    assert not TRITON.matches_op("_paged_decode_split_kernel")
+    assert family_check(TRITON, [], eager_ops, gpu=False) == (False, "no triton operator among the 6 that ran")

@@ -24,7 +24,7 @@ from profattn.results import (
     TraceSummary,
 )
 from profattn.trace.counter_sums import SUMMED_COUNTERS, sum_counters
-from profattn.trace.kineto import Trace, kernels_in_range, ops_in_range
+from profattn.trace.kineto import Trace, kernels_in_range, ops_in_range, ranges_in_range
 
 # ---- trace evidence ------------------------------------------------------------------------------
 
@@ -71,12 +71,18 @@ def family_check(family: KernelFamily, kernel_names: list[str], op_names: list[s
 
 
 def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: KernelFamily) -> TraceSummary:
-    """The kernels that actually ran in ``cell``'s ``record_function`` ranges of ``trace``, per call."""
+    """The kernels that actually ran in ``cell``'s ``record_function`` ranges of ``trace``, per call.
+
+    On a CPU trace (no GPU kernels) the evidence is the operators that ran, preceded by the names of the
+    ranges nested in the cell's (a Triton kernel run by the interpreter has no operator of its own, only the
+    ``triton-interpreter::<kernel>`` range its backend puts around the launch)."""
     rid = cell.cell_id
     ranges = trace.ranges
     calls = int((ranges["name"] == rid).sum()) if len(ranges) else 0
     k = kernels_in_range(trace, rid)
     ops = ops_in_range(trace, rid)["name"].tolist()
+    if not trace.has_gpu_kernels:
+        ops = ranges_in_range(trace, rid)["name"].tolist() + ops
     ok, note = family_check(family, k["name"].tolist(), ops, gpu=trace.has_gpu_kernels)
     per = max(calls, 1)
     launches: list[KernelLaunch] = []

@@ -153,7 +153,7 @@ class BackendInfo:
     available: bool
     reason: str = ""
     extras: dict[str, str] = field(default_factory=dict)
-    #: The phases (train, prefill, decode) it can run here; empty when unavailable.
+    #: The phases (train, prefill, decode, mixed) it can run here; empty when unavailable.
     phases: tuple[str, ...] = ()
 
 

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 import torch
 
 from profattn.backends.base import (
-    AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
+    AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, call_shape_reason, paged_decode_reason,
+    paged_only_forward,
 )
 from profattn.backends.eager import EagerBackend
 from profattn.backends.flashinfer import FLASHINFER_BACKENDS
@@ -160,28 +161,35 @@ def get_backend(name: str) -> Backend:
 
 
 def backend_info(device: torch.device) -> list[BackendInfo]:
-    """Availability of every backend on ``device``: its static check (``unsupported_reason``) on the
-    ``small`` preset's GQA workload of each phase (train, prefill, paged decode). Available when any phase
-    passes (``phases`` lists them); else the reason of the first. A plugin that failed to load, or whose
-    check raises, is unavailable with that error."""
-    from profattn.workload import get_preset
+    """Availability of every backend on ``device``: its call-shape check and its static check
+    (``unsupported_reason``) on every workload of the ``small`` preset (train, prefill, paged decode) and of the
+    ``serving-small`` preset (paged prefill unchunked and chunked, decode, mixed steps). Available when any
+    workload passes; ``phases`` lists the phases (in :class:`~profattn.workload.Phase` order) with a passing
+    workload. Else ``reason`` is one refusal: the one most concentrated in the phases it blocks (most workloads
+    per phase; ties: the first seen) — a set-up reason (e.g. Triton without ``TRITON_INTERPRET=1`` on a CPU)
+    blocks every workload of the phases the backend is written for, a shape reason is spread over the phases it
+    is not. A plugin that failed to load, or whose check raises, is unavailable with that error."""
+    from profattn.workload import Phase, get_preset
 
-    probes: dict[str, object] = {}
-    for w in get_preset("small").workloads:
-        probes.setdefault(w.phase.value, w)
+    probes = [*get_preset("small").workloads, *get_preset("serving-small").workloads]
     out = []
     for b in all_backends():
         if isinstance(b, BrokenPlugin):
             out.append(BackendInfo(b.name, b.family.name, b.description, False, f"failed to load: {b.error}"))
             continue
-        reasons: dict[str, str | None] = {}
-        for phase, w in probes.items():
+        passed: set[str] = set()
+        refusals: dict[str, list[str]] = {}  # reason -> phases of the workloads it refused (one entry each)
+        for w in probes:
             try:
-                reasons[phase] = b.unsupported_reason(w, device)
+                reason = call_shape_reason(b, w) or b.unsupported_reason(w, device)
             except Exception as exc:  # noqa: BLE001 - a plugin's check may raise anything
-                reasons[phase] = f"unsupported_reason raised {type(exc).__name__}: {exc}"
-        phases = tuple(p for p, r in reasons.items() if r is None)
-        why = "; ".join(dict.fromkeys(r for r in reasons.values() if r))
+                reason = f"unsupported_reason raised {type(exc).__name__}: {exc}"
+            if reason:
+                refusals.setdefault(reason, []).append(w.phase.value)
+            else:
+                passed.add(w.phase.value)
+        phases = tuple(p.value for p in Phase if p.value in passed)
+        why = max(refusals, key=lambda r: len(refusals[r]) / len(set(refusals[r])), default="")
         out.append(BackendInfo(b.name, b.family.name, b.description, bool(phases), "" if phases else why, phases=phases))
     return out
 

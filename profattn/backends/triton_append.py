@@ -14,6 +14,10 @@ A copy does no arithmetic, so every dtype moves bit for bit — bf16 too under T
 bf16 error is in ``tl.dot`` (:func:`~profattn.backends.triton_paged.interpreter_dtype`), not in loads and stores
 (checked bit for bit in ``tests/backends/test_triton_append.py``). Triton is imported on first use (CPU
 installs may lack it).
+
+:func:`kernel_launch` is how every launch of our Triton kernels (this append, the decode kernels of
+:mod:`~profattn.backends.triton_paged`, the prefill kernel of :mod:`~profattn.backends.triton_paged_prefill`) is
+made: on a CPU tensor it names the kernel in the profiler trace.
 """
 
 from __future__ import annotations
@@ -23,10 +27,32 @@ from typing import Callable
 import torch
 
 from profattn.backends.base import AttentionInputs
+from profattn.families import INTERPRETER_RANGE_PREFIX
 
 #: Elements of one pool (K or V) a program copies: ``BLOCK_T · BLOCK_HD`` (8 KiB of bf16 per pool).
 ELEMENTS_PER_PROGRAM = 4096
 NUM_WARPS = 4
+
+
+def kernel_launch(kernel, grid: tuple[int, ...], device: torch.device) -> Callable[..., object]:
+    """``kernel[grid]``, the launch of a Triton ``kernel`` (a ``triton.jit`` function) over ``grid`` programs.
+
+    On a CPU ``device`` (Triton's interpreter, ``TRITON_INTERPRET=1``) the launch runs inside
+    ``torch.profiler.record_function("triton-interpreter::<kernel name>")``
+    (:data:`~profattn.families.INTERPRETER_RANGE_PREFIX`): the interpreter runs the kernel as Python and numpy, so
+    without the range a CPU trace holds no evidence of which kernel ran and the TRITON family check finds
+    nothing of its own. On CUDA the launch is returned as it is (the kernel itself is in the trace).
+    """
+    launch = kernel[grid]
+    if device.type != "cpu":
+        return launch
+    name = INTERPRETER_RANGE_PREFIX + getattr(getattr(kernel, "fn", kernel), "__name__", "kernel")
+
+    def traced(*args, **kwargs):
+        with torch.profiler.record_function(name):
+            return launch(*args, **kwargs)
+
+    return traced
 
 
 def _kernel():
@@ -154,7 +180,9 @@ def _launcher(k_new: torch.Tensor, v_new: torch.Tensor, k_pages: torch.Tensor, v
     consts = dict(ROW=hkv * d, HEAD_DIM=d, PAGE_SIZE=k_pages.shape[1], BLOCK_T=block_t, BLOCK_HD=block_hd,
                   FLAT=flat, num_warps=NUM_WARPS)
 
+    run = kernel_launch(kernel, grid, k_new.device)
+
     def launch() -> None:
-        kernel[grid](*args, **consts)
+        run(*args, **consts)
 
     return launch

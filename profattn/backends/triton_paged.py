@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
-from profattn.backends.triton_append import bind_paged_append
+from profattn.backends.triton_append import bind_paged_append, kernel_launch
 from profattn.families import TRITON
 from profattn.workload.paged import dequantize
 from profattn.workload import Workload
@@ -296,7 +296,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         raise ValueError(f"combine must be 'fused' or 'separate', got {combine!r}")
     fused = combine == "fused" and not direct
     block_g = max(16, 1 << (group - 1).bit_length())
-    split_kernel[(batch, hkv, plan.num_splits)](
+    kernel_launch(split_kernel, (batch, hkv, plan.num_splits), q.device)(
         q, k_pages, v_pages, block_table, seq_lens, out, partial, lse,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2 (exp2)
         q.stride(0), q.stride(1),
@@ -314,7 +314,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         num_warps=num_warps, num_stages=num_stages,
     )
     if not direct and not fused:
-        combine_kernel[(batch, hq)](
+        kernel_launch(combine_kernel, (batch, hq), q.device)(
             partial, lse, out, plan.num_splits,
             partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
             out.stride(0), out.stride(1),

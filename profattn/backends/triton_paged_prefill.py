@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_only_forward
-from profattn.backends.triton_append import bind_paged_append
+from profattn.backends.triton_append import bind_paged_append, kernel_launch
 from profattn.families import TRITON
 from profattn.workload import KVLayout, Mask, Phase, Workload
 
@@ -226,7 +226,7 @@ def paged_varlen_attention(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torc
     n = items.shape[0]
     if n == 0:
         return out
-    paged_varlen_kernel[(n,)](
+    kernel_launch(paged_varlen_kernel, (n,), q.device)(
         q, k_pages, v_pages, block_table, q_lens, kv_lens, items, out,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2 (exp2)
         q.stride(0), q.stride(1), q.stride(2),

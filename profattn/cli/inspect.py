@@ -92,9 +92,10 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
 def backends(device_name: str | None) -> None:
     """List backends and whether they can run here (and why not); installed plugins included."""
     from profattn.backends import backend_info
+    from profattn.workload import Phase
 
     device = resolve_device(device_name)
     for info in backend_info(device):
-        only = f" ({', '.join(info.phases)} only)" if info.available and len(info.phases) < 3 else ""
+        only = f" ({', '.join(info.phases)} only)" if info.available and len(info.phases) < len(Phase) else ""
         state = f"available{only}" if info.available else f"unavailable: {info.reason}"
         click.echo(f"{info.name:<22} {info.family:<12} {state}\n{'':<22} {info.description}")

@@ -69,6 +69,7 @@ __all__ = [
     "kernels_in_range",
     "load_trace",
     "ops_in_range",
+    "ranges_in_range",
 ]
 
 
@@ -247,5 +248,18 @@ def ops_in_range(trace: Trace, name: str) -> pd.DataFrame:
     o = trace.ops
     inst = _within(trace.ranges, name, o["pid"], o["ts_us"].to_numpy(dtype="float64"))
     out = o[inst >= 0].copy()
+    out["call"] = inst[inst >= 0]
+    return out
+
+
+def ranges_in_range(trace: Trace, name: str) -> pd.DataFrame:
+    """``record_function`` ranges other than ``name`` itself that start inside any instance of the range
+    ``name`` (same rules as :func:`kernels_in_range`), with column ``call``: e.g. the
+    ``triton-interpreter::<kernel>`` range around a Triton kernel run by the CPU interpreter
+    (:data:`profattn.families.INTERPRETER_RANGE_PREFIX`)."""
+    r = trace.ranges
+    r = r[r["name"] != name]
+    inst = _within(trace.ranges, name, r["pid"], r["ts_us"].to_numpy(dtype="float64"))
+    out = r[inst >= 0].copy()
     out["call"] = inst[inst >= 0]
     return out

@@ -303,3 +303,31 @@ def test_flex_paged_decode_sliding_window(cpu):
     except Unsupported as exc:
         pytest.skip(str(exc))
     assert rel_err(call(), reference(w, inputs).out) < 1e-5
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_backend_info_probes_the_serving_calls_too(interpret, monkeypatch, cpu):
+    """``profattn backends`` probed only the ``small`` preset's first workload per phase: triton-paged-prefill (paged
+    prefill / mixed calls only) was "unavailable" even under TRITON_INTERPRET=1, torch-paged-reference "(decode
+    only)", and an unavailable backend's reason joined every refusal with "; ". The serving-small preset's calls
+    are probed now, mixed is a phase, and the reason is the one refusal that blocks the backend's own phases."""
+    pytest.importorskip("triton")
+    from profattn.backends import backend_info
+
+    if interpret:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    info = {i.name: (i.available, i.phases, i.reason) for i in backend_info(cpu)}
+    no_triton = "Triton kernels run on CUDA (on a CPU, only under TRITON_INTERPRET=1)"
+    expected = {
+        "eager": (True, ("train", "prefill", "decode", "mixed"), ""),
+        "sdpa-cudnn": (False, (), "CUDNN_ATTENTION runs on CUDA only (device is cpu)"),
+        # causal prefill rows of jagged tensors have no CPU kernel: only decode steps reach it here
+        "sdpa-nested": (True, ("decode",), ""),
+        "torch-paged-reference": (True, ("prefill", "decode", "mixed"), ""),
+        "flex-paged-decode": (True, ("decode",), ""),
+        "triton-paged-decode": (True, ("decode",), "") if interpret else (False, (), no_triton),
+        "triton-paged-prefill": (True, ("prefill", "mixed"), "") if interpret else (False, (), no_triton),
+    }
+    assert {name: info[name] for name in expected} == expected

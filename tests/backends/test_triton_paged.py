@@ -140,6 +140,35 @@ def test_bf16_cell_under_the_interpreter_runs_in_fp16_and_says_so():
     assert any("ran in float16 under TRITON_INTERPRET=1" in n for n in cell.notes)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's launch range is a CPU-only concern")
+def test_a_profiled_interpreter_cell_passes_the_family_check(tmp_path):
+    """The README's example on a CPU flagged every triton-paged-decode cell "✗ family: no triton operator among the
+    9 that ran": the interpreter records no operator naming the kernel. Each launch now runs inside a
+    ``triton-interpreter::<kernel>`` range, the evidence TRITON matches; the eager cell beside it stays dense."""
+    from profattn.analysis.cells import attach_trace
+    from profattn.backends import get_backend
+    from profattn.families import TRITON
+    from profattn.harness.cell import run_cell
+    from profattn.harness.inputs import make_inputs, reference as high_precision
+    from profattn.harness.profiler import profile_cells
+    from profattn.trace import load_trace
+    from profattn.workload import Workload
+
+    cpu = torch.device("cpu")
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=100, num_q_heads=8, num_kv_heads=2, head_dim=16,
+                 kv_layout="paged", page_size=16, dtype="float32")  # kv 100: 2 splits, so the combine runs too
+    inputs = make_inputs(w, cpu, seed=1)
+    ref = high_precision(w, inputs)
+    ran = [(get_backend(b), *run_cell(w, get_backend(b), inputs, ref, cpu)) for b in ("triton-paged-decode", "eager")]
+    trace = load_trace(profile_cells([p for _, _, p in ran], tmp_path, device=cpu, calls=2))
+    ours, eager = (attach_trace(c, trace, "t", b.family).trace for b, c, _ in ran)
+    split, combine = "triton-interpreter::_paged_decode_split_kernel", "triton-interpreter::_paged_decode_combine_kernel"
+    assert (ours.calls, ours.family_ok, ours.family_note) == (2, True, f"triton operators ran: {combine}, {split}")
+    assert ours.ops[:2] == (split, combine)
+    assert eager.family_ok is True and eager.family_note.startswith("dense operators ran")
+    assert [op for op in eager.ops if TRITON.matches_op(op)] == []
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_ragged_appending_decode_step_cell(dtype):
     """A decode step given per sequence (``mix=``, each sequence appending its new token first): the kernel reads

@@ -59,7 +59,7 @@ def test_backends_lists_reasons():
     assert res.exit_code == 0
     assert "sdpa-cudnn" in res.output and "unavailable: CUDNN_ATTENTION runs on CUDA only" in res.output
     lines = {ln.split()[0]: ln for ln in res.output.splitlines() if ln and not ln.startswith(" ")}
-    assert lines["torch-paged-reference"].endswith("available (decode only)")  # a decode path, not "unavailable"
+    assert lines["torch-paged-reference"].endswith("available (prefill, decode, mixed only)")  # serving calls too
     assert lines["eager"].endswith("available")
 
 

@@ -21,7 +21,9 @@ import factories
 from profattn.analysis.cells import summarize_cell
 from profattn.families import FLASH as FLASH_FAMILY
 from profattn.results import TraceSummary
-from profattn.trace import KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, kernels_in_range, load_trace, ops_in_range
+from profattn.trace import (
+    KERNEL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, kernels_in_range, load_trace, ops_in_range, ranges_in_range,
+)
 
 # ----------------------------------------------------------------------------------------------------
 # Fixture location and helpers
@@ -564,6 +566,26 @@ def test_kernels_in_range_any_depth_any_thread_of_the_process(tmp_path: Path) ->
     assert inside["name"].tolist() == ["k1", "k2", "k5"] and inside["call"].tolist() == [0, 0, 1]
     assert trace.kernels["range"].tolist() == ["## Call CompiledFxGraph x ##", "cell", None, None, "cell"]
     assert ops_in_range(trace, "cell").empty
+
+
+def test_ranges_in_range_are_the_nested_ones_only(tmp_path: Path) -> None:
+    """Ranges starting inside an instance of ``cell`` (any depth, any thread of its process), never ``cell`` itself;
+    one on the window's end is inside, one on another process or between the calls is not."""
+    events = [
+        event("user_annotation", "cell", 0, 100, tid=1),
+        event("user_annotation", "triton-interpreter::k", 10, 20, tid=1),  # call 0
+        event("user_annotation", "inner", 12, 5, tid=1),  # nested twice: call 0
+        event("user_annotation", "other-thread", 100, 5, tid=2),  # on the end: call 0
+        event("user_annotation", "between", 150, 5, tid=1),
+        event("user_annotation", "cell", 200, 100, tid=1),
+        event("user_annotation", "other-process", 250, 5, pid=9, tid=1),
+        event("user_annotation", "triton-interpreter::k", 260, 5, tid=1),  # call 1
+    ]
+    trace = load_trace(write_trace(tmp_path, {"traceEvents": events}))
+    inside = ranges_in_range(trace, "cell")
+    assert inside["name"].tolist() == ["triton-interpreter::k", "inner", "other-thread", "triton-interpreter::k"]
+    assert inside["call"].tolist() == [0, 0, 0, 1]
+    assert ranges_in_range(trace, "absent").empty
 
 
 # ---- hostile but readable traces ---------------------------------------------------------------------

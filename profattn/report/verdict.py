@@ -211,10 +211,12 @@ def _vs_runner_up(row: WorkloadVerdict) -> str:
     return f", {margin_text(m)} ahead of {m.behind} ({fmt_us(m.behind_us)})"
 
 
-def headline(row: WorkloadVerdict, v: Verdict) -> str:
+def headline(row: WorkloadVerdict, v: Verdict, label: str | None = None) -> str:
     """The one-line answer for ``row``: who is fastest, by how much over the runner-up (or a tie, with both
-    names and the margin), and what that means for the training winner. A tie never reads as a win."""
-    label = workload_label(row.workload)
+    names and the margin), and what that means for the training winner. A tie never reads as a win.
+    ``label``: the workload's name in the run (default :func:`workload_label`; :func:`render_verdict` passes
+    :func:`distinct_labels`)."""
+    label = label or workload_label(row.workload)
     cw, tw = row.winner, v.training_winner
     if row.standing is Standing.NOT_RUN:
         return f"{label}: not run (the run was interrupted)"
@@ -439,8 +441,10 @@ class VerdictText:
 
 def render_verdict(v: Verdict) -> VerdictText:
     """All the sentences of ``v``: the summary, and per workload the headline and the reasons."""
+    labels = distinct_labels(r.workload for r in v.rows)
     return VerdictText(
         v.training_winner, v.training_tag, summary(v),
-        tuple(VerdictRowText(r.workload_tag, workload_label(r.workload), r.winner_backend, r.stays, headline(r, v), reasons(r, v))
+        tuple(VerdictRowText(r.workload_tag, labels[r.workload_tag], r.winner_backend, r.stays,
+                             headline(r, v, labels[r.workload_tag]), reasons(r, v))
               for r in v.rows),
     )

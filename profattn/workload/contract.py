@@ -351,6 +351,9 @@ class Workload:
         if self.window is not None:
             if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
                 raise WorkloadError(f"window must be a positive integer (keys each query sees), got {self.window!r}")
+            if self.window > FIELD_LIMITS["kv_len"]:
+                raise WorkloadError(f"window {self.window:,} is beyond profattn's bound of {FIELD_LIMITS['kv_len']:,} "
+                                    "(the bound on lengths; a window >= kv_len is the plain causal mask)")
             if self.mask is not Mask.CAUSAL:
                 raise WorkloadError(f"a sliding window needs mask='causal' (it keeps the last window keys of the "
                                     f"causal mask), got mask={self.mask.value!r}")

@@ -9,7 +9,7 @@ from factories import cell, run
 from profattn.analysis.verdict import verdict
 from profattn.report.markdown import run_markdown
 from profattn.report.run import render_html
-from profattn.report.verdict import seqs_label, serving_text, summary, workload_label
+from profattn.report.verdict import render_verdict, seqs_label, serving_text, summary, workload_label
 from profattn.results import CellStatus, read_results
 from profattn.workload import Workload
 
@@ -132,3 +132,16 @@ def test_a_sliding_window_shows_in_the_label_and_stays_out_of_the_decode_kv_seri
     r = run([cell(full, "a", 100.0), cell(full, "b", 150.0), cell(win, "b", 12.0), cell(win, "a", 20.0)])
     (row,) = crossover_rows(r)
     assert row["winners"] == "kv 32768: a 100.0 µs"  # before: "b 12.0 µs", the windowed cell's
+
+
+def test_verdict_rows_of_a_gqa_run_name_their_heads():
+    """The Markdown summary's verdict table repeated "decode kv 8192 (page 16)" for Hkv 32, 8 and 1 (its rows used
+    the short label); rows and headlines now carry the run's distinct labels."""
+    from factories import gqa_run
+
+    from profattn.analysis.verdict import verdict
+
+    rows = render_verdict(verdict(gqa_run())).rows
+    labels = [r.label for r in rows]
+    assert len(set(labels)) == len(labels)
+    assert any(r.label.endswith("Hq 32/Hkv 8") and r.headline.startswith(r.label + ":") for r in rows)

@@ -19,6 +19,8 @@ from profattn.workload import parse_workload_spec
     ("phase=prefill,b=2,q=\uff11\uff16,kv=16,hq=8,hkv=2,d=16", "ASCII digits"),
     ("mix=(q\uff11,kv1),hq=8,hkv=2,d=16", "is not [N x](qINT,kvINT)"),
     ("mix=(q\u0661,kv1),hq=8,hkv=2,d=16", "is not [N x](qINT,kvINT)"),
+    ("phase=prefill,b=1,q=32,kv=32,hq=4,hkv=2,d=16,w=99999999999999999999", "window 99,999,999,999,999,999,999 is beyond"),
+    ("phase=prefill,b=1,q=32,kv=32,hq=4,hkv=2,d=16,w=300000000", "window 300,000,000 is beyond"),
 ])
 def test_inputs_a_fresh_user_found_are_refused(spec, message):
     """Each used to run (q > kv: a traceback in the append, NaN rows; an 80-bit seed: OverflowError in torch;

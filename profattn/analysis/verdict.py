@@ -472,14 +472,8 @@ def verdict(run: RunResult) -> Verdict:
         second = runner_up(run, tag, cw)
         t_margin = (margin(cw, t_here) if cw is not None and t_here is not None and t_here.eligible
                     and t_here.backend != cw.backend else None)
-        if cw is None:
-            standing = Standing.NOT_RUN if all(c.status == CellStatus.PENDING for c in cells_here) else Standing.NO_WINNER
-        elif tw is None:
-            standing = Standing.UNCOMPARED
-        elif cw.backend == tw.backend:
-            standing = Standing.STAYS
-        else:
-            standing = Standing.TIES if t_margin is not None and t_margin.tie else Standing.CHANGES
+        standing = _standing(cw.backend if cw else None, tw.backend if tw else None, t_margin,
+                             all(c.status == CellStatus.PENDING for c in cells_here))
         other = t_here if (cw is not None and t_here is not None and t_here.backend != cw.backend) else second
         rows.append(WorkloadVerdict(
             workload=w, standing=standing,
@@ -498,6 +492,19 @@ def verdict(run: RunResult) -> Verdict:
                    serving=serving_verdicts(run))
 
 
+def _standing(winner: str | None, reference: str | None, reference_margin: Margin | None, pending: bool) -> Standing:
+    """The one rule for how a reference backend (the training winner; the unchunked prompt's winner) fares
+    where ``winner`` is fastest: not run / no winner, uncompared, stays, ties (the reference within noise of
+    the winner: ``reference_margin``) or changes. ``pending``: every cell still pending (an interrupted run)."""
+    if winner is None:
+        return Standing.NOT_RUN if pending else Standing.NO_WINNER
+    if reference is None:
+        return Standing.UNCOMPARED
+    if winner == reference:
+        return Standing.STAYS
+    return Standing.TIES if reference_margin is not None and reference_margin.tie else Standing.CHANGES
+
+
 def _model(w: Workload) -> tuple[object, ...]:
     """The fields a mixed step shares with the prompts it is compared with (everything but lengths and batch)."""
     return (w.num_q_heads, w.num_kv_heads, w.head_dim, w.dtype, w.mask, w.kv_layout, w.page_size)
@@ -511,14 +518,7 @@ def _serving_row(call: ServingCall, workload: Workload, chunks: int, times: dict
     win = ranked[0] if ranked else None
     here = times.get(ref.backend) if ref is not None else None
     ref_margin = judged_margin(win, here) if win is not None and here is not None and here.backend != win.backend else None
-    if win is None:
-        standing = Standing.NOT_RUN if pending else Standing.NO_WINNER
-    elif ref is None:
-        standing = Standing.UNCOMPARED
-    elif win.backend == ref.backend:
-        standing = Standing.STAYS
-    else:
-        standing = Standing.TIES if ref_margin is not None and ref_margin.tie else Standing.CHANGES
+    standing = _standing(win.backend if win else None, ref.backend if ref else None, ref_margin, pending)
 
     def vs_unchunked(t: JudgedTime | None) -> float | None:
         base = unchunked.get(t.backend) if t is not None else None

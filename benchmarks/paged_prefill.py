@@ -68,9 +68,6 @@ def configs(which: str):
 
 def ours_call(w, inputs, cfg):
     causal = w.mask.value == "causal"
-    if cfg is None:
-        cfg, _ = tpp.choose_config(list(w.q_lens), list(w.kv_lens), num_q_heads=w.num_q_heads,
-                                   num_kv_heads=w.num_kv_heads, head_dim=w.head_dim, causal=causal)
     group = w.num_q_heads // w.num_kv_heads
     rows = tpp.block_g(group)
     items = tpp.plan_items(list(w.q_lens), list(w.kv_lens), num_q_heads=w.num_q_heads, num_kv_heads=w.num_kv_heads,
@@ -107,6 +104,23 @@ def vendor(name, w, inputs):
         return (time_cuda(call).median_us, conv), None
 
 
+def fastest(names, w, inputs, ref, indent):
+    """Time each backend of ``names`` on ``w`` and print its line; return ``(name, µs)`` of the fastest whose
+    output is within 2e-2 of the reference, or None."""
+    best = None
+    for name in names:
+        got, why = vendor(name, w, inputs)
+        if got is None:
+            print(f"{indent}{name:28s} unsupported: {why}")
+            continue
+        t, out = got
+        err = rel_err(valid_part(w, out), valid_part(w, ref.out))
+        print(f"{indent}{name:28s} {t:9.1f} us  {w.flops / t / 1e6:6.0f} TFLOP/s  rel err {err:.1e}", flush=True)
+        if err < 2e-2 and (best is None or t < best[1]):
+            best = (name, t)
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", choices=("all", "default"), default="default")
@@ -128,17 +142,7 @@ def main() -> int:
     for i, (label, w, parts) in enumerate(todo):
         inputs, ref = setup(w, seed=i + 1)
         print(f"\n## {label}: {w.flops / 1e9:,.1f} GFLOP, unique K/V {w.kv_bytes / 1e6:,.1f} MB", flush=True)
-        best_vendor = None
-        for name in VENDORS if args.vendors else VENDORS[:1]:
-            got, why = vendor(name, w, inputs)
-            if got is None:
-                print(f"  {name:28s} unsupported: {why}")
-                continue
-            t, out = got
-            err = rel_err(valid_part(w, out), valid_part(w, ref.out))
-            print(f"  {name:28s} {t:9.1f} us  {w.flops / t / 1e6:6.0f} TFLOP/s  rel err {err:.1e}", flush=True)
-            if err < 2e-2 and (best_vendor is None or t < best_vendor[1]):
-                best_vendor = (name, t)
+        best_vendor = fastest(VENDORS if args.vendors else VENDORS[:1], w, inputs, ref, "  ")
         if parts is not None:
             _, pre, dec = parts
             from profattn.workload import Workload
@@ -149,16 +153,7 @@ def main() -> int:
             for part, names in ((pre, VENDORS + ("triton-paged-prefill",)), (dec, DECODERS)):
                 pw = Workload.varlen(None, tuple(part), **common)
                 pin, pref = setup(pw, seed=100 + i)
-                best = None
-                for name in names:
-                    got, why = vendor(name, pw, pin)
-                    if got is None:
-                        continue
-                    t, out = got
-                    err = rel_err(valid_part(pw, out), valid_part(pw, pref.out))
-                    print(f"    part {len(part)} seqs {name:24s} {t:9.1f} us  rel err {err:.1e}", flush=True)
-                    if err < 2e-2 and (best is None or t < best[1]):
-                        best = (name, t)
+                best = fastest(names, pw, pin, pref, f"    part {len(part)} seqs ")
                 split += best[1] if best else float("nan")
             print(f"  best parts as two calls: {split:.1f} us")
             best_vendor = ("two calls", min(split, best_vendor[1]) if best_vendor else split) if split == split else best_vendor

@@ -41,12 +41,13 @@ WORKSPACE_BYTES = 128 << 20
 #: Head dimensions FlashInfer 0.5.3 ships kernels for.
 HEAD_DIMS = (64, 128, 256)
 _DTYPES = ("bfloat16", "float16")
-#: Why an FP8 cache is not run through FlashInfer's decode: FlashInfer 0.5.3's
-#: ``BatchDecodeWithPagedKVCacheWrapper.run(..., k_scale: Optional[float], v_scale: Optional[float])`` (its
-#: ``flashinfer/decode.py``) takes one scale per tensor — ``sm_scale *= k_scale`` and ``out *= v_scale`` after
-#: the kernel — while profattn's cache has one scale per KV head (and ``plan(kv_data_type=torch.float8_e4m3fn)``).
-FP8_KV_REASON = ("FlashInfer 0.5.3's decode run() takes k_scale/v_scale as one float per tensor (folded into "
-                 "sm_scale; the output multiplied by v_scale after the kernel), not this cache's per-KV-head scales")
+#: How an FP8 cache with per-KV-head scales runs through FlashInfer 0.5.3, whose decode ``run()`` takes one float
+#: ``k_scale``/``v_scale`` per tensor (folded into ``sm_scale``; the output multiplied by ``v_scale`` after the kernel,
+#: ``flashinfer/decode.py``): the per-head ``k_scale`` is folded into q (``q·k_scale[h]`` for each query head of KV
+#: head ``h``, one elementwise kernel) and the per-head ``v_scale`` multiplies the output (a second one), both inside
+#: the timed call — the same two extra launches FlashInfer's own scalar path makes.
+FP8_KV_NOTE = ("FP8 E4M3 pages (kv_data_type=float8_e4m3fn); per-KV-head k_scale folded into q and v_scale applied to "
+               "the output by two elementwise kernels inside the timed call (0.5.3's run() takes one scale per tensor)")
 
 
 def flashinfer_reason(device: torch.device) -> str | None:
@@ -184,7 +185,7 @@ class FlashInferDecode:
     family = FLASHINFER
     #: decode steps given per sequence (ragged KV lengths, an appending step) read the same CSR page list
     varlen = True
-    #: An FP8 cache is offered so that :meth:`unsupported_reason` can say why it is refused (:data:`FP8_KV_REASON`).
+    #: Reads an FP8 E4M3 cache, its per-KV-head scales applied around the kernel (:data:`FP8_KV_NOTE`).
     kv_dtypes = ("float8_e4m3fn",)
 
     def __init__(self, tensor_cores: bool) -> None:
@@ -194,8 +195,6 @@ class FlashInferDecode:
                             + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        if workload.kv_dtype is not None:
-            return FP8_KV_REASON
         return flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
 
     def _wrapper(self, device: torch.device, indptr, indices, last, w: Workload):  # noqa: ANN001
@@ -207,8 +206,9 @@ class FlashInferDecode:
             paged_kv_indptr_buffer=torch.empty_like(indptr), paged_kv_indices_buffer=torch.empty_like(indices),
             paged_kv_last_page_len_buffer=torch.empty_like(last))
         dt = getattr(torch, w.dtype)
+        kv_dt = getattr(torch, w.kv_dtype) if w.kv_dtype is not None else dt
         wrapper.plan(indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
-                     pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
+                     pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=kv_dt, window_left=window_left(w))
         return wrapper
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
@@ -220,6 +220,8 @@ class FlashInferDecode:
 
         def tiny():
             pages = torch.randn(2, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
+            if w.kv_dtype is not None:
+                pages = pages.to(getattr(torch, w.kv_dtype))
             one = torch.tensor([0, 1], dtype=torch.int32, device=device)
             wr = self._wrapper(device, one, one[:1].clone(), torch.tensor([w.page_size], dtype=torch.int32, device=device), w)
             q = torch.randn(1, w.num_q_heads, w.head_dim, device=device, dtype=dt)
@@ -233,17 +235,28 @@ class FlashInferDecode:
             wrapper = self._wrapper(device, indptr, indices, last, w)
             q = inputs.q[:, :, 0, :].contiguous()
             out = torch.empty_like(q)
+            if cache.k_scale is None:
+                def call() -> torch.Tensor:
+                    return wrapper.run(q, (cache.k_pages, cache.v_pages), out=out).unsqueeze(2)
 
-            def call() -> torch.Tensor:
-                return wrapper.run(q, (cache.k_pages, cache.v_pages), out=out).unsqueeze(2)
+                return call
+            group = w.num_q_heads // w.num_kv_heads  # query head j reads KV head j // group
+            k_scale = cache.k_scale.repeat_interleave(group).view(1, -1, 1)
+            v_scale = cache.v_scale.repeat_interleave(group).view(1, -1, 1)
+            q_scaled, scaled_out = torch.empty_like(q), torch.empty_like(q)
 
-            return call
+            def call_fp8() -> torch.Tensor:
+                torch.mul(q, k_scale, out=q_scaled)
+                wrapper.run(q_scaled, (cache.k_pages, cache.v_pages), out=out)
+                return torch.mul(out, v_scale, out=scaled_out).unsqueeze(2)
+
+            return call_fp8
 
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_flashinfer_append, notes=(
             f"FlashInfer {_version()} BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores={self.tensor_cores}, "
             "CUDA-graph mode; plan() outside the timed window",
             f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
-        ) + _append_note(w))
+        ) + _append_note(w) + ((FP8_KV_NOTE,) if w.kv_dtype is not None else ()))
 
 
 class FlashInferPrefill:

@@ -45,6 +45,11 @@ NUM_STAGES = 3
 #: combines; one launch, measured 2-5 µs slower on the H200, NOTES.md). The backend reads
 #: ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review the other schedule.
 COMBINE = "separate"
+#: An FP8 cache's tile and warps (:func:`fp8_launch`): the codes are half the bytes, so a 64-token tile streams what
+#: a 32-token bf16 tile does; two warps keep the 108-register FP8 path at 4 programs per SM. Chosen on the H200
+#: (NOTES.md, "FP8 decode": 32.2 µs vs 38.8 µs for the bf16 defaults at the seed's kv 8192).
+FP8_BLOCK_N = 64
+FP8_NUM_WARPS = 2
 COMBINE_ENV = "PROFATTN_PAGED_COMBINE"
 
 
@@ -100,7 +105,7 @@ def _kernels():
         tokens_per_split, num_splits, Arrivals, KScale, VScale, window,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
         PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
-        KV_QUANT: tl.constexpr,
+        KV_QUANT: tl.constexpr, DOT_F16: tl.constexpr,
     ):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
@@ -123,6 +128,8 @@ def _kernels():
             # not per loaded element), v_scale into the output after the loop; the codes convert exactly to
             # q's 16-bit dtype for the tensor-core dot.
             qk_scale = qk_scale_log2 * tl.load(KScale + kvh)
+            if DOT_F16:  # e4m3 -> fp16 is one hardware cvt per pair on sm_89+ (e4m3 -> bf16 is a longer sequence)
+                q = q.to(tl.float16)
 
         m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
@@ -140,7 +147,7 @@ def _kernels():
                         mask=n_mask[:, None], other=0.0)
             v = tl.load(V + page[:, None] * stride_vp + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
                         mask=n_mask[:, None], other=0.0)
-            if KV_QUANT:
+            if KV_QUANT:  # FP8 codes convert exactly to fp16 / bf16
                 k = k.to(q.dtype)
                 v = v.to(q.dtype)
             nxt = offs_n + BLOCK_N
@@ -229,7 +236,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
                  plan: SplitPlan | None = None, workspace: dict | None = None,
                  num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True,
                  combine: str | None = None, k_scale: torch.Tensor | None = None,
-                 v_scale: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
+                 v_scale: torch.Tensor | None = None, window: int | None = None,
+                 fp8_dot: str = "float16") -> torch.Tensor:
     """Decode attention over a paged KV cache.
 
     Args:
@@ -246,9 +254,13 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         combine: ``"fused"`` (the last-arriving split program combines; one launch) or ``"separate"``
             (a second combine kernel); default :data:`COMBINE`.
         k_scale, v_scale: for ``torch.float8_e4m3fn`` pages (FP8 codes), fp32 ``[num_kv_heads]`` scales: a value is
-            ``code · scale``. The kernel loads the codes, converts them (exactly) to q's dtype and applies the
+            ``code · scale``. The kernel loads the codes, converts them (exactly) to the dot's dtype and applies the
             scales folded — ``k_scale`` into the softmax scale, ``v_scale`` into the output — which equals
             dequantizing every loaded element (the ledger's ``dequant_ops``) in exact arithmetic.
+        fp8_dot: the FP8 path's dot dtype: ``"float16"`` (default: e4m3 → fp16 is one hardware conversion per pair
+            of codes on sm_89+, and q is converted to fp16 once — exact for |q| ≤ 65,504 and above fp16's subnormal
+            range, so a bf16 query beyond fp16's range would overflow) or ``"query"`` (q's own dtype; bf16 takes a
+            longer conversion sequence: 44.3 vs 38.8 µs at the seed's kv 8192 on the H200).
         window: sliding window: each sequence attends its last ``window`` keys only, its key loop starting at
             ``max(0, seq_len − window)`` (pages before it are not read); the split plan then covers
             ``min(max_kv_len, window)`` tokens. None: every key.
@@ -258,7 +270,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
 
     Raises:
         ValueError: head_dim not a power of two ≥ 16, Hq not a multiple of Hkv, an unknown ``combine``, FP8
-            pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8), or a window below 1.
+            pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8), a window below 1, or an
+            unknown ``fp8_dot``.
     """
     global _KERNELS
     if _KERNELS is None:
@@ -278,6 +291,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         raise ValueError(f"k_scale and v_scale must be [num_kv_heads] = [{hkv}]")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    if fp8_dot not in ("float16", "query"):
+        raise ValueError(f"fp8_dot must be 'float16' or 'query', got {fp8_dot!r}")
     span = max_kv_len if window is None else min(max_kv_len, window)
     plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -310,7 +325,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         k_scale if quant else seq_lens, v_scale if quant else seq_lens,  # unread without KV_QUANT
         0 if window is None else window,
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
-        PREFETCH=prefetch, FUSED=fused, KV_QUANT=quant,
+        PREFETCH=prefetch, FUSED=fused, KV_QUANT=quant, DOT_F16=quant and fp8_dot == "float16",
         num_warps=num_warps, num_stages=num_stages,
     )
     if not direct and not fused:
@@ -418,8 +433,10 @@ class TritonPagedDecode:
         combine = combine_setting()
         window = workload.window
         span = workload.kv_len if window is None else min(workload.kv_len, window)  # tokens one sequence reads
+        quant = workload.is_kv_quantized
+        block_n, num_warps = (FP8_BLOCK_N, FP8_NUM_WARPS) if quant else (BLOCK_N, NUM_WARPS)
         plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
-                                 max_kv_len=span, num_sms=sms, ctas_per_sm=ctas_per_sm)
+                                 max_kv_len=span, num_sms=sms, ctas_per_sm=ctas_per_sm, block_n=block_n)
         workspace: dict = {}
 
         run_dtype = interpreter_dtype(device, workload.dtype)
@@ -437,7 +454,7 @@ class TritonPagedDecode:
             def call() -> torch.Tensor:
                 return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
                                     max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
-                                    combine=combine, k_scale=cache.k_scale,
+                                    combine=combine, k_scale=cache.k_scale, num_warps=num_warps,
                                     v_scale=cache.v_scale, window=window).unsqueeze(2).to(out_dtype)
 
             return call
@@ -445,14 +462,14 @@ class TritonPagedDecode:
         interp_note = (f"ran in {run_dtype} under TRITON_INTERPRET=1 (the interpreter's bf16 dot is wrong); "
                        "output cast back to bfloat16",) if run_dtype != workload.dtype else ()
         append_note = ("cache append: ours, one Triton launch for K and V (triton_append.paged_append)",) if workload.append else ()
-        fp8_note = ("FP8 E4M3 pages loaded as codes, converted in registers; per-KV-head k_scale folded into the "
-                    "softmax scale, v_scale into the output",) if workload.is_kv_quantized else ()
+        fp8_note = ("FP8 E4M3 pages loaded as codes, converted in registers to fp16 (q too) for the tensor-core dots; "
+                    "per-KV-head k_scale folded into the softmax scale, v_scale into the output",) if quant else ()
         if window is not None:
             append_note += (f"sliding window of {window} keys: each sequence's key loop starts at max(0, kv_len − "
                             f"{window}), so only the window's pages are read; the split plan covers {span:,} tokens",)
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + fp8_note + (
             f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
-            f"(BLOCK_N {plan.block_n}, {NUM_WARPS} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
+            f"(BLOCK_N {plan.block_n}, {num_warps} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
             + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
             f"split combine: {'last-arriving split program (one launch)' if combine == 'fused' else 'second kernel'}"
             + (f" from ${COMBINE_ENV}" if combine != COMBINE else ""),

@@ -188,8 +188,8 @@ def test_a_ragged_appending_decode_step_cell(dtype):
 
 
 # ---- FP8 E4M3 cache (Workload.kv_dtype) --------------------------------------------------------------------------
-@pytest.mark.parametrize("combine", ["separate", "fused"])
-def test_fp8_kernel_matches_the_dequantized_fp64_reference(combine):
+@pytest.mark.parametrize("combine,fp8_dot", [("separate", "float16"), ("fused", "float16"), ("separate", "query")])
+def test_fp8_kernel_matches_the_dequantized_fp64_reference(combine, fp8_dot):
     """Triton's interpreter loads float8_e4m3fn on the CPU (checked: codes come back bit-exact), so the FP8 path
     runs here: FP8 pages with per-KV-head scales against fp64 attention over code · scale."""
     from profattn.workload.paged import per_head_scales
@@ -207,7 +207,7 @@ def test_fp8_kernel_matches_the_dequantized_fp64_reference(combine):
     cache.quantize_fp8(per_head_scales(k, lens), per_head_scales(v, lens))
     assert cache.k_pages.dtype is torch.float8_e4m3fn
     out = paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=n, num_sms=132,
-                       combine=combine, k_scale=cache.k_scale, v_scale=cache.v_scale)
+                       combine=combine, k_scale=cache.k_scale, v_scale=cache.v_scale, fp8_dot=fp8_dot)
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     dk, dv = cache.dense(torch.float64)
     ref = torch.stack([eager_attention(q[b:b + 1, :, None].double(), dk[b:b + 1, :, :nb], dv[b:b + 1, :, :nb],
@@ -227,6 +227,9 @@ def test_fp8_pages_without_scales_are_refused():
     q = torch.zeros(1, 1, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match="need k_scale and v_scale"):
         paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=16, num_sms=132)
+    with pytest.raises(ValueError, match="fp8_dot must be"):
+        paged_decode(q, cache.k_pages, cache.v_pages, cache.block_table, cache.seq_lens, max_kv_len=16, num_sms=132,
+                     k_scale=cache.k_scale, v_scale=cache.v_scale, fp8_dot="bfloat16")
 
 
 @pytest.mark.parametrize("backend", ["triton-paged-decode", "torch-paged-reference"])
@@ -248,6 +251,8 @@ def test_fp8_decode_cells_pass_against_the_dequantized_cache(backend):
     c = cell.correctness
     assert c.out_rel_err < 2e-3 and c.quant_rel_err is not None and 5 * c.out_rel_err < c.quant_rel_err < 0.1
     assert any("FP8" in n for n in cell.notes)
+    if backend == "triton-paged-decode":  # the FP8 launch: 64-token tiles, 2 warps (the bf16 path keeps 32 and 4)
+        assert any("BLOCK_N 64, 2 warps" in n for n in cell.notes), cell.notes
 
 
 def _poison_before(cache, lens, starts):

@@ -23,6 +23,8 @@ __all__ = [
     "KernelTime",
     "LaunchShape",
     "OpTime",
+    "PackedBatch",
+    "RecordedWindow",
     "StepWindow",
     "TraceCalls",
 ]
@@ -61,6 +63,51 @@ class AttentionShape:
     def key(self) -> tuple[int | None, ...]:
         """The dimensions alone, to match a forward call with its backward."""
         return (self.batch, self.num_q_heads, self.num_kv_heads, self.q_len, self.kv_len, self.head_dim)
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """What a packed variable-length call (``cu_seqlens`` passed) records about its sequences.
+
+    ``sequences`` = ``len(cu_seqlens_q) - 1`` (None when beyond the batch limit); ``q_tokens``/``kv_tokens``
+    the packed totals (q/k's token dimension); ``max_q``/``max_k`` the recorded longest sequence
+    (``max_q``/``max_k`` or ``max_seqlen_q``/``max_seqlen_k`` in ``Concrete Inputs``), None when not recorded;
+    ``seqs`` every sequence's ``(q_len, kv_len)`` when the recorded numbers determine them — one sequence
+    (the totals), or totals equal to ``sequences ×`` the longest (every sequence that long), or every q_len 1
+    (``q_tokens == sequences``) with uniform keys — else None: the per-sequence lengths are the values of
+    the ``cu_seqlens`` tensors, which a trace does not record. ``paged``: a ``block_table`` was passed (K/V
+    are pages of a cache); ``seqused_k``: per-sequence KV lengths were passed as a tensor. Either leaves
+    the KV lengths undetermined."""
+
+    sequences: int | None
+    q_tokens: int
+    kv_tokens: int
+    max_q: int | None
+    max_k: int | None
+    seqs: tuple[tuple[int, int], ...] | None
+    paged: bool = False
+    seqused_k: bool = False
+
+
+@dataclass(frozen=True)
+class RecordedWindow:
+    """A local (sliding) window as the op recorded it, in flash-attn's convention: query row i (bottom-right
+    aligned) sees keys ``[i - left, i + right]``; -1 is unbounded. xformers' ``window_size`` W (its last W
+    keys, causal masks only) is recorded as ``left = W - 1, right = 0``. ``arg`` names the recorded argument
+    (``window_size_left/right`` or ``window_size``).
+
+    ``keys``: profattn's :attr:`~profattn.workload.Workload.window` (each query sees at most its last
+    ``keys`` keys) = ``left + 1`` for a causal window (``right == 0``, ``left >= 0``); None for a two-sided or
+    unbounded one."""
+
+    left: int
+    right: int
+    arg: str
+
+    @property
+    def keys(self) -> int | None:
+        """profattn's window (keys each query sees), or None when this is not a causal sliding window."""
+        return self.left + 1 if self.left >= 0 and self.right == 0 else None
 
 
 @dataclass(frozen=True)
@@ -117,13 +164,16 @@ class AttentionCall:
             ``BOTTOM_RIGHT`` when causal, ``NONE`` when not, ``UNKNOWN`` when not recorded or when an
             explicit mask tensor was passed.
         mask_dims: the dims of the explicit mask/bias tensor passed (``attn_mask``), or None.
-        varlen: a packed variable-length batch (``cu_seqlens`` passed): B and L are not per-sequence.
+        varlen: a packed variable-length batch (``cu_seqlens`` passed): ``shape`` then holds the number of
+            sequences as ``batch`` and the recorded longest as ``q_len``/``kv_len`` (None when not recorded).
         phase: inferred regime (see the module docstring), None without shapes.
         workload: the call as a profattn :class:`Workload` when every field is known and profattn's
             semantics can express it, else None (``notes`` says why).
         kernels: the kernels the call launched, in GPU start order.
         graph_launched: the kernels were replayed from a CUDA graph (attributed to the graph launch).
         notes: caveats, one line each.
+        packed: what a packed variable-length call records about its sequences (:class:`PackedBatch`), or None.
+        window: the local window the op recorded (:class:`RecordedWindow`), or None (none passed, or unbounded).
     """
 
     index: int
@@ -147,6 +197,8 @@ class AttentionCall:
     kernels: tuple[CallKernel, ...]
     graph_launched: bool
     notes: tuple[str, ...] = ()
+    packed: PackedBatch | None = None
+    window: RecordedWindow | None = None
 
     @property
     def gpu_time_us(self) -> float:
@@ -160,15 +212,23 @@ class AttentionCall:
 
     @property
     def workload_constructor(self) -> str | None:
-        """The exact ``Workload(...)`` expression for this call (valid Python), or None."""
+        """The exact ``Workload(...)`` expression for this call (valid Python; ``Workload.varlen(...)`` for a
+        packed variable-length call), or None."""
         w = self.workload
         if w is None:
             return None
-        return (
-            f'Workload(phase="{w.phase.value}", batch={w.batch}, q_len={w.q_len}, kv_len={w.kv_len}, '
-            f"num_q_heads={w.num_q_heads}, num_kv_heads={w.num_kv_heads}, head_dim={w.head_dim}, "
-            f'dtype="{w.dtype}", mask="{w.mask.value}")'
-        )
+        rest = (f"num_q_heads={w.num_q_heads}, num_kv_heads={w.num_kv_heads}, head_dim={w.head_dim}, "
+                f'dtype="{w.dtype}", mask="{w.mask.value}"' + (f", window={w.window}" if w.window is not None else ""))
+        if w.seqs:
+            runs: list[list] = []
+            for p in w.seqs:
+                if runs and runs[-1][0] == p:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([p, 1])
+            seqs = " + ".join(f"[{p}] * {n}" if n > 1 else f"[{p}]" for p, n in runs)
+            return f'Workload.varlen("{w.phase.value}", {seqs}, {rest})'
+        return f'Workload(phase="{w.phase.value}", batch={w.batch}, q_len={w.q_len}, kv_len={w.kv_len}, {rest})'
 
     @property
     def profile_hint(self) -> str:

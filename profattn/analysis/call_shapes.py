@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from profattn.analysis.call_records import AttentionCall, AttentionShape, CausalAlignment
+from profattn.analysis.call_records import AttentionCall, AttentionShape, CausalAlignment, PackedBatch, RecordedWindow
 from profattn.errors import WorkloadError
 from profattn.families import ATTENTION_FAMILIES, KernelFamily
 from profattn.workload import Phase, Workload
@@ -31,8 +31,11 @@ __all__ = [
     "is_attention_op",
     "kernel_direction",
     "op_dims",
+    "op_packed",
     "op_shape",
+    "packed_text",
     "read_causal",
+    "read_window",
     "signature",
     "with_phases",
 ]
@@ -82,7 +85,12 @@ class OpSignature:
     points at ``is_causal`` (``causal_kind="bool"``) or at xformers' ``custom_mask_type``
     (``"mask_type"``: 0 none, 1 top-left causal, 2 bottom-right causal); ``causal_alignment`` is what a
     true ``is_causal`` means; ``mask_index`` is the optional mask/bias tensor and ``varlen_index`` the
-    optional ``cu_seqlens_q`` tensor (present: packed variable-length batch).
+    optional ``cu_seqlens_q`` tensor (present: packed variable-length batch, q ``[total_q, H, d]`` or, for
+    xformers' ops, ``[1, total_q, H, d]``); ``max_index`` the ``(max_q, max_k)`` scalars (the longest
+    sequence); ``window_index`` flash's ``(window_size_left, window_size_right)`` (``window_kind="flash"``:
+    query row i sees keys ``[i - left, i + right]`` of its bottom-right diagonal, -1 unbounded) or xformers'
+    one ``window_size`` (``"keys"``: the last ``window_size`` keys, 0 none); ``paged_index`` flash's
+    ``block_table`` and ``seqused_index`` its ``seqused_k`` (per-sequence KV lengths as a tensor).
     """
 
     backend: str | None
@@ -95,9 +103,17 @@ class OpSignature:
     causal_alignment: CausalAlignment = CausalAlignment.TOP_LEFT
     mask_index: int | None = None
     varlen_index: int | None = None
+    max_index: tuple[int, int] | None = None
+    window_index: tuple[int, ...] | None = None
+    window_kind: str = "flash"
+    paged_index: int | None = None
+    seqused_index: int | None = None
 
 
-#: Attention operators by exact name, with their argument positions (PyTorch ``native_functions.yaml``).
+_BR = CausalAlignment.BOTTOM_RIGHT
+#: Attention operators by exact name, with their argument positions: read from the op schemas of torch 2.13
+#: (``torch.ops.aten.<op>.default._schema``; PyTorch's ``native_functions.yaml``). The positions of the
+#: ``_flash_attention_forward`` arguments up to ``window_size_right`` (12) are the same in torch 2.11's traces.
 ATTENTION_OPS: dict[str, OpSignature] = {
     "aten::scaled_dot_product_attention": OpSignature(None, "forward", causal_index=5, mask_index=3),
     "aten::_scaled_dot_product_attention_math": OpSignature("math", "forward", causal_index=5, mask_index=3),
@@ -106,13 +122,22 @@ ATTENTION_OPS: dict[str, OpSignature] = {
     "aten::_scaled_dot_product_efficient_attention": OpSignature("efficient", "forward", causal_index=6, mask_index=3),
     "aten::_scaled_dot_product_cudnn_attention": OpSignature("cudnn", "forward", causal_index=6, mask_index=3),
     "aten::_flash_attention_forward": OpSignature(
-        "flash", "forward", layout="BLHD", causal_index=8, causal_alignment=CausalAlignment.BOTTOM_RIGHT, varlen_index=3
+        "flash", "forward", layout="BLHD", causal_index=8, causal_alignment=_BR, varlen_index=3, max_index=(5, 6),
+        window_index=(11, 12), seqused_index=13, paged_index=15,
+    ),
+    "aten::_flash_attention_forward_no_dropout_inplace": OpSignature(
+        "flash", "forward", layout="BLHD", q_index=1, k_index=2, causal_index=9, causal_alignment=_BR, varlen_index=4,
+        max_index=(6, 7), window_index=(12, 13), seqused_index=14, paged_index=16,
     ),
     "aten::_efficient_attention_forward": OpSignature(
-        "efficient", "forward", layout="BLHD", causal_index=9, causal_kind="mask_type", mask_index=3, varlen_index=4
+        "efficient", "forward", layout="BLHD", causal_index=9, causal_kind="mask_type", mask_index=3, varlen_index=4,
+        max_index=(6, 7), window_index=(13,), window_kind="keys",
+    ),
+    "aten::_cudnn_attention_forward": OpSignature(
+        "cudnn", "forward", causal_index=10, mask_index=3, varlen_index=4, max_index=(6, 7)
     ),
     "aten::_scaled_dot_product_flash_attention_backward": OpSignature(
-        "flash", "backward", q_index=1, k_index=2, causal_index=11, varlen_index=6
+        "flash", "backward", q_index=1, k_index=2, causal_index=11, varlen_index=6, max_index=(8, 9)
     ),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": OpSignature(
         "flash-cpu", "backward", q_index=1, k_index=2, causal_index=7, mask_index=8
@@ -121,15 +146,18 @@ ATTENTION_OPS: dict[str, OpSignature] = {
         "efficient", "backward", q_index=1, k_index=2, causal_index=11, mask_index=4
     ),
     "aten::_scaled_dot_product_cudnn_attention_backward": OpSignature(
-        "cudnn", "backward", q_index=1, k_index=2, causal_index=14, mask_index=8, varlen_index=9
+        "cudnn", "backward", q_index=1, k_index=2, causal_index=14, mask_index=8, varlen_index=9, max_index=(11, 12)
+    ),
+    "aten::_cudnn_attention_backward": OpSignature(
+        "cudnn", "backward", q_index=1, k_index=2, causal_index=14, mask_index=8, varlen_index=9, max_index=(11, 12)
     ),
     "aten::_flash_attention_backward": OpSignature(
-        "flash", "backward", layout="BLHD", q_index=1, k_index=2, causal_index=11, causal_alignment=CausalAlignment.BOTTOM_RIGHT,
-        varlen_index=6,
+        "flash", "backward", layout="BLHD", q_index=1, k_index=2, causal_index=11, causal_alignment=_BR,
+        varlen_index=6, max_index=(8, 9), window_index=(15, 16),
     ),
     "aten::_efficient_attention_backward": OpSignature(
         "efficient", "backward", layout="BLHD", q_index=1, k_index=2, causal_index=14, causal_kind="mask_type",
-        mask_index=4, varlen_index=6,
+        mask_index=4, varlen_index=6, max_index=(8, 9), window_index=(18,), window_kind="keys",
     ),
 }
 _FLEX_FORWARD = OpSignature("flex", "forward")
@@ -182,7 +210,7 @@ def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
     q, k = op_dims(op, sig.q_index), op_dims(op, sig.k_index)
     if q is None or k is None or len(q) != 4 or len(k) != 4:
         return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (*q, *k)):
+    if not _pos_ints([*q, *k]):
         return None
     if sig.layout == "BLHD":
         (b, lq, hq, d), (bk, lk, hkv, dk) = q, k
@@ -190,14 +218,86 @@ def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
         (b, hq, lq, d), (bk, hkv, lk, dk) = q, k
     if b != bk or d != dk:
         return None
+    return _shape(op, sig, b, hq, hkv, lq, lk, d)
+
+
+def _shape(op: Mapping[str, Any], sig: OpSignature, b: int, hq: int, hkv: int, lq: int | None, lk: int | None,
+           d: int) -> AttentionShape:
     types = op.get("input_types")
     raw = types[sig.q_index] if isinstance(types, list) and sig.q_index < len(types) else None
     dtype = _DTYPES.get(raw, raw) if isinstance(raw, str) and raw else None
     dims = {"batch": b, "num_q_heads": hq, "num_kv_heads": hkv, "q_len": lq, "kv_len": lk, "head_dim": d}
-    beyond = tuple((f, v) for f, v in dims.items() if v > SHAPE_LIMITS[f])
+    beyond = tuple((f, v) for f, v in dims.items() if v is not None and v > SHAPE_LIMITS[f])
     for f, _ in beyond:
         dims[f] = None
     return AttentionShape(**dims, dtype=dtype, beyond_limits=beyond)
+
+
+def _pos_ints(values: list[Any]) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values)
+
+
+def _concrete_int(concrete: Any, index: int | None) -> int | None:
+    """The integer scalar at ``index`` of ``Concrete Inputs`` (``"4096"``, ``"-1"``), or None when not
+    recorded (``""``: a tensor, None, or an older trace) or not an integer of at most 18 digits."""
+    if not isinstance(concrete, list) or index is None or index >= len(concrete):
+        return None
+    value = str(concrete[index]).strip()
+    return int(value) if re.fullmatch(r"-?\d{1,18}", value) else None
+
+
+def op_packed(op: Mapping[str, Any], sig: OpSignature) -> tuple[AttentionShape, PackedBatch] | None:
+    """A packed variable-length call's shape and :class:`PackedBatch`; None unless ``cu_seqlens_q`` is a
+    recorded 1-D tensor of at least 2 entries and q, k are packed ``[total, H, d]`` (or xformers'
+    ``[1, total, H, d]``; with a ``block_table``, k is the cache's ``[pages, page_size, Hkv, d]``) with
+    matching head_dim. The shape's ``batch`` is the number of sequences, ``q_len``/``kv_len`` the longest
+    (the determined lengths' longest, else the recorded ``max_q``/``max_k``, else None)."""
+    cu = op_dims(op, sig.varlen_index) if sig.varlen_index is not None else None
+    q, k = op_dims(op, sig.q_index), op_dims(op, sig.k_index)
+    if not cu or len(cu) != 1 or not _pos_ints(cu) or cu[0] < 2 or q is None or k is None:
+        return None
+    paged = bool(op_dims(op, sig.paged_index)) if sig.paged_index is not None else False
+    seqused = bool(op_dims(op, sig.seqused_index)) if sig.seqused_index is not None else False
+
+    def packed(t: list[Any]) -> list[Any] | None:
+        if len(t) == 3:
+            return t
+        return t[1:] if len(t) == 4 and t[0] == 1 and sig.layout == "BLHD" else None
+
+    pq = packed(q)
+    pk = [k[0] * k[1], k[2], k[3]] if paged and len(k) == 4 and _pos_ints(k) else packed(k)
+    if pq is None or pk is None or not _pos_ints([*pq, *pk]) or pq[2] != pk[2]:
+        return None
+    (tq, hq, d), (tk, hkv, _) = pq, pk
+    n = cu[0] - 1
+    concrete = op.get("concrete_inputs")
+    mq, mk = (_concrete_int(concrete, i) for i in (sig.max_index or (None, None)))
+    mq, mk = (m if m is not None and m > 0 else None for m in (mq, mk))
+    seqs = None
+    if n <= SHAPE_LIMITS["batch"] and not paged and not seqused:
+        q_each = tq if n == 1 else 1 if tq == n else mq if mq is not None and tq == n * mq else None
+        k_each = tk if n == 1 else 1 if tk == n else mk if mk is not None and tk == n * mk else None
+        if q_each is not None and k_each is not None:
+            seqs = ((q_each, k_each),) * n
+    lq, lk = (seqs[0] if seqs else (mq, mk))
+    batch = PackedBatch(sequences=n if n <= SHAPE_LIMITS["batch"] else None, q_tokens=tq, kv_tokens=tk, max_q=mq,
+                        max_k=mk, seqs=seqs, paged=paged, seqused_k=seqused)
+    return _shape(op, sig, n, hq, hkv, lq, lk, d), batch
+
+
+def read_window(concrete: Any, sig: OpSignature) -> RecordedWindow | None:
+    """The local window an op recorded in ``Concrete Inputs`` (:class:`RecordedWindow`), or None when the op
+    takes none, none was passed (``""``: None), or it is unbounded (flash ``(-1, -1)``, xformers 0)."""
+    if sig.window_index is None:
+        return None
+    if sig.window_kind == "keys":
+        w = _concrete_int(concrete, sig.window_index[0])
+        return RecordedWindow(w - 1, 0, "window_size") if w is not None and w > 0 else None
+    left, right = (_concrete_int(concrete, i) for i in sig.window_index)
+    if left is None and right is None:
+        return None
+    left, right = (-1 if v is None or v < 0 else v for v in (left, right))
+    return None if left == right == -1 else RecordedWindow(left, right, "window_size_left/right")
 
 
 def read_causal(concrete: list[Any] | None, sig: OpSignature) -> tuple[bool | None, CausalAlignment]:
@@ -243,8 +343,13 @@ def with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attention
             out.append(c)
             continue
         s = c.shape
+        p = c.packed
         if c.direction == "backward" or (c.backend, s.key()) in backward or (c.backend, None) in backward:
             phase = Phase.TRAIN
+        elif p is not None and p.q_tokens == p.sequences:  # every sequence has one query: decode
+            phase = Phase.DECODE
+        elif p is not None and (s.q_len is None or s.kv_len is None) and not s.beyond_limits:
+            phase = Phase.PREFILL  # some sequence has more than one query (prefill, or a mixed step)
         elif s.q_len is None or s.kv_len is None:  # beyond its limit: the regime is unknown
             out.append(replace(c, notes=(*c.notes, "phase unknown: a length is beyond its limit")))
             continue
@@ -261,14 +366,36 @@ def with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attention
     return out
 
 
+def packed_text(p: PackedBatch) -> str:
+    """What a packed batch records, e.g. ``packed variable-length batch: 8 sequences, 16,384 query tokens,
+    longest 4,096; per-sequence lengths are tensor values the trace does not record``."""
+    n = "an unknown number of" if p.sequences is None else f"{p.sequences:,}"
+    def longest(m: int | None) -> str:
+        return f"longest {m:,}" if m is not None else "longest not recorded"
+    keys = ("" if (p.kv_tokens, p.max_k) == (p.q_tokens, p.max_q) and not p.paged
+            else f"; keys: {p.kv_tokens:,} token slots of KV pages (block_table)" if p.paged
+            else f"; {p.kv_tokens:,} key tokens, {longest(p.max_k)}")
+    why = ("per-sequence lengths are tensor values the trace does not record"
+           + (" (seqused_k: KV lengths passed as a tensor)" if p.seqused_k and not p.paged else ""))
+    return f"packed variable-length batch: {n} sequences, {p.q_tokens:,} query tokens, {longest(p.max_q)}{keys}; {why}"
+
+
 def _workload(call: AttentionCall, phase: Phase) -> tuple[Workload | None, tuple[str, ...]]:
-    """The call as a :class:`Workload`, or None with the reason appended to its notes."""
+    """The call as a :class:`Workload`, or None with the reason appended to its notes.
+
+    A packed variable-length call becomes a variable-length Workload (``seqs``, the ``mix=`` grammar) only
+    when its recorded numbers determine every sequence's lengths (:class:`PackedBatch`); a recorded local
+    window becomes :attr:`Workload.window` = ``window_size_left + 1`` (flash) or ``window_size`` (xformers)
+    when it is a causal sliding window (right side 0) on a causal call."""
     notes = list(call.notes)
     s = call.shape
     assert s is not None
+    p, win = call.packed, call.window
     reason = None
     if s.beyond_limits:
         reason = f"{', '.join(f for f, _ in s.beyond_limits)} beyond its limit (unknown)"
+    elif p is not None and p.seqs is None:
+        reason = packed_text(p)
     elif s.dtype is None:
         reason = "dtype not recorded"
     elif call.causal is None:
@@ -276,15 +403,33 @@ def _workload(call: AttentionCall, phase: Phase) -> tuple[Workload | None, tuple
     elif call.causal_alignment is CausalAlignment.TOP_LEFT and s.q_len != s.kv_len:
         reason = ("SDPA's is_causal is top-left aligned and profattn's causal mask bottom-right: they differ "
                   f"for Lq {s.q_len} != Lk {s.kv_len}")
-    elif call.varlen:
+    elif call.varlen and p is None:
         reason = "packed variable-length batch"
+    elif win is not None and win.keys is None:
+        reason = (f"a two-sided local window ({win.arg} left {win.left}, right {win.right}): profattn's window is a "
+                  "causal sliding window (right 0)")
+    elif win is not None and not call.causal:
+        reason = (f"a local window ({win.arg} left {win.left}, right {win.right}) on a call without a causal mask: "
+                  "profattn's window is a causal sliding window")
     if reason is not None:
         return None, (*notes, f"no profattn Workload: {reason}")
+    shape = dict(num_q_heads=s.num_q_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, dtype=s.dtype,
+                 mask="causal" if call.causal else "none", window=win.keys if win is not None else None)
     try:
-        workload = Workload(phase=phase, batch=s.batch, q_len=s.q_len, kv_len=s.kv_len, num_q_heads=s.num_q_heads,
-                            num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, dtype=s.dtype, mask="causal" if call.causal else "none")
+        if p is not None:
+            workload = Workload.varlen(phase, p.seqs, **shape)  # type: ignore[arg-type]
+        else:
+            workload = Workload(phase=phase, batch=s.batch, q_len=s.q_len, kv_len=s.kv_len, **shape)  # type: ignore[arg-type]
     except WorkloadError as e:
         return None, (*notes, f"no profattn Workload: {e}")
+    if p is not None and p.seqs:
+        (q, k), n = p.seqs[0], len(p.seqs)
+        notes.append(f"packed variable-length batch of {n:,} sequence(s), each q {q:,} / kv {k:,}: "
+                     + ("one sequence, whose lengths are the packed totals" if n == 1
+                        else "the packed totals are the sequence count times the longest, so every sequence is that long"))
+    if win is not None:
+        notes.append(f"sliding window from {win.arg} (left {win.left}, right {win.right}): each query sees at most its "
+                     f"last {win.keys:,} keys (profattn window={win.keys})")
     if not call.causal and s.q_len == 1:
         notes.append("with Lq = 1 a bottom-right causal mask equals no mask (profattn's decode presets say causal)")
     if phase is Phase.TRAIN:

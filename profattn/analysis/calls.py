@@ -65,9 +65,10 @@ from profattn.analysis.call_records import (
     AttentionCall, CallKernel, CausalAlignment, KernelTime, LaunchShape, OpTime, StepWindow, TraceCalls,
 )
 from profattn.analysis.call_shapes import (
-    SHAPE_LIMITS, attention_family, is_attention_op, kernel_direction, op_dims, op_shape, read_causal, signature,
-    with_phases,
+    SHAPE_LIMITS, attention_family, is_attention_op, kernel_direction, op_dims, op_packed, op_shape, read_causal,
+    read_window, signature, with_phases,
 )
+from profattn.analysis.cells import kernel_stem
 from profattn.errors import TraceError
 from profattn.trace.columns import TraceWarning
 from profattn.trace.kineto import Trace
@@ -363,11 +364,13 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         backend, backend_op = family or "unknown", None
         notes.append(f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}")
 
-    # Shapes from the outer op; failing that, from the first nested op that has them.
-    shape, shape_sig, shape_op = None, sig, outer
+    # Shapes from the outer op; failing that, from the first nested op that has them. A packed
+    # variable-length op (cu_seqlens recorded) is read as packed.
+    shape, shape_sig, shape_op, packed = None, sig, outer, None
     for row in group:
         row_sig = signature(row["name"])
-        shape = op_shape(row, row_sig)
+        read = op_packed(row, row_sig)
+        shape, packed = read if read is not None else (op_shape(row, row_sig), None)
         if shape is not None:
             shape_sig, shape_op = row_sig, row
             break
@@ -376,25 +379,50 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
     recorded = shape_op.get("concrete_inputs")
     causal, alignment = read_causal(recorded, shape_sig)
     mask_dims = op_dims(shape_op, shape_sig.mask_index) if shape_sig.mask_index is not None else None
-    varlen = op_dims(shape_op, shape_sig.varlen_index) if shape_sig.varlen_index is not None else None
+    varlen = packed is not None or bool(op_dims(shape_op, shape_sig.varlen_index) if shape_sig.varlen_index is not None else None)
+    # A window is an argument of the kernel-level op (flash's window_size_left/right, xformers' window_size),
+    # nested under the SDPA front door when SDPA dispatched: the first op of the group that records one.
+    window = next((w for w in (read_window(r.get("concrete_inputs"), signature(r["name"])) for r in group) if w), None)
+    if window is not None and causal and window.right != 0:
+        window = replace(window, right=0)  # flash-attn sets window_size_right to 0 for is_causal
     if mask_dims:
         alignment = CausalAlignment.UNKNOWN
-        notes.append("an explicit mask/bias tensor was passed: its pattern is not in the trace")
+        types = shape_op.get("input_types")
+        kind = types[shape_sig.mask_index] if isinstance(types, list) and shape_sig.mask_index < len(types) else ""
+        notes.append(f"explicit mask: an attn_mask/bias tensor {list(mask_dims)}{f' ({kind})' if kind else ''} was "
+                     "passed; its pattern (a sliding window, say) is not in the trace")
+        notes.append(_dispatch_note(backend, backend_op, kernels))
     elif causal is None:
         if shape_sig.causal_index is None:
-            notes.append("FlexAttention's mask (block mask, score_mod) is not recorded in a trace: causal unknown")
+            notes.append("FlexAttention's mask (block mask, score_mod) is not recorded in a trace: causal unknown, and a "
+                         "sliding window or any other pattern it encodes is not in the trace")
         elif shape is not None:
             notes.append("is_causal not recorded (no Concrete Inputs): causal unknown" if recorded is None
                          else "is_causal not readable from Concrete Inputs: causal unknown")
-    if varlen:
+    if varlen and packed is None:
         notes.append("packed variable-length batch (cu_seqlens): B and L are not per-sequence values")
     return AttentionCall(
         index=0, source="op", op_name=outer["name"], backend=backend, backend_op=backend_op, direction=sig.direction,
         ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
         shape=shape, causal=None if mask_dims else causal, causal_alignment=alignment,
-        mask_dims=tuple(mask_dims) if mask_dims else None, varlen=bool(varlen), phase=None, workload=None, kernels=kernels,
-        graph_launched=any(k.graph_launched for k in kernels), notes=tuple(notes),
+        mask_dims=tuple(mask_dims) if mask_dims else None, varlen=varlen, phase=None, workload=None, kernels=kernels,
+        graph_launched=any(k.graph_launched for k in kernels), notes=tuple(notes), packed=packed, window=window,
     )
+
+
+def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKernel, ...]) -> str:
+    """Which path ran an explicit-mask call, from the trace: the dispatched backend op and the kernels."""
+    fused = [k for k in kernels if k.family]
+    if backend == "math":
+        ran = (f"{len(kernels)} kernel(s), none a fused attention kernel" if kernels and not fused
+               else "no GPU kernels recorded" if not kernels else f"{len(kernels)} kernel(s)")
+        return f"SDPA ran the math path ({backend_op}: matmul + softmax; {ran})"
+    where = f" ({backend_op})" if backend_op else ""
+    if fused:
+        top = max(fused, key=lambda k: k.dur_us)
+        return f"SDPA ran a fused kernel: {backend}{where}, {top.family} kernel {kernel_stem(top.name)}"
+    return f"SDPA ran {backend}{where}; " + ("no GPU kernels recorded" if not kernels else
+                                             f"{len(kernels)} kernel(s), none a fused attention kernel")
 
 
 # ----------------------------------------------------------------------------------------------------

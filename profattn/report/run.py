@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from profattn.analysis.call_shapes import ATTENTION_OPS
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.ledgers import ByteLedger, FlopLedger, byte_ledger, flop_ledger
 from profattn.analysis.verdict import ranked_cells, tied_with, verdict, winners, within_noise
@@ -145,9 +146,29 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
             "family_ok": None if c.trace is None else c.trace.family_ok,
             "family_note": c.trace.family_note if c.trace else "",
-            "notes": "; ".join(c.notes),
+            "notes": "; ".join([*c.notes, *filter(None, [sdpa_mask_path_text(c)])]),
         })
     return rows
+
+
+def sdpa_mask_path_text(c: CellResult) -> str | None:
+    """For an SDPA cell whose workload reaches SDPA as an explicit boolean mask (a sliding window, or a
+    variable-length call padded to the longest sequence), which SDPA path ran, read from the cell's trace
+    (:attr:`TraceSummary.ops`: the dispatched backend op; its dominant kernel): e.g. ``sliding window 4096 as an
+    explicit mask: SDPA ran the math path (aten::_scaled_dot_product_attention_math; dominant kernel
+    gemvx::kernel)``. None for other cells, or when the trace names no SDPA backend op."""
+    w = c.workload
+    if not c.backend.startswith("sdpa") or (w.window is None and not w.is_varlen) or c.trace is None:
+        return None
+    op = next((o for o in c.trace.ops if ATTENTION_OPS.get(o) is not None and ATTENTION_OPS[o].backend), None)
+    if op is None:
+        return None
+    what = " and ".join(filter(None, [f"sliding window {w.window}" if w.window is not None else "",
+                                      "per-sequence lengths" if w.is_varlen else ""]))
+    backend = ATTENTION_OPS[op].backend
+    ran = "the math path" if backend == "math" else f"{backend}"
+    top = f"; dominant kernel {short_kernel_name(c.trace.dominant_kernel)}" if c.trace.dominant_kernel else ""
+    return f"{what} as an explicit mask: SDPA ran {ran} ({op}{top})"
 
 
 def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str, graph: bool,
@@ -167,6 +188,8 @@ def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str,
         title.append(f"error {err} (tolerance {corr.tolerance:g})")
     if c.trace is not None and c.trace.family_ok is False:
         title.append("kernels outside the backend's family: " + c.trace.family_note)
+    if (path := sdpa_mask_path_text(c)) is not None:
+        title.append(path)
     if c.reason:
         title.append(c.reason)
     cell: dict[str, Any] = {"backend": c.backend, "cell_id": c.cell_id, "latency": fmt_us(t.median_us) if t else "",

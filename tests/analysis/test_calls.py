@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from conftest import FLASH, trace_fixture
-from profattn.analysis.call_records import CausalAlignment, TraceCalls
+from profattn.analysis.call_records import AttentionCall, CausalAlignment, PackedBatch, RecordedWindow, TraceCalls
 from profattn.analysis.calls import find_attention_calls
 from profattn.trace import load_trace
-from profattn.workload import Phase, Workload
+from profattn.workload import Phase, Workload, parse_workload_spec
 from tracebuild import BF16, cpu_op, kernel, launch, sdpa_call, write_trace
 
 SEED_TRACES = Path(__file__).resolve().parents[2] / "examples" / "h200-seed" / "traces"
@@ -162,11 +162,103 @@ def test_bottom_right_causal_with_lq_ne_lk_is_a_workload(tmp_path: Path) -> None
 
 
 def test_packed_variable_length_batch_is_refused(tmp_path: Path) -> None:
+    # q [1, 300, 8, 64] with cu_seqlens of 4 entries: 3 sequences packed into 300 tokens, max_q not recorded
     events = flash_forward(1000, 1, q=[1, 300, 8, 64], k=[1, 300, 2, 64], causal=True, cu_seqlens=[4])
     (call,) = calls_of(tmp_path, events).calls
-    assert call.varlen is True and call.shape.key() == (1, 8, 2, 300, 300, 64)
-    assert call.workload is None and call.notes[-1] == "no profattn Workload: packed variable-length batch"
-    assert "packed variable-length batch (cu_seqlens): B and L are not per-sequence values" in call.notes
+    assert call.varlen is True and call.shape.key() == (3, 8, 2, None, None, 64) and call.phase is Phase.PREFILL
+    assert call.packed == PackedBatch(sequences=3, q_tokens=300, kv_tokens=300, max_q=None, max_k=None, seqs=None)
+    assert call.workload is None and call.notes[-1] == (
+        "no profattn Workload: packed variable-length batch: 3 sequences, 300 query tokens, longest not recorded; "
+        "per-sequence lengths are tensor values the trace does not record")
+
+
+# ---- packed variable-length calls and local windows: a real torch 2.13 CPU trace -------------------
+# tests/data/traces/cpu_varlen_window_torch213.pt.trace.json.gz, recorded by
+# tests/data/scripts/record_cpu_varlen_window.py (one record_function range per call).
+
+
+@functools.cache
+def varlen_calls() -> dict[str, AttentionCall]:
+    tc = find_attention_calls(load_trace(trace_fixture("cpu_varlen_window_torch213.pt.trace.json.gz")))
+    return {c.range: c for c in tc.calls}
+
+
+COMMON = dict(num_q_heads=8, num_kv_heads=2, head_dim=64, dtype="bfloat16", mask="causal")
+
+
+def test_ragged_packed_batch_says_what_the_trace_knows() -> None:
+    c = varlen_calls()["flash_varlen_ragged_window"]  # sequences 5, 3, 8 packed into 16 tokens; max 8
+    assert c.packed == PackedBatch(sequences=3, q_tokens=16, kv_tokens=16, max_q=8, max_k=8, seqs=None)
+    assert c.shape.key() == (3, 8, 2, 8, 8, 64) and c.window == RecordedWindow(3, 0, "window_size_left/right")
+    assert c.workload is None and c.notes[-1] == (
+        "no profattn Workload: packed variable-length batch: 3 sequences, 16 query tokens, longest 8; "
+        "per-sequence lengths are tensor values the trace does not record")
+    assert c.profile_hint.startswith("no profattn Workload for this call")
+
+
+def test_uniform_packed_batch_with_flash_window_is_a_varlen_workload() -> None:
+    c = varlen_calls()["flash_varlen_uniform_window"]  # 4 x 8 tokens, window_size_left 3 -> 4 keys
+    assert c.workload == Workload.varlen("prefill", [(8, 8)] * 4, window=4, **COMMON)
+    assert c.notes == (
+        "packed variable-length batch of 4 sequence(s), each q 8 / kv 8: the packed totals are the sequence count "
+        "times the longest, so every sequence is that long",
+        "sliding window from window_size_left/right (left 3, right 0): each query sees at most its last 4 keys "
+        "(profattn window=4)")
+    assert c.profile_hint == ("profattn profile --workload phase=prefill,num_q_heads=8,num_kv_heads=2,head_dim=64,"
+                              "dtype=bfloat16,window=4,seqs=4x(q8,kv8) --out profattn-traced")
+    assert eval(c.workload_constructor, {"Workload": Workload}) == c.workload
+    assert parse_workload_spec(c.profile_hint.split()[3]) == c.workload
+
+
+def test_one_sequence_and_uniform_decode_are_determined() -> None:
+    one, dec = varlen_calls()["flash_varlen_one_sequence"], varlen_calls()["flash_varlen_decode"]
+    assert one.workload == Workload.varlen("prefill", [(16, 16)], **COMMON)
+    assert "one sequence, whose lengths are the packed totals" in one.notes[0]
+    # 4 queries for 4 sequences (one each), 64 keys = 4 x max_k 16
+    assert dec.phase is Phase.DECODE and dec.workload == Workload.varlen("decode", [(1, 16)] * 4, **COMMON)
+
+
+def test_dense_flash_window_and_a_two_sided_window() -> None:
+    dense, two = varlen_calls()["flash_dense_window"], varlen_calls()["flash_dense_two_sided"]
+    assert dense.packed is None and dense.workload == Workload(phase="prefill", batch=2, q_len=8, kv_len=8, window=4,
+                                                               **COMMON)
+    assert two.workload is None and two.notes[-1] == (
+        "no profattn Workload: a two-sided local window (window_size_left/right left 2, right 2): profattn's window "
+        "is a causal sliding window (right 0)")
+
+
+def test_efficient_window_size_counts_keys() -> None:
+    c = varlen_calls()["efficient_varlen_window"]  # xformers window_size 4 = its last 4 keys; q [1, 16, 8, 64]
+    assert c.window == RecordedWindow(3, 0, "window_size") and c.causal_alignment is CausalAlignment.BOTTOM_RIGHT
+    assert c.workload == Workload.varlen("prefill", [(8, 8)] * 2, window=4, **{**COMMON, "num_kv_heads": 8})
+
+
+def test_explicit_mask_sdpa_names_the_path_that_ran() -> None:
+    default, math = varlen_calls()["sdpa_mask_default"], varlen_calls()["sdpa_mask_math"]
+    mask = ("explicit mask: an attn_mask/bias tensor [8, 8] (bool) was passed; its pattern (a sliding window, say) "
+            "is not in the trace")
+    assert default.backend == "flash-cpu" and default.workload is None
+    assert default.notes[:2] == (mask, "SDPA ran flash-cpu (aten::_scaled_dot_product_flash_attention_for_cpu); "
+                                       "no GPU kernels recorded")
+    assert math.backend == "math" and math.notes[:2] == (
+        mask, "SDPA ran the math path (aten::_scaled_dot_product_attention_math: matmul + softmax; no GPU kernels recorded)")
+
+
+def test_masked_sdpa_on_a_gpu_names_the_fused_kernel(tmp_path: Path) -> None:
+    events = sdpa_call(1000, 1, q=[2, 8, 64, 64], k=[2, 8, 64, 64], causal=False,
+                       kernel_name="fmha_cutlassF_bf16_aligned_64x64_rf_sm80(AttentionKernel<>::Params)",
+                       backend_op="aten::_scaled_dot_product_efficient_attention")
+    events[0]["args"]["Input Dims"][3] = [64, 64]
+    events[1]["args"]["Input Dims"] = [[2, 8, 64, 64]] * 3 + [[64, 64], [], [], [], []]
+    (call,) = calls_of(tmp_path, events).calls
+    assert call.notes[1] == ("SDPA ran a fused kernel: efficient (aten::_scaled_dot_product_efficient_attention), "
+                             "efficient kernel fmha_cutlassF_bf16_aligned_64x64_rf_sm80")
+
+
+def test_real_h200_sdpa_flash_trace_records_no_window() -> None:
+    # torch 2.11 records window_size_left/right as "" (None) in the nested _flash_attention_forward
+    tc = find_attention_calls(load_trace(trace_fixture(FLASH)))
+    assert all(c.window is None and c.packed is None and c.workload.window is None for c in tc.calls)
 
 
 # ---- op grouping and kernel attribution ------------------------------------------------------------

@@ -266,3 +266,36 @@ def test_a_tied_winner_is_marked_as_a_tie_in_the_matrix():
     pre = next(r for r in grid["rows"] if r["label"] == "prefill kv 2048")
     (win,) = [c for c in pre["cells"] if c["kind"] == "winner"]
     assert win["backend"] == "sdpa-cudnn" and win["sub"].startswith("err ")  # a clear win (1.50× ahead of flex)
+
+
+# ---- a windowed SDPA cell says which SDPA path ran (from its trace) ---------------------------------
+
+
+def _sdpa_cell(backend: str, ops: tuple[str, ...], window: int | None = 4096):
+    from dataclasses import replace as _replace
+
+    from profattn.workload import Workload
+
+    w = Workload(phase="prefill", batch=1, q_len=8192, kv_len=8192, num_q_heads=8, num_kv_heads=8, head_dim=128,
+                 window=window)
+    gemv = "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float>(cublasGemvParamsEx<int>)"
+    c = cell(w, backend, 900.0, family="math", kernels=[kernel(gemv, 132, 500.0)])
+    return _replace(c, trace=_replace(c.trace, ops=ops))
+
+
+def test_windowed_sdpa_cell_names_the_math_path_that_ran() -> None:
+    from profattn.report.run import sdpa_mask_path_text
+
+    c = _sdpa_cell("sdpa-math", ("profattn::cell", "aten::scaled_dot_product_attention",
+                                 "aten::_scaled_dot_product_attention_math", "aten::bmm"))
+    text = ("sliding window 4096 as an explicit mask: SDPA ran the math path "
+            "(aten::_scaled_dot_product_attention_math; dominant kernel gemvx::kernel)")
+    assert sdpa_mask_path_text(c) == text
+    (row,) = matrix_rows(run([c]))
+    assert row["notes"] == text
+    fused = _sdpa_cell("sdpa-efficient", ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_efficient_attention"))
+    assert sdpa_mask_path_text(fused).startswith("sliding window 4096 as an explicit mask: SDPA ran efficient "
+                                                 "(aten::_scaled_dot_product_efficient_attention;")
+    # no window: nothing said; not an SDPA backend: nothing said
+    assert sdpa_mask_path_text(_sdpa_cell("sdpa-math", c.trace.ops, window=None)) is None
+    assert sdpa_mask_path_text(_sdpa_cell("flex", c.trace.ops)) is None

@@ -38,6 +38,10 @@ from profattn.workload import KVLayout, Phase, Workload
 
 #: FlashInfer's recommended float workspace (its docstrings: "The recommended size is 128MB").
 WORKSPACE_BYTES = 128 << 20
+#: GQA group sizes (Hq / Hkv) FlashInfer 0.5.3's CUDA-core decode kernel is compiled for: its
+#: ``DISPATCH_GQA_GROUP_SIZE`` (``include/flashinfer/utils.cuh``) takes 1, 2, 3, 4 and 8 and raises
+#: "Unsupported group_size" at plan() for any other (an MQA model with 32 query heads, say).
+DECODE_GROUP_SIZES = (1, 2, 3, 4, 8)
 #: Head dimensions FlashInfer 0.5.3 ships kernels for.
 HEAD_DIMS = (64, 128, 256)
 _DTYPES = ("bfloat16", "float16")
@@ -195,7 +199,11 @@ class FlashInferDecode:
                             + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        return flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
+        reason = flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
+        if reason is None and not self.tensor_cores and workload.group_size not in DECODE_GROUP_SIZES:
+            reason = (f"FlashInfer's CUDA-core decode is compiled for GQA group sizes "
+                      f"{', '.join(map(str, DECODE_GROUP_SIZES))}, not {workload.group_size} (use the tensor-core path)")
+        return reason
 
     def _wrapper(self, device: torch.device, indptr, indices, last, w: Workload):  # noqa: ANN001
         import flashinfer

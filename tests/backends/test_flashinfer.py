@@ -140,3 +140,22 @@ def test_flashinfer_append_matches_the_torch_append_on_the_gpu():
         cell, _ = run_cell(w, get_backend(name), inputs, reference(w, inputs), dev)
         assert cell.status == CellStatus.OK and cell.correctness.cache_ok is True, (name, cell.reason)
         assert any("append_paged_kv_cache" in n for n in cell.notes) and cell.append_timing is not None
+
+
+def test_cuda_core_decode_refuses_group_sizes_it_is_not_compiled_for(monkeypatch):
+    """FlashInfer 0.5.3's CUDA-core decode dispatches group sizes 1, 2, 3, 4, 8 only (an H200 run's MQA cells,
+    Hq 32 / Hkv 1, failed at plan() with "Unsupported group_size: 32"): refused up front with the reason; the
+    tensor-core path is not limited by that dispatch."""
+    import profattn.backends.flashinfer as fi
+    from profattn.workload import parse_workload_spec
+
+    monkeypatch.setattr(fi, "flashinfer_reason", lambda device: None)  # as on a GPU with the wheel installed
+    mqa = parse_workload_spec("phase=decode,b=8,q=1,kv=512,hq=32,hkv=1,d=128,page=16")
+    cuda_core, tensor_core = fi.FlashInferDecode(False), fi.FlashInferDecode(True)
+    dev = torch.device("cuda")
+    assert cuda_core.unsupported_reason(mqa, dev) == ("FlashInfer's CUDA-core decode is compiled for GQA group sizes "
+                                                      "1, 2, 3, 4, 8, not 32 (use the tensor-core path)")
+    assert tensor_core.unsupported_reason(mqa, dev) is None
+    for hkv in (32, 8, 4):  # groups 1 and 4 run; 32 / 4 = 8 runs
+        assert cuda_core.unsupported_reason(mqa.with_(num_kv_heads=hkv), dev) is None
+    assert "not 16" in cuda_core.unsupported_reason(mqa.with_(num_kv_heads=2), dev)

@@ -270,15 +270,19 @@ def _best_split(ws: Sequence[WorkloadTimes], costs: np.ndarray) -> tuple[float, 
         order = np.argsort(arr, kind="stable")
         sorted_vals = arr[order]
         cum = np.cumsum(costs[order], axis=0)
-        total = cum[-1]
-        for i in range(MIN_LEAF - 1, n - MIN_LEAF):
+        # splitting after sorted position i (left: 0..i): every such cost at once
+        split_cost = cum[:-1].min(axis=1) + (cum[-1] - cum[:-1]).min(axis=1)
+        valid = sorted_vals[1:] != sorted_vals[:-1]
+        valid[: MIN_LEAF - 1] = False
+        valid[n - MIN_LEAF:] = False
+        if not valid.any():
+            continue
+        i = int(np.argmin(np.where(valid, split_cost, np.inf)))
+        cost = split_cost[i]
+        if best is None or cost < best[0] - 1e-12:
             lo, hi = sorted_vals[i], sorted_vals[i + 1]
-            if hi == lo:
-                continue
-            cost = cum[i].min() + (total - cum[i]).min()
-            if best is None or cost < best[0] - 1e-12:
-                t = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
-                best = (float(cost), Condition(name, ">=", float(t)), arr >= t)
+            t = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
+            best = (float(cost), Condition(name, ">=", float(t)), arr >= t)
     return best
 
 

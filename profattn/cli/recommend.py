@@ -1,9 +1,11 @@
 """``profattn recommend`` and ``profattn db list|import|forget``: the results store and what it answers.
 
 The store's default location is :func:`profattn.store.default_db_path` (``$PROFATTN_DB``, else the user's cache
-directory); ``--db PATH`` chooses another. ``profile`` and ``sweep`` add their cells at the end of each run
-(:func:`store_run`: a failure there is a one-line warning, never a failed run — the run's results.json stays the
-source of truth, and ``profattn db import`` adds it later).
+directory); ``--db PATH`` chooses another. ``profile``, ``sweep`` and ``counters`` add their cells at the end of each
+run (:func:`store_run`: a failure there is a one-line warning, never a failed run — the run's results.json stays the
+source of truth, and ``profattn db import`` adds it later). Every write (import, the run hook, forget) derives the
+GPU's selection policy again and caches it in the store, so ``recommend`` answers from the cache (deriving it from
+100,000 cells takes seconds; see ``benchmarks/recommend.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ _DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results
 def store_run(run_dir: Path, db: str | None = None) -> str:
     """Add the run in ``run_dir`` to the store; returns the line to print (a warning when it failed — the run
     itself never fails for it)."""
+    from profattn.analysis.recommend import policy_for
     from profattn.store import import_runs, open_store
 
     try:
         with open_store(db) as store:
             (row,) = import_runs(store, [run_dir])
+            policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
         return f"store: {row.cells} cells of {row.run_id} added to {store.path}"
     except (ProfattnError, OSError) as exc:
         return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
@@ -124,11 +128,15 @@ def db_import(run_dirs: tuple[Path, ...], db_path: str | None) -> None:
     from profattn.results import read_results
     from profattn.store import open_store
 
+    from profattn.analysis.recommend import policy_for
+
     runs = [(p, read_results(p)) for p in run_dirs]  # every input read before anything is written
     with open_store(db_path) as store:
         for p, run in runs:
             row = store.add_run(run, p if p.is_dir() else p.parent)
             click.echo(f"{row.run_id}: {row.cells} cells ({row.gpu}, {row.preset}, {row.created_utc}) from {p}")
+        for gpu in sorted({run.environment.device_name for _, run in runs}):
+            policy_for(store, gpu)  # derived now, so `recommend` answers from the cache
         click.echo(f"store: {store.path}")
 
 
@@ -154,4 +162,8 @@ def db_forget(runs: tuple[str, ...], before: str | None, db_path: str | None) ->
         if unknown:
             raise ProfattnError(f"no run {unknown[0]!r} in {store.path} (see `profattn db list`)")
         n = store.forget(runs, before)
+        from profattn.analysis.recommend import policy_for
+
+        for gpu in store.gpus():
+            policy_for(store, gpu)
     click.echo(f"forgot {n} run(s)")

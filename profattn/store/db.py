@@ -142,7 +142,6 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
 _CELL_FIELDS = tuple(f.name for f in fields(Measurement))
 _CELL_COLS = tuple("samples_json" if n == "samples_us" else n for n in _CELL_FIELDS)
 _RUN_FIELDS = tuple(f.name for f in fields(StoredRun) if f.name != "cells")
-_BOOL = {"append", "varlen", "eligible"}
 
 
 def _cell_values(m: Measurement) -> tuple:
@@ -153,17 +152,19 @@ def _cell_values(m: Measurement) -> tuple:
     return tuple(out)
 
 
+_SAMPLES = _CELL_FIELDS.index("samples_us")
+_BOOL_AT = tuple(_CELL_FIELDS.index(n) for n in ("append", "varlen", "eligible"))
+_CORRECT = _CELL_FIELDS.index("correct")
+
+
 def _measurement(row: Sequence) -> Measurement:
-    values = {}
-    for name, v in zip(_CELL_FIELDS, row):
-        if name == "samples_us":
-            v = tuple(float(x) for x in json.loads(v))
-        elif name in _BOOL:
-            v = bool(v)
-        elif name == "correct" and v is not None:
-            v = bool(v)
-        values[name] = v
-    return Measurement(**values)
+    values = list(row)
+    values[_SAMPLES] = tuple(json.loads(values[_SAMPLES]))
+    for i in _BOOL_AT:
+        values[i] = bool(values[i])
+    if values[_CORRECT] is not None:
+        values[_CORRECT] = bool(values[_CORRECT])
+    return Measurement(*values)
 
 
 class ResultsStore:

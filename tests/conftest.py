@@ -58,3 +58,10 @@ def cpu() -> torch.device:
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def _private_results_store(tmp_path_factory, monkeypatch):
+    """Every test's results store is its own temporary file (``$PROFATTN_DB``): ``profile`` runs in tests never
+    write to the user's cache directory."""
+    monkeypatch.setenv("PROFATTN_DB", str(tmp_path_factory.mktemp("store") / "results.sqlite"))

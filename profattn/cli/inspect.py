@@ -37,7 +37,12 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
                    "Never a file that is not profattn's output, nor a run's report.html.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the analysis as versioned JSON.")
 @click.option("--keep-host-info", is_flag=True, help="Keep absolute trace paths, host and user names in the report and JSON.")
-def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None, keep_host_info: bool = False) -> None:
+@click.option("--recommend", "advise", is_flag=True, help="For each attention call: the measured or predicted best backend on the trace's GPU, from the results store, and the GPU time switching saves.")
+@click.option("--db", default=None, metavar="PATH", help="Results store for --recommend (default: $PROFATTN_DB, else the user's cache directory).")
+@click.option("--gpu", "gpu_name", default=None, metavar="NAME", help="GPU to look calls up on with --recommend (default: the trace's deviceProperties name).")
+@click.option("--recommend-json", "advice_json", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the --recommend advice as JSON.")
+def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None, keep_host_info: bool = False,
+            advise: bool = False, db: str | None = None, gpu_name: str | None = None, advice_json: str | None = None) -> None:
     """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
 
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
@@ -52,7 +57,15 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
                             "write elsewhere with --out PATH")
     html_path = output_file(out_path if out_path is not None else "report.html", default_name="report.html", inputs=paths)
     json_file = output_file(json_path, "--json", inputs=paths) if json_path is not None else None
-    distinct_outputs(("--out", html_path), ("--json", json_file))
+    advice_file = output_file(advice_json, "--recommend-json", inputs=paths) if advice_json is not None else None
+    distinct_outputs(("--out", html_path), ("--json", json_file), ("--recommend-json", advice_file))
+    if (db or gpu_name or advice_file) and not advise:
+        raise ProfattnError("--db, --gpu and --recommend-json go with --recommend")
+    store = None
+    if advise:
+        from profattn.store import open_store
+
+        store = open_store(db, create=False)
     analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
         other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
@@ -66,6 +79,24 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     click.echo(f"report: {write_html(analysis, html_path)}")
     if json_file is not None:
         click.echo(f"json: {write_json(analysis, json_file)}")
+    if store is not None:
+        _advise(store, analysis, gpu_name, advice_file)
+
+
+def _advise(store, analysis, gpu: str | None, advice_file: Path | None) -> None:
+    """``analyze --recommend``: advice per trace file from the store, printed (and written as JSON)."""
+    import json
+
+    from profattn.analysis.recommend import advise_trace, trace_gpu
+    from profattn.report.recommend import trace_advice_json, trace_advice_text
+
+    with store:
+        advice = [advise_trace(store, f, trace_gpu(store, f, gpu)) for f in analysis.files]
+    click.echo(trace_advice_text(advice), nl=False)
+    if advice_file is not None:
+        from profattn.files import write_text_atomic
+
+        click.echo(f"recommend json: {write_text_atomic(advice_file, json.dumps(trace_advice_json(advice), indent=1) + chr(10))}")
 
 
 @main.command()

@@ -33,9 +33,11 @@ from profattn.errors import ProfattnError
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 100),
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
+@click.option("--db", default=None, metavar="PATH", help="Results store the run's cells are added to (default: $PROFATTN_DB, else the user's cache directory).")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path | None,
             profile_calls: int, seed: int, counters: bool | None, repeat: int = 1, keep_host_info: bool = False,
-            workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run") -> None:
+            workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run",
+            db: str | None = None) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
@@ -49,6 +51,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.harness.session import SessionConfig, run_session
     from profattn.workload import Phase, default_preset_name, get_preset
 
+    from profattn.cli.recommend import store_run
     from profattn.harness import rundir
 
     # Validate everything before the run directory is touched or anything is printed.
@@ -115,6 +118,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     try:
         run = run_session(cfg, progress, resume=stored)
     except KeyboardInterrupt:
+        console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished; "
                       f"`profattn profile --resume --out {out_dir}` measures the rest", markup=False, soft_wrap=True)
         sys.exit(130)
@@ -127,6 +131,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     for warning in noise_texts(run):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
     console.print(f"verdict: {verdict_summary(verdict(run))}", soft_wrap=True)
+    console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
     console.print(f"report: {path}")
 
 
@@ -143,9 +148,10 @@ SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", 
 @click.option("--resume", is_flag=True, help="Continue the interrupted sweep in --out.")
 @click.option("--force", is_flag=True, help="--out holds a run: rename it aside and start anew.")
 @click.option("--counters/--no-counters", default=False, show_default=True, help="Nsight Compute counter pass over every cell.")
+@click.option("--db", default=None, metavar="PATH", help="Results store the sweep's cells are added to (default: the user's cache directory).")
 @click.pass_context
 def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None,
-          out_dir: str | None, counters: bool, resume: bool = False, force: bool = False) -> None:
+          out_dir: str | None, counters: bool, resume: bool = False, force: bool = False, db: str | None = None) -> None:
     """Sweep decode over kv_len x batch x page_size (+ ragged and shared-prefix batches): latency, GB/s, crossovers.
 
     REGIME must be decode (the only regime swept)."""
@@ -157,11 +163,12 @@ def sweep(ctx: click.Context, regime: str, backend_names: tuple[str, ...], prese
     device = resolve_device(device_name)
     if resume:
         ctx.invoke(profile, regime="all", backend_names=(), preset=None, device_name=str(device), out_dir=out_dir,
-                   profile_calls=1, seed=0, counters=counters, resume=True, kind="sweep")
+                   profile_calls=1, seed=0, counters=counters, resume=True, kind="sweep", db=db)
         return
     names = backend_names or tuple(n for n in SWEEP_BACKENDS)
     ctx.invoke(profile, regime="decode", backend_names=names, preset=preset or SWEEP_PRESETS[device.type],
-               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters, force=force, kind="sweep")
+               device_name=str(device), out_dir=out_dir, profile_calls=1, seed=0, counters=counters, force=force, kind="sweep",
+               db=db)
 
 
 @main.command()
@@ -192,5 +199,8 @@ def counters(run_dir: Path, backends: tuple[str, ...]) -> None:
     write_results(run, run_dir / "results.json")
     path = write_report(reattach_traces(run, run_dir), run_dir / "report.html")
     info = run.counters_info
+    from profattn.cli.recommend import store_run
+
+    click.echo(store_run(run_dir))
     click.echo(f"counters: {info.status}{': ' + info.reason if info.reason else ''}")
     click.echo(f"report: {path}")

@@ -1,0 +1,169 @@
+"""``profattn recommend`` and ``profattn db list|import|forget``: the results store and what it answers.
+
+The store's default location is :func:`profattn.store.default_db_path` (``$PROFATTN_DB``, else the user's cache
+directory); ``--db PATH`` chooses another. ``profile``, ``sweep`` and ``counters`` add their cells at the end of each
+run (:func:`store_run`: a failure there is a one-line warning, never a failed run — the run's results.json stays the
+source of truth, and ``profattn db import`` adds it later). Every write (import, the run hook, forget) derives the
+GPU's selection policy again and caches it in the store, so ``recommend`` answers from the cache (deriving it from
+100,000 cells takes seconds; see ``benchmarks/recommend.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+
+from profattn.cli.main import main, output_file
+from profattn.errors import ProfattnError
+
+_DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results.sqlite under $XDG_CACHE_HOME)."
+
+
+def store_run(run_dir: Path, db: str | None = None) -> str:
+    """Add the run in ``run_dir`` to the store; returns the line to print (a warning when it failed — the run
+    itself never fails for it)."""
+    from profattn.analysis.recommend import policy_for
+    from profattn.store import import_runs, open_store
+
+    try:
+        with open_store(db) as store:
+            (row,) = import_runs(store, [run_dir])
+            policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
+        return f"store: {row.cells} cells of {row.run_id} added to {store.path}"
+    except (ProfattnError, OSError) as exc:
+        return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
+
+
+def _local_gpu() -> str | None:
+    """This machine's GPU name from ``nvidia-smi`` (no torch import), or None."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+    return names[0] if out.returncode == 0 and names else None
+
+
+def pick_gpu(store, name: str | None) -> str:
+    """``--gpu`` resolved against the store; without it the store's only GPU, else this machine's (nvidia-smi).
+
+    Raises:
+        ProfattnError: see :func:`profattn.analysis.recommend.resolve_gpu`.
+    """
+    from profattn.analysis.recommend import resolve_gpu
+
+    if name is None and len(store.gpus()) > 1:
+        local = _local_gpu()
+        if local is not None:
+            return resolve_gpu(store, local)
+    return resolve_gpu(store, name)
+
+
+@main.command()
+@click.option("--workload", "spec", default=None, metavar="SPEC", help="The workload, in `profile --workload` grammar.")
+@click.option("--gpu", default=None, metavar="NAME", help="GPU as the store names it (H200 matches 'NVIDIA H200'); default: the store's only GPU, else this machine's.")
+@click.option("--db", default=None, metavar="PATH", help=_DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (schema profattn.recommend).")
+@click.option("--export", "export_path", default=None, metavar="FILE", help="Write the GPU's selection policy (schema profattn.policy, with its validation) to FILE.")
+def recommend(spec: str | None, gpu: str | None, db: str | None, as_json: bool, export_path: str | None) -> None:
+    """Which backend for this workload on this GPU: measured winner, near tie, predicted (with confidence) or
+    unknown (with the `profattn profile` command that measures it), from the results store.
+
+    Measuring an unknown workload is left to `profattn profile --workload SPEC` (printed), which adds its cells."""
+    from profattn.analysis.policy import derive, policy_to_dict
+    from profattn.analysis.recommend import recommend as answer
+    from profattn.report.recommend import policy_text, recommend_json, recommend_text
+    from profattn.store import open_store
+    from profattn.workload import parse_workload_spec
+
+    if spec is None and export_path is None:
+        raise ProfattnError("give --workload SPEC (and/or --export FILE)")
+    workload = parse_workload_spec(spec) if spec is not None else None
+    target = output_file(export_path, "--export") if export_path is not None else None
+    with open_store(db, create=False) as store:
+        name = pick_gpu(store, gpu)
+        if workload is not None:
+            rec = answer(store, workload, name)
+            click.echo(json.dumps(recommend_json(rec), indent=1) if as_json else recommend_text(rec), nl=not not as_json)
+        if target is not None:
+            policy = derive(store.cells_on(name, eligible_only=True), name)
+            if policy is None:
+                raise ProfattnError(f"no eligible cell on {name} in {store.path}: no policy to export")
+            from profattn.files import write_text_atomic
+
+            write_text_atomic(target, json.dumps(policy_to_dict(policy), indent=1) + "\n")
+            click.echo(policy_text(policy), nl=False, err=as_json)
+            click.echo(f"policy: {target}", err=as_json)
+
+
+@main.group()
+def db() -> None:
+    """The results store: list, import and forget runs."""
+
+
+@db.command("list")
+@click.option("--db", "db_path", default=None, metavar="PATH", help=_DB_HELP)
+def db_list(db_path: str | None) -> None:
+    """Runs, cells and GPUs in the store."""
+    from profattn.report.recommend import runs_text
+    from profattn.store import open_store
+
+    with open_store(db_path, create=False) as store:
+        click.echo(runs_text(store.runs(), store.gpus(), str(store.path)), nl=False)
+
+
+@db.command("import")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--db", "db_path", default=None, metavar="PATH", help=_DB_HELP)
+def db_import(run_dirs: tuple[Path, ...], db_path: str | None) -> None:
+    """Add runs (directories holding results.json) to the store; a run imported again replaces its cells."""
+    from profattn.results import read_results
+    from profattn.store import open_store
+
+    from profattn.analysis.recommend import policy_for
+
+    runs = [(p, read_results(p)) for p in run_dirs]  # every input read before anything is written
+    with open_store(db_path) as store:
+        for p, run in runs:
+            row = store.add_run(run, p if p.is_dir() else p.parent)
+            click.echo(f"{row.run_id}: {row.cells} cells ({row.gpu}, {row.preset}, {row.created_utc}) from {p}")
+        for gpu in sorted({run.environment.device_name for _, run in runs}):
+            policy_for(store, gpu)  # derived now, so `recommend` answers from the cache
+        click.echo(f"store: {store.path}")
+
+
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+
+
+@db.command("forget")
+@click.argument("runs", nargs=-1, metavar="RUN...")
+@click.option("--before", default=None, metavar="YYYY-MM-DD", help="Forget every run made before this day (UTC).")
+@click.option("--db", "db_path", default=None, metavar="PATH", help=_DB_HELP)
+def db_forget(runs: tuple[str, ...], before: str | None, db_path: str | None) -> None:
+    """Remove runs (by id, as `db list` shows, or by their imported directory) from the store; the runs'
+    directories are not touched."""
+    from profattn.store import open_store
+
+    if not runs and before is None:
+        raise ProfattnError("name runs to forget (ids or directories), or give --before YYYY-MM-DD")
+    if before is not None and not _DATE.match(before):
+        raise ProfattnError(f"--before {before!r} is not a date YYYY-MM-DD")
+    with open_store(db_path, create=False) as store:
+        known = {r.run_id for r in store.runs()} | {r.path for r in store.runs()}
+        unknown = [r for r in runs if r not in known and str(Path(r).resolve()) not in known]
+        if unknown:
+            raise ProfattnError(f"no run {unknown[0]!r} in {store.path} (see `profattn db list`)")
+        n = store.forget(runs, before)
+        from profattn.analysis.recommend import policy_for
+
+        for gpu in store.gpus():
+            policy_for(store, gpu)
+    click.echo(f"forgot {n} run(s)")

@@ -1,0 +1,328 @@
+"""The results store: every measured cell of every imported run, in one SQLite file.
+
+Why SQLite (the standard library's ``sqlite3``) and not DuckDB: no new dependency; write-ahead logging lets
+several ``profattn profile`` processes add runs while others read, each waiting its turn on a busy timeout
+instead of failing; and each import is one transaction, so a write that fails half-way (a full disk, an
+interrupt, a bad record) leaves the store as it was — never half a run. The queries ``recommend`` makes are
+point lookups by (GPU, workload) on an index, not the column scans DuckDB is built for.
+
+Layout (schema version :data:`SCHEMA_VERSION`; :func:`migrate` brings older files up to it)::
+
+    schema_version(version)                     one row
+    runs(run_id PK, path, created_utc, imported_utc, preset, gpu, device, num_sms,
+         torch, cuda, cudnn, triton, flashinfer, driver, profattn, repeat)
+    cells(run_id, cell_id, PK(run_id, cell_id), gpu, workload_key, workload_json, <workload fields>,
+          backend, family, status, correct, eligible, latency_us, timing_kind, p10_us, p90_us, reps,
+          samples_json, eager_us, graph_us, gpu_time_us, dominant_kernel, grid, block, ctas,
+          ctas_per_sm, dram_bytes, requested_bytes)        index (gpu, workload_key)
+    meta(key PK, value)                         'generation': bumped by every import and forget
+    policy_cache(gpu PK, generation, policy_json)   a policy derived at that generation
+
+Units: µs for times, bytes for bytes. The run directory's results.json stays the source of truth: the store
+is an index over runs, rebuilt with ``profattn db import``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from profattn.errors import ProfattnError
+from profattn.results import RunResult, read_results
+from profattn.store.records import Measurement, StoredRun, measurements, requested_bytes, stored_run
+from profattn.workload import Workload
+
+#: The schema this code writes; :data:`MIGRATIONS` lead from 0 (an empty file) up to it.
+SCHEMA_VERSION = 2
+#: Seconds a writer waits for another writer's transaction before giving up.
+BUSY_TIMEOUT_S = 30.0
+#: Environment variable that overrides :func:`default_db_path`.
+DB_ENV = "PROFATTN_DB"
+
+
+class StoreError(ProfattnError):
+    """The store cannot be opened, read or written (names the file and the reason); exit code 2."""
+
+
+def default_db_path() -> Path:
+    """Where the store lives unless ``--db`` says: ``$PROFATTN_DB``, else ``$XDG_CACHE_HOME/profattn/results.sqlite``,
+    else ``~/.cache/profattn/results.sqlite``."""
+    env = os.environ.get(DB_ENV)
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "profattn" / "results.sqlite"
+
+
+_WORKLOAD_COLS = ("phase TEXT NOT NULL, batch INTEGER NOT NULL, q_len INTEGER NOT NULL, kv_len INTEGER NOT NULL, "
+                  "num_q_heads INTEGER NOT NULL, num_kv_heads INTEGER NOT NULL, head_dim INTEGER NOT NULL, "
+                  "dtype TEXT NOT NULL, mask TEXT NOT NULL, kv_layout TEXT NOT NULL, page_size INTEGER, "
+                  "kv_len_dist TEXT NOT NULL, shared_prefix_len INTEGER NOT NULL, append INTEGER NOT NULL, "
+                  "kv_dtype TEXT, window INTEGER, varlen INTEGER NOT NULL")
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    """Version 1: runs (without the FlashInfer version) and cells (without CTAs per SM and the byte figures)."""
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (0)")
+    conn.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, path TEXT NOT NULL, created_utc TEXT NOT NULL, "
+                 "imported_utc TEXT NOT NULL, preset TEXT NOT NULL, gpu TEXT NOT NULL, device TEXT NOT NULL, "
+                 "num_sms INTEGER, torch TEXT, cuda TEXT, cudnn TEXT, triton TEXT, driver TEXT, profattn TEXT, "
+                 "repeat INTEGER NOT NULL)")
+    conn.execute("CREATE TABLE cells (run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, "
+                 "cell_id TEXT NOT NULL, gpu TEXT NOT NULL, num_sms INTEGER, workload_key TEXT NOT NULL, "
+                 f"workload_json TEXT NOT NULL, {_WORKLOAD_COLS}, backend TEXT NOT NULL, family TEXT NOT NULL, "
+                 "status TEXT NOT NULL, correct INTEGER, eligible INTEGER NOT NULL, latency_us REAL, timing_kind TEXT, "
+                 "p10_us REAL, p90_us REAL, reps INTEGER, samples_json TEXT NOT NULL, eager_us REAL, graph_us REAL, "
+                 "gpu_time_us REAL, dominant_kernel TEXT, grid TEXT, block TEXT, ctas INTEGER, "
+                 "PRIMARY KEY (run_id, cell_id))")
+    conn.execute("CREATE INDEX cells_lookup ON cells (gpu, workload_key)")
+
+
+def _v2(conn: sqlite3.Connection) -> None:
+    """Version 2: the FlashInfer version per run; CTAs per SM, DRAM and requested bytes per cell (the winner's
+    evidence; requested bytes back-filled from each stored workload); the generation counter and the policy cache."""
+    conn.execute("ALTER TABLE runs ADD COLUMN flashinfer TEXT")
+    for col in ("ctas_per_sm REAL", "dram_bytes REAL", "requested_bytes INTEGER"):
+        conn.execute(f"ALTER TABLE cells ADD COLUMN {col}")
+    rows = conn.execute("SELECT rowid, workload_json FROM cells").fetchall()
+    for rowid, text in rows:
+        conn.execute("UPDATE cells SET requested_bytes = ? WHERE rowid = ?",
+                     (requested_bytes(Workload.from_dict(json.loads(text))), rowid))
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('generation', '0')")
+    conn.execute("CREATE TABLE policy_cache (gpu TEXT PRIMARY KEY, generation INTEGER NOT NULL, policy_json TEXT NOT NULL)")
+
+
+#: ``MIGRATIONS[i]`` takes a store at version ``i`` to version ``i + 1`` (inside one transaction).
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The schema version of an open store: 0 for an empty file.
+
+    Raises:
+        StoreError: the file holds tables but no ``schema_version`` (not a profattn store).
+    """
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_version" not in tables:
+        if tables:
+            raise StoreError(f"not a profattn results store (tables: {', '.join(sorted(tables))})")
+        return 0
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the store up to schema ``target``, one transaction per step (a failed step leaves the version
+    before it). Returns the version reached.
+
+    Raises:
+        StoreError: the store is newer than this code (written by a later profattn), or not a store.
+    """
+    version = stored_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"results store schema version {version} is newer than this profattn reads "
+                         f"({SCHEMA_VERSION}); upgrade profattn or use another --db")
+    while version < target:
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            if stored_version(conn) == version:  # another process may have migrated meanwhile
+                MIGRATIONS[version](conn)
+                conn.execute("UPDATE schema_version SET version = ?", (version + 1,))
+        version = stored_version(conn)
+    return version
+
+
+_CELL_FIELDS = tuple(f.name for f in fields(Measurement))
+_CELL_COLS = tuple("samples_json" if n == "samples_us" else n for n in _CELL_FIELDS)
+_RUN_FIELDS = tuple(f.name for f in fields(StoredRun) if f.name != "cells")
+
+
+def _cell_values(m: Measurement) -> tuple:
+    out = []
+    for name in _CELL_FIELDS:
+        v = getattr(m, name)
+        out.append(json.dumps(list(v)) if name == "samples_us" else int(v) if isinstance(v, bool) else v)
+    return tuple(out)
+
+
+_SAMPLES = _CELL_FIELDS.index("samples_us")
+_BOOL_AT = tuple(_CELL_FIELDS.index(n) for n in ("append", "varlen", "eligible"))
+_CORRECT = _CELL_FIELDS.index("correct")
+
+
+def _measurement(row: Sequence) -> Measurement:
+    values = list(row)
+    values[_SAMPLES] = tuple(json.loads(values[_SAMPLES]))
+    for i in _BOOL_AT:
+        values[i] = bool(values[i])
+    if values[_CORRECT] is not None:
+        values[_CORRECT] = bool(values[_CORRECT])
+    return Measurement(*values)
+
+
+class ResultsStore:
+    """An open results store (see the module docstring). Use :func:`open_store`; close with :meth:`close` or
+    as a context manager."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    # ---- writing ---------------------------------------------------------------------------
+    def add_run(self, run: RunResult, path: str | os.PathLike[str], *, cells: Iterable[Measurement] | None = None) -> StoredRun:
+        """Add (or replace) ``run``'s cells, imported from ``path``, in one transaction: re-importing a run
+        replaces its cells (keyed by run id + cell id), never duplicates them. Returns the run's row.
+
+        Raises:
+            StoreError: the write failed; the store is unchanged.
+        """
+        rows = tuple(cells) if cells is not None else measurements(run)
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = stored_run(run, str(Path(path).resolve()), now, len(rows))
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.execute("DELETE FROM cells WHERE run_id = ?", (meta.run_id,))
+                self.conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(_RUN_FIELDS)}) VALUES "
+                                  f"({', '.join('?' * len(_RUN_FIELDS))})", tuple(getattr(meta, n) for n in _RUN_FIELDS))
+                self.conn.executemany(f"INSERT INTO cells ({', '.join(_CELL_COLS)}) VALUES ({', '.join('?' * len(_CELL_COLS))})",
+                                      (_cell_values(m) for m in rows))
+                self._bump()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: could not store run {meta.run_id} ({path}): {exc}") from None
+        return meta
+
+    def forget(self, run_ids: Sequence[str] = (), before: str | None = None) -> int:
+        """Remove the runs named (``run_ids``: ids or imported paths) and, with ``before`` (ISO date
+        ``YYYY-MM-DD``), every run made before that day. Returns the runs removed.
+
+        Raises:
+            StoreError: the write failed (the store is unchanged).
+        """
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN IMMEDIATE")
+                ids = {r[0] for r in self.conn.execute("SELECT run_id, path FROM runs")
+                       if r[0] in run_ids or r[1] in {str(Path(p).resolve()) for p in run_ids}}
+                if before is not None:
+                    ids |= {r[0] for r in self.conn.execute("SELECT run_id FROM runs WHERE created_utc < ?", (before,))}
+                for rid in ids:
+                    self.conn.execute("DELETE FROM cells WHERE run_id = ?", (rid,))
+                    self.conn.execute("DELETE FROM runs WHERE run_id = ?", (rid,))
+                if ids:
+                    self._bump()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: could not forget runs: {exc}") from None
+        return len(ids)
+
+    def _bump(self) -> None:
+        self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    # ---- reading ---------------------------------------------------------------------------
+    def generation(self) -> int:
+        """A counter bumped by every import and forget (the policy cache is valid for one generation)."""
+        return int(self.conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+    def runs(self) -> tuple[StoredRun, ...]:
+        """Every stored run with its cell count, oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {', '.join('r.' + n for n in _RUN_FIELDS)}, (SELECT COUNT(*) FROM cells c WHERE c.run_id = r.run_id) "
+            "FROM runs r ORDER BY r.created_utc, r.run_id").fetchall()
+        return tuple(StoredRun(*r) for r in rows)
+
+    def gpus(self) -> dict[str, int]:
+        """GPU name -> cells stored for it."""
+        return dict(self.conn.execute("SELECT gpu, COUNT(*) FROM cells GROUP BY gpu ORDER BY gpu").fetchall())
+
+    def cells_for(self, gpu: str, key: str) -> tuple[Measurement, ...]:
+        """The cells of workload ``key`` (:func:`~profattn.store.records.workload_key`) on ``gpu`` (index lookup)."""
+        rows = self.conn.execute(f"SELECT {', '.join(_CELL_COLS)} FROM cells WHERE gpu = ? AND workload_key = ?",
+                                 (gpu, key)).fetchall()
+        return tuple(_measurement(r) for r in rows)
+
+    def cells_on(self, gpu: str, *, eligible_only: bool = False) -> tuple[Measurement, ...]:
+        """Every cell measured on ``gpu`` (only the eligible ones with ``eligible_only``)."""
+        extra = " AND eligible = 1" if eligible_only else ""
+        rows = self.conn.execute(f"SELECT {', '.join(_CELL_COLS)} FROM cells WHERE gpu = ?{extra}", (gpu,)).fetchall()
+        return tuple(_measurement(r) for r in rows)
+
+    def run(self, rid: str) -> StoredRun | None:
+        """The stored run ``rid``, or None."""
+        return next((r for r in self.runs() if r.run_id == rid), None)
+
+    def cached_policy(self, gpu: str) -> str | None:
+        """The policy JSON cached for ``gpu`` at the current generation, or None."""
+        row = self.conn.execute("SELECT generation, policy_json FROM policy_cache WHERE gpu = ?", (gpu,)).fetchone()
+        return row[1] if row and row[0] == self.generation() else None
+
+    def cache_policy(self, gpu: str, policy_json: str, generation: int) -> None:
+        """Keep ``policy_json`` for ``gpu``, derived at ``generation`` (a failure to write is ignored: the cache
+        only saves time)."""
+        try:
+            with self.conn:
+                self.conn.execute("INSERT OR REPLACE INTO policy_cache VALUES (?, ?, ?)", (gpu, generation, policy_json))
+        except sqlite3.Error:
+            pass
+
+
+def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = True) -> ResultsStore:
+    """Open (creating and migrating as needed) the store at ``path`` (default :func:`default_db_path`), in WAL
+    mode with a :data:`BUSY_TIMEOUT_S` busy timeout.
+
+    Raises:
+        StoreError: no store there and ``create`` is False; the file is not a SQLite database or not a profattn
+            store; its schema is newer than this code's; it cannot be created.
+    """
+    path = Path(path) if path is not None else default_db_path()
+    if not create and not path.is_file():
+        raise StoreError(f"no results store at {path} (add runs with `profattn db import RUN_DIR`, or give --db)")
+    if path.is_dir():
+        raise StoreError(f"--db {path} is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open results store {path}: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{path} is not a usable results store: {exc}") from None
+    except StoreError as exc:
+        conn.close()
+        raise StoreError(f"{path}: {exc}") from None
+    return ResultsStore(conn, path)
+
+
+def import_runs(store: ResultsStore, paths: Iterable[str | os.PathLike[str]]) -> list[StoredRun]:
+    """Read each run directory (or results.json) and add it to ``store``; one transaction per run.
+
+    Raises:
+        ResultsError: a path holds no readable results.json (runs before it stay imported).
+        StoreError: a write failed.
+    """
+    out = []
+    for p in paths:
+        root = Path(p) if Path(p).is_dir() else Path(p).parent
+        out.append(store.add_run(read_results(p), root))
+    return out

@@ -1,0 +1,91 @@
+"""``profattn db list|import|forget``, ``profattn recommend``, ``analyze --recommend`` and the store hook of
+``profile``, through the command line (a store per test: ``$PROFATTN_DB`` is set by conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from profattn.cli import main
+from profattn.store import open_store
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP = REPO / "examples" / "h200-sweep"
+TRACE = REPO / "tests" / "data" / "traces" / "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
+B64 = "phase=decode,b=64,q=1,kv=8192,hq=16,hkv=4,d=128,page=16"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_import_list_recommend_forget(tmp_path: Path):
+    for _ in range(2):  # importing again replaces the run's cells
+        res = invoke("db", "import", str(SWEEP))
+        assert res.exit_code == 0 and "run-4c593dd77f72: 152 cells (NVIDIA H200, decode-sweep" in res.output
+    res = invoke("db", "list")
+    assert res.exit_code == 0 and "1 run(s), 152 cell(s); GPUs: NVIDIA H200 (152 cells)" in res.output
+    res = invoke("recommend", "--workload", B64)
+    assert res.exit_code == 0, res.output
+    assert "measured winner: sdpa-cudnn, 6.2 % ahead of triton-paged-decode" in res.output
+    assert "grid [1,4,64] block [128,1,1], 256 CTAs (1.94 per SM)" in res.output
+    doc = json.loads(invoke("recommend", "--workload", B64, "--gpu", "H200", "--json").output)
+    assert doc["schema"] == "profattn.recommend" and doc["status"] == "measured winner"
+    assert doc["ranked"][0]["timing"] == "graph" and doc["ranked"][1]["ratio"] > 1.06
+    out = tmp_path / "policy.json"
+    res = invoke("recommend", "--export", str(out))
+    assert res.exit_code == 0 and "leave one workload out: 32/38" in res.output
+    policy = json.loads(out.read_text())
+    assert policy["schema"] == "profattn.policy" and policy["validation"]["held_out"] == 38
+    assert invoke("db", "forget", "run-4c593dd77f72").output == "forgot 1 run(s)\n"
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path):
+    res = invoke("recommend", "--workload", B64)  # no store yet
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "no results store" in res.output
+    invoke("db", "import", str(SWEEP))
+    for args, msg in ((["recommend", "--workload", "phase=decode,b=8"], "missing"),
+                      (["recommend"], "give --workload"),
+                      (["recommend", "--workload", B64, "--gpu", "A100"], "not in the store"),
+                      (["db", "forget", "run-nope"], "no run 'run-nope'"),
+                      (["db", "forget", "--before", "yesterday"], "not a date"),
+                      (["db", "import", str(tmp_path)], "no such file"),
+                      (["analyze", str(TRACE), "--out", str(tmp_path / "r.html"), "--gpu", "H200"], "go with --recommend")):
+        res = invoke(*args)
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and msg in res.output, (args, res.output)
+
+
+def test_analyze_recommend_on_a_committed_trace(tmp_path: Path):
+    from factories import cell, run
+
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    db = tmp_path / "s.sqlite"
+    with open_store(db) as s:
+        s.add_run(run([cell(w, "sdpa-flash", 46.0), cell(w, "sdpa-cudnn", 36.8, family="cudnn")]), tmp_path)
+    res = invoke("analyze", str(TRACE), "--out", str(tmp_path / "r.html"), "--recommend", "--db", str(db),
+                 "--recommend-json", str(tmp_path / "advice.json"))
+    assert res.exit_code == 0, res.output
+    assert "3× decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none ran flash (sdpa-flash, 46.0 µs) → measured winner: sdpa-cudnn 36.8 µs; saves 27.8 µs of 138.8 µs GPU time" in res.output
+    assert "estimated saving: 27.8 µs of GPU time over the trace" in res.output
+    (doc,) = json.loads((tmp_path / "advice.json").read_text())
+    assert doc["gpu"] == "NVIDIA H200" and round(doc["saving_us"], 3) == 27.763
+
+
+def test_profile_adds_its_cells_and_a_store_failure_is_a_warning(tmp_path: Path):
+    spec = "phase=decode,batch=2,q_len=1,kv_len=64,num_q_heads=4,num_kv_heads=2,head_dim=32,dtype=float32"
+    res = invoke("profile", "--device", "cpu", "--workload", spec, "--backend", "eager", "--out", str(tmp_path / "a"),
+                 "--profile-calls", "1")
+    assert res.exit_code == 0 and "store: 1 cells of run-" in res.output
+    with open_store(os.environ["PROFATTN_DB"]) as s:
+        assert len(s.runs()) == 1 and s.cells_on(s.runs()[0].gpu)[0].backend == "eager"
+    blocked = tmp_path / "dir.sqlite"
+    blocked.mkdir()
+    res = invoke("profile", "--device", "cpu", "--workload", spec, "--backend", "eager", "--out", str(tmp_path / "b"),
+                 "--profile-calls", "1", "--db", str(blocked))
+    assert res.exit_code == 0 and "warning: the run was not added to the results store" in res.output
+    assert (tmp_path / "b" / "results.json").is_file()

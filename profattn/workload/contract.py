@@ -563,6 +563,13 @@ class Workload:
         """
         return 4 * self.num_q_heads * self.attended_pairs * self.head_dim
 
+    def flops_for_pairs(self, pairs: int) -> int:
+        """FLOPs of one call in this phase had it computed ``pairs`` (query, key) pairs per query head instead of
+        :attr:`attended_pairs` (the same rule as :attr:`flops`: ``4 · Hq · pairs · d``, plus 2.5× that for train),
+        e.g. the pairs a backend that pads a variable-length call executes (``CellResult.executed_pairs``)."""
+        fwd = 4 * self.num_q_heads * pairs * self.head_dim
+        return fwd + fwd * 5 // 2 if self.phase is Phase.TRAIN else fwd
+
     @property
     def dequant_ops(self) -> int:
         """Dequantization work of a quantized cache, apart from :attr:`flops`: one multiply (code · scale) per

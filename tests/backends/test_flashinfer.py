@@ -140,3 +140,21 @@ def test_flashinfer_append_matches_the_torch_append_on_the_gpu():
         cell, _ = run_cell(w, get_backend(name), inputs, reference(w, inputs), dev)
         assert cell.status == CellStatus.OK and cell.correctness.cache_ok is True, (name, cell.reason)
         assert any("append_paged_kv_cache" in n for n in cell.notes) and cell.append_timing is not None
+
+
+def test_ragged_prefill_takes_a_packed_prefill_and_plans_with_the_document_offsets(monkeypatch):
+    """The variants preset's packed prefill (8 documents, dense layout, bf16, d 128) is offered to
+    flashinfer-prefill-ragged where FlashInfer runs, with qo_indptr = kv_indptr = the documents' offsets (the
+    row_offsets its plan() gets), causal per document; the packed training batch is refused (no backward)."""
+    import profattn.backends.flashinfer as fi
+    from profattn.backends.packing import row_offsets
+
+    monkeypatch.setattr(fi, "flashinfer_reason", lambda device: None)
+    train, prefill = get_preset("variants").workloads[:2]
+    ragged = get_backend("flashinfer-prefill-ragged")
+    cpu = torch.device("cpu")
+    assert ragged.unsupported_reason(prefill, cpu) is None
+    assert ragged.unsupported_reason(train, cpu) == "FlashInfer has no backward (forward-only serving kernels)"
+    offsets = (0, 4096, 5120, 8192, 8704, 10752, 12288, 14848, 16384)
+    assert prefill.doc_offsets == offsets
+    assert row_offsets(list(prefill.q_lens), cpu).tolist() == row_offsets(list(prefill.kv_lens), cpu).tolist() == list(offsets)

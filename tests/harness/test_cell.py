@@ -159,3 +159,28 @@ def test_isolation_is_not_checked_outside_packed_calls(cpu):
     cell, _ = run_cell(W, get_backend("torch-paged-reference"), make_inputs(W, cpu, seed=2),
                        reference(W, make_inputs(W, cpu, seed=2)), cpu)
     assert cell.correctness.isolated is None
+
+
+def test_variants_small_packed_cells_run_on_the_cpu(cpu):
+    """The CPU twin's packed training and packed prefill (docs 48+16+32+24+8, bf16, GQA 4/2) through the harness:
+    the padded cells are correct, isolated and execute 5 · 48² = 11,520 pairs per head for 2,176 required; flex's
+    packed prefill (one sequence of 128 tokens, document mask) is correct and isolated; flex's training and
+    sdpa-nested's causal calls are unsupported with torch's reasons."""
+    from profattn.workload import get_preset
+
+    train, prefill = get_preset("variants-small").workloads[:2]
+    assert train.is_packed and prefill.is_packed and train.attended_pairs == 1_176 + 136 + 528 + 300 + 36 == 2_176
+    for w, names in ((train, ("eager", "sdpa-flash", "flex", "sdpa-nested")), (prefill, ("sdpa-flash", "flex"))):
+        inputs = make_inputs(w, cpu, seed=6)
+        ref = reference(w, inputs)
+        for name in names:
+            cell, _ = run_cell(w, get_backend(name), inputs, ref, cpu)
+            if name == "flex" and w is train:
+                assert cell.status == CellStatus.UNSUPPORTED and "does not support backward on CPU" in cell.reason
+            elif name == "sdpa-nested":
+                assert cell.status == CellStatus.UNSUPPORTED and "refuses is_causal=True" in cell.reason
+            else:
+                assert cell.status == CellStatus.OK and cell.correctness.isolated is True, (w.phase, name, cell.reason)
+                assert cell.executed_pairs == (None if name == "flex" else 11_520)
+                if name == "flex":
+                    assert "document mask" in " ".join(cell.notes)

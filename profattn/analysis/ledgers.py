@@ -72,10 +72,16 @@ class FlopLedger:
     achieved_tflops: float | None
     fraction_of_ceiling: float | None
     dequant_ops: int = 0
+    #: FLOPs the backend executed when it padded a variable-length call (``CellResult.executed_pairs``, forward and
+    #: for train backward: ``Workload.flops_for_pairs``); None when it computes only the call's own pairs. The rate
+    #: stays ``flops`` (the work required) over the time.
+    executed_flops: int | None = None
 
 
 def flop_ledger(cell: CellResult, run: RunResult) -> FlopLedger:
     """The :class:`FlopLedger` of ``cell`` against the run's measured GEMM ceiling."""
     t = cell.achieved_tflops
     ceil = run.ceilings.matmul_tflops if run.ceilings else None
-    return FlopLedger(cell.workload.flops, t, t / ceil if t is not None and ceil else None, cell.workload.dequant_ops)
+    pairs = cell.executed_pairs
+    return FlopLedger(cell.workload.flops, t, t / ceil if t is not None and ceil else None, cell.workload.dequant_ops,
+                      cell.workload.flops_for_pairs(pairs) if pairs is not None else None)

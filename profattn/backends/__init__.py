@@ -7,14 +7,15 @@ registry is :mod:`profattn.backends.registry`; plugins are :mod:`profattn.backen
 """
 
 from profattn.backends.base import (
-    AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, Unsupported, paged_decode_reason, paged_only_forward,
+    AttentionInputs, Backend, BackendInfo, KernelFamily, Prepared, TrainLeaves, Unsupported, paged_decode_reason,
+    paged_only_forward,
 )
 from profattn.backends.registry import (
     all_backends, backend_info, get_backend, load_installed, preserved, register, resolve_backend, unregister,
 )
 
 __all__ = [
-    "AttentionInputs", "Backend", "BackendInfo", "KernelFamily", "Prepared", "Unsupported", "all_backends",
+    "AttentionInputs", "Backend", "BackendInfo", "KernelFamily", "Prepared", "TrainLeaves", "Unsupported", "all_backends",
     "backend_info", "get_backend", "load_installed", "paged_decode_reason", "paged_only_forward", "preserved",
     "register", "resolve_backend", "unregister",
 ]

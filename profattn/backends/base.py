@@ -42,6 +42,10 @@ class Prepared:
             call to ``B · Lq_max · Lk_max`` (None when it computes only the call's own rows and keys); the
             workload's :attr:`~profattn.workload.Workload.attended_pairs` are the pairs required.
         to_contract: see the attribute's comment.
+        bind_train: ``bind_train(inputs)`` → :class:`TrainLeaves`, for a backend that trains on its own layout
+            (e.g. packed ``[Σ len, H, d]`` leaves): the harness times ``leaves.call`` + its backward from
+            ``leaves.grad_out`` and reads the gradients from ``leaves.grads()`` instead of ``inputs.q.grad`` etc.
+            (train workloads only; None: the contract's q/k/v are the leaves).
     """
 
     forward: ForwardFn
@@ -53,6 +57,7 @@ class Prepared:
     to_contract: Callable[[torch.Tensor], torch.Tensor] | None = None
     bind_append: Callable[["AttentionInputs"], Callable[[], None]] | None = None
     executed_pairs: int | None = None
+    bind_train: Callable[["AttentionInputs"], "TrainLeaves"] | None = None
 
     def bound(self, inputs: "AttentionInputs") -> Callable[[], torch.Tensor]:
         """The zero-argument call the harness times: ``bind(inputs)`` when the backend reads its own
@@ -78,6 +83,29 @@ class Prepared:
 
         cache, new = inputs.paged, inputs.append
         return lambda: reshape_and_cache(new.k_new, new.v_new, cache.k_pages, cache.v_pages, new.slot_mapping)
+
+
+@dataclass(frozen=True)
+class TrainLeaves:
+    """A training call on a backend's own leaf tensors (:attr:`Prepared.bind_train`).
+
+    The backend copies the contract's padded q/k/v (``[B, H, L_max, d]``) into leaves of its own layout in
+    ``bind_train`` — detached, ``requires_grad``, outside every timed window — and dO into the layout of its output.
+
+    Attributes:
+        call: the forward on the leaves (the timed call adds ``call().backward(grad_out)``); its output is in the
+            backend's layout, which :attr:`Prepared.to_contract` turns into ``[B, Hq, L_max, d]``.
+        grad_out: dO in the layout of ``call()``'s output (padding rows of the contract's dO are zero and dropped).
+        grads: the leaves' gradients as ``{"dq": [B, Hq, L_max, d], "dk"/"dv": [B, Hkv, Lk_max, d]}`` (padding rows
+            and key slots zero; a value is None when its leaf has no gradient), outside every timing.
+        zero_grads: clears the leaves' gradients (``.grad = None``) before each timed call, so no timed call adds
+            a gradient accumulation the contract's other backends do not pay.
+    """
+
+    call: Callable[[], torch.Tensor]
+    grad_out: torch.Tensor
+    grads: Callable[[], dict[str, "torch.Tensor | None"]]
+    zero_grads: Callable[[], None]
 
 
 @dataclass

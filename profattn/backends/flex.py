@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from profattn.backends.base import Prepared, Unsupported, paged_decode_reason, paged_only_forward
+from profattn.backends.base import (AttentionInputs, Prepared, TrainLeaves, Unsupported, paged_decode_reason,
+                                    paged_only_forward)
 from profattn.families import FLEX
-from profattn.backends.masks import causal_mask_mod
+from profattn.backends.masks import causal_mask_mod, document_mask_mod
+from profattn.backends.packing import PackedLeaves, pack_rows, unpack_rows
 from profattn.workload import Mask, Workload
 
 _COMPILED = None
@@ -61,6 +63,8 @@ class FlexBackend:
         reason = self.unsupported_reason(workload, device)
         if reason:
             raise Unsupported(reason)
+        if workload.is_packed:
+            return _prepare_packed(workload, device)
         from torch.nn.attention.flex_attention import create_block_mask
 
         block_mask = None
@@ -83,16 +87,7 @@ class FlexBackend:
         q = torch.randn(workload.q_shape, device=device, dtype=dtype)
         k = torch.randn(workload.kv_shape, device=device, dtype=dtype)
         v = torch.randn(workload.kv_shape, device=device, dtype=dtype)
-        try:
-            if workload.phase.value == "train":
-                for t in (q, k, v):
-                    t.requires_grad_(True)
-                forward(q, k, v).sum().backward()
-            else:
-                forward(q, k, v)
-        except Exception as exc:  # noqa: BLE001 - any compiler failure means "cannot compile here"
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
+        _trial(workload, lambda: forward(q, k, v), (q, k, v))
         notes = ("block mask: causal (bottom-right)" if block_mask is not None else "no block mask",)
         if workload.window is not None:
             notes = (f"block mask: causal (bottom-right), sliding window of {workload.window} keys (tiles outside "
@@ -102,6 +97,86 @@ class FlexBackend:
                      "skipped" + (", bottom-right causal per sequence" if workload.mask is Mask.CAUSAL else "")
                      + (f", sliding window of {workload.window} keys" if workload.window is not None else ""),)
         return Prepared(forward=forward, notes=notes)
+
+
+def _trial(workload: Workload, call, leaves: "tuple[torch.Tensor, ...]") -> None:
+    """Compile and run ``call`` once (with its backward from ``leaves``, which are made to require grad, for train),
+    outside every timing.
+
+    Raises:
+        Unsupported: FlexAttention cannot compile or run it here (e.g. no backward on a CPU); torch's first line.
+    """
+    try:
+        if workload.phase.value == "train":
+            for t in leaves:
+                t.requires_grad_(True)
+            call().sum().backward()
+        else:
+            call()
+    except Exception as exc:  # noqa: BLE001 - any compiler failure means "cannot compile here"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise Unsupported(f"FlexAttention cannot run this workload here: {type(exc).__name__}: {first}") from None
+
+
+def _as_sequence(x: torch.Tensor) -> torch.Tensor:
+    """Packed rows ``[T, H, d]`` as FlexAttention's one-sequence layout ``[1, H, T, d]`` (a view, no copy)."""
+    return x.transpose(0, 1).unsqueeze(0)
+
+
+def _prepare_packed(workload: Workload, device: torch.device) -> Prepared:
+    """FlexAttention on a packed batch (``workload.is_packed``): the documents back to back as one sequence
+    ``[1, H, T, d]`` (``T = Σ len``; q/k/v packed from the padded contract in ``bind``/``bind_train``, outside the
+    timing, with :mod:`~profattn.backends.packing`), a block mask from :func:`~profattn.backends.masks.document_mask_mod`
+    (fully masked tiles — across documents, above the diagonal — skipped), GQA via ``enable_gqa``. The output
+    ``[1, Hq, T, d]`` is unpacked to ``[B, Hq, L_max, d]`` by ``to_contract``; for train the packed q/k/v are the
+    autograd leaves (:class:`~profattn.backends.base.TrainLeaves`)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    w = workload
+    lens, l_max, total = w.q_lens, w.q_len, w.q_tokens
+    causal = w.mask is Mask.CAUSAL
+    block_mask = create_block_mask(document_mask_mod(lens, device, causal=causal, window=w.window), None, None,
+                                   total, total, device=str(device))
+    compiled = _compiled_flex()
+    gqa = w.is_gqa
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return compiled(_as_sequence(q), _as_sequence(k), _as_sequence(v), block_mask=block_mask, enable_gqa=gqa)
+
+    def bind(inputs: AttentionInputs):
+        q, k, v = (pack_rows(t.detach(), lens) for t in (inputs.q, inputs.k, inputs.v))
+        return lambda: run(q, k, v)
+
+    def to_contract(out: torch.Tensor) -> torch.Tensor:
+        return unpack_rows(out[0].transpose(0, 1), lens, l_max)
+
+    def bind_train(inputs: AttentionInputs) -> TrainLeaves:
+        leaves = PackedLeaves(inputs.q, inputs.k, inputs.v, lens, lens)
+        grad_out = _as_sequence(pack_rows(inputs.grad_out, lens))
+        return TrainLeaves(lambda: run(leaves.q, leaves.k, leaves.v), grad_out, leaves.grads, leaves.zero_grads)
+
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return to_contract(bind(AttentionInputs(q, k, v))())
+
+    dtype = getattr(torch, w.dtype)
+    tq = torch.randn(total, w.num_q_heads, w.head_dim, device=device, dtype=dtype)
+    tk = torch.randn(total, w.num_kv_heads, w.head_dim, device=device, dtype=dtype)
+    tv = torch.randn(total, w.num_kv_heads, w.head_dim, device=device, dtype=dtype)
+    _trial(w, lambda: run(tq, tk, tv), (tq, tk, tv))
+    mask = ("same document and kv ≤ q (causal within each document)" if causal else "same document")
+    if w.window is not None:
+        mask += f", sliding window of {w.window} keys"
+    notes = (f"packed: {w.batch} documents back to back as one sequence [1, H, {total:,}, d] (offsets "
+             f"{_offsets_text(w.doc_offsets)}), packed in bind outside the timed call; output unpacked for the check",
+             f"block mask: document mask (document id per token from the cumulative offsets; keep = {mask}), tiles "
+             "across documents skipped; GQA via enable_gqa")
+    return Prepared(forward=forward, bind=bind, to_contract=to_contract, bind_train=bind_train, notes=notes)
+
+
+def _offsets_text(offsets: "tuple[int, ...]") -> str:
+    """``0, 64, 96, 192`` (the first and last three, with ``…``, beyond eight)."""
+    shown = offsets if len(offsets) <= 8 else (*offsets[:3], "…", *offsets[-3:])
+    return ", ".join(f"{x:,}" if isinstance(x, int) else x for x in shown)
 
 
 def varlen_mask_mod(workload: Workload, device: torch.device):

@@ -119,6 +119,32 @@ def padding_note(workload: Workload) -> str:
             f"(query, key) pairs per head for {need:,} required ({done / need:.1f}× the work)")
 
 
+def document_mask_mod(doc_lens: "tuple[int, ...] | list[int]", device: torch.device | str, *, causal: bool,
+                      window: int | None = None):
+    """FlexAttention ``mask_mod`` of a packed batch on one sequence of ``T = Σ doc_lens`` tokens (attention-gym's
+    ``generate_doc_mask_mod``): the document of every token (``[T]`` int32 on ``device``, from the cumulative
+    offsets) is looked up for the query and the key, and ``keep = same document``, with ``causal`` also
+    ``kv_idx ≤ q_idx`` (causal within the document: its tokens are contiguous, so packed positions order them as
+    their own do) and a sliding ``window`` ``kv_idx > q_idx − window``.
+
+    Raises:
+        ValueError: a window without ``causal``."""
+    if window is not None and not causal:
+        raise ValueError("a sliding window needs the causal mask")
+    lens = torch.tensor(list(doc_lens), device=device)
+    doc = torch.repeat_interleave(torch.arange(len(lens), dtype=torch.int32, device=device), lens)
+
+    def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001 - FlexAttention's signature
+        keep = doc[q_idx] == doc[kv_idx]
+        if causal:
+            keep = keep & (kv_idx <= q_idx)
+            if window is not None:
+                keep = keep & (kv_idx > q_idx - window)
+        return keep
+
+    return mask_mod
+
+
 def causal_mask_mod(offset: int, window: int | None = None):
     """FlexAttention ``mask_mod`` for a bottom-right causal mask with ``offset = kv_len - q_len``; with a sliding
     ``window``, also ``kv_idx > q_idx + offset − window``."""

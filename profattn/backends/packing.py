@@ -38,3 +38,40 @@ def unpack_rows(o: torch.Tensor, lengths: "list[int] | tuple[int, ...]", l_max: 
         out[i, :, :n] = o[start:start + n].transpose(0, 1)
         start += n
     return out
+
+
+class PackedLeaves:
+    """Packed copies of a training call's q/k/v as autograd leaves (for :class:`~profattn.backends.base.TrainLeaves`).
+
+    ``q`` ``[Σ q_lens, Hq, d]``, ``k``/``v`` ``[Σ kv_lens, H, d]`` (``H = Hkv · kv_repeat``: K/V heads repeated
+    ``kv_repeat`` times, each KV head's copies adjacent, as ``repeat_interleave`` on the head axis), detached copies
+    of the padded ``[B, H, L_max, d]`` tensors with ``requires_grad``; made outside every timed window.
+    """
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: "list[int] | tuple[int, ...]",
+                 kv_lens: "list[int] | tuple[int, ...]", *, kv_repeat: int = 1) -> None:
+        self.q_lens, self.kv_lens, self.kv_repeat = tuple(q_lens), tuple(kv_lens), kv_repeat
+        self.l_q, self.l_kv = q.shape[2], k.shape[2]
+        self.q = pack_rows(q.detach(), q_lens).requires_grad_(True)
+        k, v = pack_rows(k.detach(), kv_lens), pack_rows(v.detach(), kv_lens)
+        if kv_repeat > 1:
+            k, v = k.repeat_interleave(kv_repeat, dim=1), v.repeat_interleave(kv_repeat, dim=1)
+        self.k, self.v = k.requires_grad_(True), v.requires_grad_(True)
+
+    def grads(self) -> dict[str, "torch.Tensor | None"]:
+        """``{"dq": [B, Hq, Lq_max, d], "dk"/"dv": [B, Hkv, Lk_max, d]}`` from the leaves' gradients (padding rows
+        zero; repeated K/V heads summed back to their KV head, as autograd through ``repeat_interleave`` would)."""
+        def kv(g: torch.Tensor | None) -> torch.Tensor | None:
+            if g is None:
+                return None
+            if self.kv_repeat > 1:
+                g = g.view(g.shape[0], -1, self.kv_repeat, g.shape[2]).sum(dim=2)
+            return unpack_rows(g, self.kv_lens, self.l_kv)
+
+        dq = None if self.q.grad is None else unpack_rows(self.q.grad, self.q_lens, self.l_q)
+        return {"dq": dq, "dk": kv(self.k.grad), "dv": kv(self.v.grad)}
+
+    def zero_grads(self) -> None:
+        """Clear the leaves' gradients (``.grad = None``)."""
+        for t in (self.q, self.k, self.v):
+            t.grad = None

@@ -20,7 +20,10 @@ and the kernels it calls:
   strided nested tensors, and torch's nested matmul pads both GEMMs to the longest sequence
   (``to_padded_tensor`` + ``bmm``; the softmax runs per sequence);
 - the fused paths need equal head counts ("This path is currently not implemented for jagged layout NT."),
-  and ``enable_gqa`` reaches no jagged kernel, so K/V are expanded to ``Hq`` heads in ``bind`` (untimed).
+  and ``enable_gqa`` reaches no jagged kernel, so K/V are expanded to ``Hq`` heads in ``bind`` (untimed);
+- training: ``nested_tensor_from_jagged(values, offsets)`` is a view of ``values``, so the jagged q/k/v are made
+  inside the timed call from packed leaves (``bind_train``; K/V leaves at ``Hq`` heads, their gradients summed
+  back to ``Hkv`` outside the timing) and the backward reaches them.
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from profattn.backends.base import AttentionInputs, KernelFamily, Prepared, Unsupported
+from profattn.backends.base import AttentionInputs, KernelFamily, Prepared, TrainLeaves, Unsupported
 from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH, NESTED
 from profattn.backends.eager import dense_path_bytes, dense_path_reason
 from profattn.backends.masks import (SdpaMaskArgs, dense_mask, padded_pairs, padding_note, sdpa_mask_args, varlen_mask,
                                     window_applies)
 from profattn.backends.memory import fit_reason, human_bytes
-from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
+from profattn.backends.packing import PackedLeaves, pack_rows, row_offsets, unpack_rows
 from profattn.workload import Mask, Phase, Workload
 
 
@@ -181,10 +184,6 @@ def nested_call_reason(workload: Workload, device_type: str) -> str | None:
     or None. Static: no tensor is allocated and no GPU is needed (the memory check and the trial call, which
     collects PyTorch's own reasons, come after it)."""
     w = workload
-    if w.phase is Phase.TRAIN:
-        return ("train: bind packs q/k/v into jagged tensors outside the timed call and outside autograd, so no "
-                "gradient would reach the padded q/k/v the check reads (a backward through jagged SDPA is not "
-                "measured here)")
     if window_applies(w):
         return (f"sliding window of {w.window} keys: torch's jagged SDPA takes no attn_mask (\"Masks are not yet "
                 "supported!\") and no window argument, so the window cannot be expressed")
@@ -207,9 +206,10 @@ def nested_call_reason(workload: Workload, device_type: str) -> str | None:
 def nested_bytes(workload: Workload) -> int:
     """Bytes ``sdpa-nested`` allocates beyond the cell's inputs, in bytes: q and the output packed
     (``Σ q_len · Hq · d`` each) and K and V packed at ``Hq`` heads (``2 · Σ kv_len · Hq · d``, the GQA expansion
-    included), in the input dtype."""
+    included), in the input dtype; for train their gradients as much again, plus dO packed."""
     w = workload
-    return (2 * w.q_tokens + 2 * w.logical_kv_tokens) * w.num_q_heads * w.head_dim * w.itemsize
+    packed = (2 * w.q_tokens + 2 * w.logical_kv_tokens) * w.num_q_heads * w.head_dim * w.itemsize
+    return 2 * packed + w.q_tokens * w.num_q_heads * w.head_dim * w.itemsize if w.phase is Phase.TRAIN else packed
 
 
 class SdpaNestedBackend:
@@ -267,10 +267,22 @@ class SdpaNestedBackend:
         def to_contract(out: torch.Tensor) -> torch.Tensor:
             return unpack_rows(out.transpose(1, 2).values(), q_lens, l_max)
 
+        def bind_train(inputs: AttentionInputs) -> TrainLeaves:
+            leaves = PackedLeaves(inputs.q, inputs.k, inputs.v, q_lens, kv_lens, kv_repeat=group)
+            q_off, kv_off = row_offsets(q_lens, leaves.q.device), row_offsets(kv_lens, leaves.q.device)
+            grad_out = jagged(pack_rows(inputs.grad_out, q_lens), q_lens, q_off)
+
+            def call() -> torch.Tensor:  # the jagged tensors are views of the leaves, made here so autograd sees them
+                return F.scaled_dot_product_attention(jagged(leaves.q, q_lens, q_off), jagged(leaves.k, kv_lens, kv_off),
+                                                      jagged(leaves.v, kv_lens, kv_off), is_causal=causal)
+
+            return TrainLeaves(call, grad_out, leaves.grads, leaves.zero_grads)
+
         def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return to_contract(bind(AttentionInputs(q, k, v))())
 
         return Prepared(forward=forward, context=lambda: sdpa_kernel([kernel]), bind=bind, to_contract=to_contract,
+                        bind_train=bind_train if w.phase is Phase.TRAIN else None,
                         notes=_nested_notes(w, kernel, causal),
                         executed_pairs=padded_pairs(w) if kernel is SDPBackend.MATH and _unequal(w) else None)
 
@@ -297,6 +309,11 @@ def _nested_notes(w: Workload, kernel: SDPBackend, causal: bool) -> tuple[str, .
     notes = [f"jagged q [{w.batch}, {w.num_q_heads}, j, {w.head_dim}] ({w.q_tokens:,} rows) and K/V "
              f"({w.logical_kv_tokens:,} rows) packed per sequence in bind, outside the timed call; output unpacked to "
              "[B, Hq, Lq_max, d] for the check, outside the timing"]
+    if w.phase is Phase.TRAIN:
+        notes.append("train: the packed q/k/v are the autograd leaves; the jagged tensors are views of them made in the "
+                     "timed call (nested_tensor_from_jagged), forward and backward timed; gradients unpacked for the "
+                     "check outside the timing" + (f" (dK/dV summed from Hq to Hkv heads there: that reduction is not "
+                                                   "timed)" if w.is_gqa else ""))
     if kernel is SDPBackend.FLASH_ATTENTION:
         notes.append("FlashAttention-2's variable-length kernel (pinned): each sequence's own rows and keys, no "
                      "padded row or key slot computed")
@@ -335,7 +352,7 @@ class _Collect(logging.Handler):
 
 def _nested_trial(workload: Workload, device: torch.device, kernel: SDPBackend, causal: bool) -> None:
     """Run jagged SDPA once on two short sequences with the workload's heads (K/V at Hq, as bound), head_dim,
-    dtype and ``is_causal`` under ``sdpa_kernel([kernel])``.
+    dtype and ``is_causal`` under ``sdpa_kernel([kernel])``, with its backward for train.
 
     Raises:
         Unsupported: the pinned kernel rejected the call; the reason is PyTorch's, from the warnings and log
@@ -344,8 +361,11 @@ def _nested_trial(workload: Workload, device: torch.device, kernel: SDPBackend, 
     w = workload
     dtype = getattr(torch, w.dtype)
     lens = (3, 2)
-    q, k, v = (jagged(torch.randn(sum(lens), w.num_q_heads, w.head_dim, device=device, dtype=dtype), lens)
-               for _ in range(3))
+    train = w.phase is Phase.TRAIN
+    values = [torch.randn(sum(lens), w.num_q_heads, w.head_dim, device=device, dtype=dtype, requires_grad=train)
+              for _ in range(3)]
+    offsets = row_offsets(lens, device)
+    q, k, v = (jagged(x, lens, offsets) for x in values)
     messages: list[str] = []
     logger = logging.getLogger(_NESTED_LOGGER)
     handler, propagate = _Collect(messages), logger.propagate
@@ -356,7 +376,9 @@ def _nested_trial(workload: Workload, device: torch.device, kernel: SDPBackend, 
             warnings.simplefilter("always")
             warnings.showwarning = lambda message, *args, **kwargs: messages.append(str(message))
             with sdpa_kernel([kernel]):
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                if train:
+                    out.backward(jagged(torch.randn_like(values[0]), lens, offsets))
     except (RuntimeError, ValueError) as exc:
         detail = _kernel_section(messages, kernel) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise Unsupported(f"jagged SDPA with {kernel.name} rejected this workload: {detail[:600]}") from None

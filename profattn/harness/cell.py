@@ -6,13 +6,13 @@ so one failing cell never loses the others.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
 from profattn.backends.base import Backend, Prepared, Unsupported, call_shape_reason
-from profattn.harness.inputs import GRAD_TOLERANCE, AttentionInputs, Reference, check
+from profattn.harness.inputs import GRAD_TOLERANCE, AttentionInputs, Reference, check, isolation_error, perturb_document
 from profattn.harness.profiler import ProfiledCall
 from profattn.harness.timing import peak_memory, time_cpu, time_cuda, time_cuda_graph
 from profattn.results import CellResult, CellStatus, Correctness
@@ -43,17 +43,81 @@ def error_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
+@dataclass(frozen=True)
+class BoundCalls:
+    """One backend bound to one set of inputs.
+
+    ``forward``: the forward call (output in the backend's layout; :attr:`Prepared.to_contract` converts it);
+    ``timed``: the call the harness times (the forward, plus ``backward(grad_out)`` for train); ``grad_out``: dO
+    in the forward output's layout (train); ``grads``: the gradients in the contract's padded layout
+    (``{"dq", "dk", "dv"}``, train); ``zero_grads``: clears them, run before every timed train call.
+    """
+
+    forward: Callable[[], torch.Tensor]
+    timed: Callable[[], object]
+    grad_out: torch.Tensor | None
+    grads: Callable[[], dict[str, torch.Tensor | None]] | None
+    zero_grads: Callable[[], None]
+
+
+def bind_calls(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -> BoundCalls:
+    """Bind ``prepared`` to ``inputs`` (outside every timing): the contract's q/k/v are the autograd leaves, or
+    for a backend with :attr:`Prepared.bind_train` its own packed leaves (:class:`~profattn.backends.TrainLeaves`)."""
+    if workload.phase is not Phase.TRAIN:
+        fwd = prepared.bound(inputs)
+        return BoundCalls(fwd, fwd, None, None, inputs.zero_grads)
+    if prepared.bind_train is not None:
+        leaves = prepared.bind_train(inputs)
+        fwd, grad_out, grads, zero = leaves.call, leaves.grad_out, leaves.grads, leaves.zero_grads
+    else:
+        fwd, grad_out, zero = prepared.bound(inputs), inputs.grad_out, inputs.zero_grads
+
+        def grads() -> dict[str, torch.Tensor | None]:
+            return {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
+
+    def train_step() -> None:
+        fwd().backward(grad_out)
+
+    return BoundCalls(fwd, train_step, grad_out, grads, zero)
+
+
 def calls_for(prepared: Prepared, workload: Workload, inputs: AttentionInputs) -> tuple[Callable[[], torch.Tensor], Callable[[], object]]:
-    """(forward call, timed call): the timed call adds the backward for train."""
-    fwd = prepared.bound(inputs)
-    if workload.phase is Phase.TRAIN:
-        grad_out = inputs.grad_out
+    """(forward call, timed call) of :func:`bind_calls`: the timed call adds the backward for train."""
+    calls = bind_calls(prepared, workload, inputs)
+    return calls.forward, calls.timed
 
-        def train_step() -> None:
-            fwd().backward(grad_out)
 
-        return fwd, train_step
-    return fwd, fwd
+def _outputs(prepared: Prepared, calls: BoundCalls) -> tuple[torch.Tensor, dict[str, torch.Tensor | None] | None]:
+    """One forward (and backward for train) of ``calls``: the output in the contract's layout, and the gradients."""
+    raw = calls.forward()
+    grads = None
+    if calls.grads is not None:
+        raw.backward(calls.grad_out)
+        grads = calls.grads()
+    out = prepared.to_contract(raw) if prepared.to_contract is not None else raw
+    return out.detach(), grads
+
+
+def document_isolation(prepared: Prepared, workload: Workload, inputs: AttentionInputs, out: torch.Tensor,
+                       grads: dict[str, torch.Tensor | None] | None) -> str | None:
+    """Run the backend again with one document's q, k, v (and dO) replaced by fresh random values — the middle one,
+    :func:`~profattn.harness.inputs.perturb_document` — and compare every other document's output rows (and dq,
+    dk, dv) bit for bit with ``out``/``grads`` of the first run (``[B, H, L_max, d]``, contract layout). Returns None
+    when they are equal, else the first difference (one line). Packed calls (``workload.is_packed``) of two or
+    more documents only; runs outside every timing.
+
+    Raises:
+        ValueError: the workload is not a packed call of two or more documents.
+    """
+    if not workload.is_packed or workload.batch < 2:
+        raise ValueError("document isolation needs a packed call of two or more documents")
+    doc = workload.batch // 2
+    other = perturb_document(workload, inputs, doc)
+    calls = bind_calls(prepared, workload, other)
+    calls.zero_grads()
+    out2, grads2 = _outputs(prepared, calls)
+    calls.zero_grads()
+    return isolation_error(workload, doc, out, grads, out2, grads2)
 
 
 def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref: Reference,
@@ -92,24 +156,24 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
             if append is not None:  # the cache holds the cached prefix only until this cell's call appends
                 inputs.paged.clear_slots(inputs.append.slot_mapping)
                 append()
-            fwd, call = calls_for(prepared, workload, inputs)
-            inputs.zero_grads()
+            calls = bind_calls(prepared, workload, inputs)
+            call, zero = calls.timed, calls.zero_grads
+            zero()
             # Same grad mode as the timed calls (inference inputs need no grad, so no graph is built):
             # a compiled backend would otherwise recompile on a grad-mode change.
-            out = fwd()
-            if prepared.to_contract is not None and not train:
-                out = prepared.to_contract(out)
-            if train:
-                out.backward(inputs.grad_out)
-                grads = {"dq": inputs.q.grad, "dk": inputs.k.grad, "dv": inputs.v.grad}
-            else:
-                grads = None
+            out, grads = _outputs(prepared, calls)
             correctness = check(workload, out, grads, ref)
+            isolation = None
+            if workload.is_packed and workload.batch > 1:
+                zero()
+                isolation = document_isolation(prepared, workload, inputs, out, grads)
+                correctness = replace(correctness, isolated=isolation is None,
+                                      passed=correctness.passed and isolation is None)
             del out, grads
-            inputs.zero_grads()
-            before = inputs.zero_grads if train else None
+            zero()
+            before = zero if train else None
             timing = _time_eager(call, device, before)
-            inputs.zero_grads()
+            zero()
             append_timing, cache_error = None, None
             if append is not None:  # timed apart; re-writing the same tokens to the same slots is idempotent
                 append_timing = _time_eager(append, device, None)
@@ -117,7 +181,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
                 correctness = replace(correctness, cache_ok=cache_error is None,
                                       passed=correctness.passed and cache_error is None)
             peak, over = peak_memory(call, device)
-            inputs.zero_grads()
+            zero()
             graph_timing, graph_note = None, ""
             if device.type == "cuda" and workload.phase is Phase.DECODE:
                 try:
@@ -130,7 +194,7 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
         release_device(device)
         return CellResult(status=CellStatus.ERROR, reason=who + error_reason(exc), notes=prepared.notes, **base), None
     status = CellStatus.OK if correctness.passed else CellStatus.INCORRECT
-    reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype, cache_error)
+    reason = "" if correctness.passed else _incorrect_reason(correctness, workload.dtype, cache_error, isolation)
     result = CellResult(
         status=status, reason=reason, notes=prepared.notes + ((graph_note,) if graph_note else ()),
         correctness=correctness, timing=timing, graph_timing=graph_timing,
@@ -167,12 +231,14 @@ def time_again(cell: CellResult, profiled: ProfiledCall, device: torch.device) -
                    graph_timing_repeats=(*cell.graph_timing_repeats, graph) if graph is not None else cell.graph_timing_repeats)
 
 
-def _incorrect_reason(c: Correctness, dtype: str, cache_error: str | None = None) -> str:
+def _incorrect_reason(c: Correctness, dtype: str, cache_error: str | None = None, isolation: str | None = None) -> str:
     parts = [f"out rel err {c.out_rel_err:.3g} > {c.tolerance:g}"] if not c.out_rel_err <= c.tolerance else []
     gtol = GRAD_TOLERANCE[dtype]
     parts += [f"{name} rel err {err:.3g} > {gtol:g}" for name, err in (c.grad_rel_err or {}).items() if not err <= gtol]
     if c.cache_ok is False:
         parts.append(f"KV cache after the append: {cache_error or 'differs from the reference'}")
+    if c.isolated is False:
+        parts.append(f"documents not isolated: {isolation or 'an output depends on another document'}")
     return "failed correctness: " + ", ".join(parts)
 
 

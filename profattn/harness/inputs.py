@@ -315,6 +315,63 @@ def valid_part(workload: Workload, x: torch.Tensor, *, keys: bool = False) -> to
     return x.transpose(1, 2)[_valid_rows(lens, longest, x.device)]
 
 
+#: Seed of the fresh values :func:`perturb_document` draws (apart from the run's seed: any values will do).
+PERTURB_SEED = 20_240_601
+
+
+def perturb_document(workload: Workload, inputs: AttentionInputs, doc: int) -> AttentionInputs:
+    """A copy of ``inputs`` whose document ``doc`` (sequence ``doc`` of a variable-length call: its query rows
+    ``0 … q_len_doc − 1``, key slots ``0 … kv_len_doc − 1`` and, for train, dO rows) holds fresh standard-normal
+    values (:data:`PERTURB_SEED`); every other row, padding included, is copied unchanged. For train the copies
+    are new leaves that require grad. Used by the document-isolation check.
+
+    Raises:
+        ValueError: ``doc`` is not one of the call's sequences, or the call is not variable-length.
+    """
+    if not workload.is_varlen or not 0 <= doc < workload.batch:
+        raise ValueError(f"document {doc} is not one of the {workload.batch} sequences of a variable-length call")
+    gen = torch.Generator(device=inputs.q.device).manual_seed(PERTURB_SEED)
+    nq, nk = workload.q_lens[doc], workload.kv_lens[doc]
+
+    def fresh(t: torch.Tensor, n: int) -> torch.Tensor:
+        t = t.detach().clone()
+        part = t[doc, :, :n]
+        part.copy_(torch.randn(part.shape, generator=gen, dtype=torch.float32, device=t.device).to(t.dtype))
+        return t
+
+    train = inputs.grad_out is not None
+    q, k, v = fresh(inputs.q, nq), fresh(inputs.k, nk), fresh(inputs.v, nk)
+    if train:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+    grad_out = fresh(inputs.grad_out, nq) if train else None
+    return AttentionInputs(q, k, v, grad_out, None, q_lens=inputs.q_lens, kv_lens=inputs.kv_lens)
+
+
+def isolation_error(workload: Workload, doc: int, out: torch.Tensor, grads: dict[str, torch.Tensor | None] | None,
+                    out2: torch.Tensor, grads2: dict[str, torch.Tensor | None] | None) -> str | None:
+    """None when every sequence but ``doc`` has bit-for-bit equal output rows (``out`` against ``out2``,
+    ``[B, Hq, Lq_max, d]``) and gradients (``dq`` rows, ``dk``/``dv`` key slots; ``grads`` None for a forward-only
+    call) in the two runs; else one line naming the first tensor and sequence that differ, with the largest
+    absolute difference. Padding rows are not compared."""
+    pairs = [("output", out, out2, False)]
+    if grads is not None:
+        pairs += [(name, grads.get(name), (grads2 or {}).get(name), name != "dq") for name in ("dq", "dk", "dv")]
+    lens = {False: workload.q_lens, True: workload.kv_lens}
+    for name, a, b, keys in pairs:
+        if a is None or b is None:
+            return f"{name}: no gradient in one of the two runs"
+        for s, n in enumerate(lens[keys]):
+            if s == doc:
+                continue
+            x, y = a[s, :, :n].detach(), b[s, :, :n].detach()
+            if not torch.equal(x, y):
+                diff = (x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max().item()
+                return (f"{name} of document {s} changed (max |Δ| {diff:.3g}) when only document {doc}'s q, k, v"
+                        + (", dO" if grads is not None else "") + " were replaced")
+    return None
+
+
 def check(workload: Workload, out: torch.Tensor, grads: dict[str, torch.Tensor] | None, ref: Reference) -> Correctness:
     """Compare a backend's output (and gradients) with the reference; see :data:`OUT_TOLERANCE`.
 

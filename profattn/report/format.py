@@ -143,6 +143,12 @@ def fmt_err(v: float | None) -> str:
     return MISSING if v is None else f"{v:.1e}"
 
 
+def fmt_isolation(isolated: bool | None) -> str:
+    """The document-isolation check of a packed call (``Correctness.isolated``): "documents isolated", "documents
+    not isolated", or "" where it was not checked."""
+    return "" if isolated is None else "documents isolated" if isolated else "documents not isolated"
+
+
 def fmt_shape(t: tuple[int, ...] | None) -> str:
     """A launch shape (grid or block) as ``[128, 16, 1]``; "n/a" where the trace records none (ROCm)."""
     return "n/a" if t is None else "[" + ", ".join(str(x) for x in t) + "]"

@@ -65,7 +65,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     short label; rates in the unit their header names, three significant digits; an eager column only
     where some cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.analysis.verdict import ranked_cells, tied_with, verdict
-    from profattn.report.format import fmt_err, fmt_flops_rate, fmt_rate, fmt_us
+    from profattn.report.format import fmt_err, fmt_flops_rate, fmt_isolation, fmt_rate, fmt_us
     from profattn.report.gqa import gqa_section
     from profattn.report.run import matrix_columns, noise_texts, workload_labels
     from profattn.report.verdict import render_verdict
@@ -87,7 +87,8 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
             *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
-            fmt_err(c.correctness.out_rel_err if c.correctness else None), c.reason[:120]])
+            fmt_err(c.correctness.out_rel_err if c.correctness else None)
+            + (f" ({iso})" if c.correctness and (iso := fmt_isolation(c.correctness.isolated)) else ""), c.reason[:120]])
     headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
     noise = noise_texts(run)  # the same warnings the report and `profile` print: the verdict's caveat

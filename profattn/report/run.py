@@ -22,6 +22,7 @@ from profattn.report.format import (
     flops_unit,
     fmt_bytes,
     fmt_count,
+    fmt_isolation,
     fmt_err,
     fmt_flops_rate,
     fmt_opt,
@@ -141,6 +142,7 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "gbps": fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             "out_err": fmt_err(corr.out_rel_err if corr else None),
             "quant_err": fmt_err(corr.quant_rel_err) if corr and corr.quant_rel_err is not None else "",
+            "isolation": fmt_isolation(corr.isolated) if corr else "",
             "grad_err": grads,
             "tolerance": f"{corr.tolerance:g}" if corr else "",
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
@@ -352,7 +354,10 @@ def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
         "cell_id": c.cell_id, "workload": labels[c.workload.tag], "backend": c.backend,
         "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
         "kv_extra": f"+ scales {fmt_bytes(bl.scale_bytes)}" if bl.scale_bytes else "",
-        "flops_extra": f"+ {fmt_count(fl.dequant_ops)} dequant multiplies" if fl.dequant_ops else "",
+        "flops_extra": "; ".join(
+            ([f"+ {fmt_count(fl.dequant_ops)} dequant multiplies"] if fl.dequant_ops else [])
+            + ([f"{fmt_count(fl.executed_flops)} executed (padding: {fl.executed_flops / fl.flops:.2f}× the work)"]
+               if fl.executed_flops is not None and fl.flops else [])),
         "dram": fmt_bytes(bl.dram_bytes) if bl.dram_bytes is not None else "not measured",
         "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
         "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",

@@ -15,7 +15,7 @@ and the counter fields; version 3 added the repeated timing samples (``timing_re
 ``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
 Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
 profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
-``executed_pairs``, and ``correctness.cache_ok``.
+``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``.
 """
 
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results

@@ -91,6 +91,10 @@ class Correctness:
     #: against the reference over the *unquantized* cache — the quantization's cost as a user sees it, beside
     #: ``out_rel_err`` (against the dequantized cache, which decides ``passed``). None otherwise.
     quant_rel_err: float | None = None
+    #: Packed calls of two or more documents (``Workload.is_packed``): after one document's q, k, v (and dO) were
+    #: replaced, every other document's output rows (and dq, dk, dv) stayed bit-for-bit equal; False makes the cell
+    #: incorrect (its reason names the first difference). None: not checked (not a packed call).
+    isolated: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -301,6 +301,24 @@ class Workload:
         return cls(phase=phase, batch=len(pairs), q_len=max(q for q, _ in pairs), kv_len=max(k for _, k in pairs),
                    seqs=pairs, **fields_)  # type: ignore[arg-type]
 
+    @classmethod
+    def packed(cls, phase: "Phase | str", doc_lens: "Iterable[int]", **fields_: object) -> "Workload":
+        """A packed batch (:attr:`is_packed`): documents of ``doc_lens`` tokens each, every one a sequence
+        ``(n, n)`` of :meth:`varlen`; ``phase`` is ``train`` or ``prefill``. Example:
+        ``Workload.packed("train", (512, 1024, 256), num_q_heads=16, num_kv_heads=4, head_dim=128)``.
+
+        Raises:
+            WorkloadError: another phase, no document, a length that is not a positive integer, or any
+                :meth:`varlen` check.
+        """
+        p = Phase.parse(phase)
+        if p not in (Phase.TRAIN, Phase.PREFILL):
+            raise WorkloadError(f"packed documents are a train or prefill call, not {p.value}")
+        lens = tuple(doc_lens)
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in lens):
+            raise WorkloadError(f"document lengths must be positive integers, got {lens!r}")
+        return cls.varlen(p, ((n, n) for n in lens), **fields_)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", Phase.parse(self.phase))
         object.__setattr__(self, "mask", Mask.parse(self.mask))
@@ -464,6 +482,25 @@ class Workload:
         return bool(self.seqs)
 
     @property
+    def is_packed(self) -> bool:
+        """True for a *packed batch*: a variable-length train or prefill call on the dense layout whose every
+        sequence is one whole document (``q_len == kv_len``, nothing cached), as documents of different lengths
+        are packed into one token sequence with cumulative offsets (``docs=512+1024+256``). Attention stays inside
+        each document (causal within it under ``mask=causal``); backends may run it on their own packed layout
+        ``[Σ len, H, d]`` (:mod:`profattn.backends.packing`)."""
+        return (self.is_varlen and self.phase in (Phase.TRAIN, Phase.PREFILL) and self.kv_layout is KVLayout.DENSE
+                and all(q == k for q, k in self.seqs))
+
+    @property
+    def doc_offsets(self) -> tuple[int, ...]:
+        """Cumulative query offsets ``(0, l0, l0 + l1, …, Σ l)`` of the call's sequences (``B + 1`` entries; the
+        documents' token ranges of a packed batch). Example: ``docs=3+2`` → ``(0, 3, 5)``."""
+        out = [0]
+        for n in self.q_lens:
+            out.append(out[-1] + n)
+        return tuple(out)
+
+    @property
     def q_lens(self) -> tuple[int, ...]:
         """Query length of every sequence (``q_len`` is the longest)."""
         return tuple(q for q, _ in self.seqs) if self.seqs else (self.q_len,) * self.batch
@@ -526,6 +563,13 @@ class Workload:
         """
         return 4 * self.num_q_heads * self.attended_pairs * self.head_dim
 
+    def flops_for_pairs(self, pairs: int) -> int:
+        """FLOPs of one call in this phase had it computed ``pairs`` (query, key) pairs per query head instead of
+        :attr:`attended_pairs` (the same rule as :attr:`flops`: ``4 · Hq · pairs · d``, plus 2.5× that for train),
+        e.g. the pairs a backend that pads a variable-length call executes (``CellResult.executed_pairs``)."""
+        fwd = 4 * self.num_q_heads * pairs * self.head_dim
+        return fwd + fwd * 5 // 2 if self.phase is Phase.TRAIN else fwd
+
     @property
     def dequant_ops(self) -> int:
         """Dequantization work of a quantized cache, apart from :attr:`flops`: one multiply (code · scale) per
@@ -563,7 +607,8 @@ class Workload:
         block table (int32, one entry per page in use) and sequence lengths read once. A variable-length call
         counts each sequence exactly: Q and O as ``[Σ q_len_b, Hq, d]``, K/V as ``Σ kv_len_b`` token slots
         (a packed / paged layout; padding a backend adds is its own waste, not part of this minimum), plus
-        the per-sequence query offsets (int32, B + 1). A sliding window reads only the keys inside some row's
+        the per-sequence query offsets (int32, B + 1; read by the forward and again by a training call's
+        backward). A sliding window reads only the keys inside some row's
         window (:attr:`window_starts`; the block table's entries for the pages they lie on); training still
         writes dK/dV whole (zero outside the windows).
         """
@@ -595,7 +640,9 @@ class Workload:
         if self.phase is not Phase.TRAIN:
             return tuple(fwd)
         lse = (self.num_q_heads, self.q_tokens)
-        return (
+        # the backward reads the query offsets again (FlashAttention-2's varlen backward takes cu_seqlens)
+        offsets = (TensorTraffic("q_offsets", (self.batch + 1,), 4, reads=2),) if self.seqs else ()
+        return offsets + (
             TensorTraffic("Q", q, s, reads=2),
             TensorTraffic("K", kv, s, reads=2, kv=True),
             TensorTraffic("V", kv, s, reads=2, kv=True),

@@ -145,6 +145,43 @@ PRESETS["gqa-small"] = Preset(
     "the gqa preset at CPU size: decode (B=2, Hq=8, d=32, bf16, paged 16) with Hkv 8, 2 and 1 at kv_len 64 and 256",
     _gqa(batch=2, hq=8, hkvs=(8, 2, 1), d=32, kv_lens=(64, 256)),
 )
+def _variants(*, batch: int, hq: int, hkv: int, d: int, docs: tuple[int, ...], window_decode: tuple[int, int, int],
+              window_prefill: tuple[int, int, int], quant_kvs: Iterable[int]) -> tuple[Workload, ...]:
+    """The seed's variants at one size (bf16, causal): a packed training batch of ``docs`` (document lengths) and the
+    same documents as a packed prefill; sliding-window decode ``(kv_len, window, full_kv)`` — paged 16, ``batch``
+    sequences at ``kv_len`` with the window beside full attention at ``full_kv`` — and a ``(batch, q_len, window)``
+    sliding-window prefill; FP8-KV decode (``kv_dtype=float8_e4m3fn``, paged 16) at each of ``quant_kvs`` beside its
+    bf16 twin."""
+    common = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="bfloat16", mask=Mask.CAUSAL)
+    paged = dict(phase=Phase.DECODE, batch=batch, q_len=1, kv_layout=KVLayout.PAGED, page_size=16, **common)
+    kv, w, full = window_decode
+    pb, pq, pw = window_prefill
+    out = [Workload.packed(Phase.TRAIN, docs, **common), Workload.packed(Phase.PREFILL, docs, **common),
+           Workload(kv_len=kv, window=w, **paged), Workload(kv_len=full, **paged),
+           Workload(phase=Phase.PREFILL, batch=pb, q_len=pq, kv_len=pq, window=pw, **common)]
+    for n in quant_kvs:
+        out += [Workload(kv_len=n, **paged), Workload(kv_len=n, kv_dtype="float8_e4m3fn", **paged)]
+    return tuple(out)
+
+
+PRESETS["variants"] = Preset(
+    "variants",
+    "the seed's variants at its heads (Hq=16, Hkv=4, d=128, bf16, causal): packed training and packed prefill of 8 "
+    "documents (4096+1024+3072+512+2048+1536+2560+1536 = 16,384 tokens, attention inside each document); "
+    "sliding-window decode (B=8, paged 16) at kv 32768 with window 4096 beside full decode at kv 4096; prefill 8192 "
+    "(B=2) with window 1024; FP8-KV decode (B=8, paged 16) at kv 512, 2048, 8192 beside bf16",
+    _variants(batch=8, hq=16, hkv=4, d=128, docs=(4096, 1024, 3072, 512, 2048, 1536, 2560, 1536),
+              window_decode=(32768, 4096, 4096), window_prefill=(2, 8192, 1024), quant_kvs=(512, 2048, 8192)),
+)
+PRESETS["variants-small"] = Preset(
+    "variants-small",
+    "the variants preset at CPU size (Hq=4, Hkv=2, d=32, bf16, causal): packed training and packed prefill of 5 "
+    "documents (48+16+32+24+8 = 128 tokens); sliding-window decode (B=2, paged 16) at kv 512 with window 64 beside "
+    "full decode at kv 64; prefill 128 (B=2) with window 32; FP8-KV decode (B=2, paged 16) at kv 32, 128, 512 "
+    "beside bf16",
+    _variants(batch=2, hq=4, hkv=2, d=32, docs=(48, 16, 32, 24, 8), window_decode=(512, 64, 64),
+              window_prefill=(2, 128, 32), quant_kvs=(32, 128, 512)),
+)
 #: Presets ``profattn sweep decode`` uses by device.
 SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
 

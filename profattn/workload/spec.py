@@ -8,8 +8,11 @@ Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored
                 b=batch  q=q_len  kv=kv_len  hq=num_q_heads  hkv=num_kv_heads  d=head_dim
                 page=page_size (also sets kv_layout=paged)  layout=kv_layout  dist=kv_len_dist
                 seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs  w=window
+                docs (packed documents: seqs of (n, n), see below)
     seqs     := group ("+" group)*            -- per-sequence lengths of a variable-length call, in order
     group    := [count "x"] "(" "q" int "," "kv" int ")"
+    docs     := doc ("+" doc)*                -- a packed train/prefill batch: each document (q n, kv n)
+    doc      := [count "x"] int
     append   := true | false | 1 | 0
     kv_dtype := float8_e4m3fn | fp8 | fp8_e4m3 | e4m3 | none   -- the paged cache's storage (default: dtype)
 
@@ -17,6 +20,8 @@ Examples: ``phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16`` (uniform de
 ``mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16,append=true`` (a serving step: two
 prompts' prefill chunks of 2048 new tokens over 8192-token contexts beside 32 sequences decoding one token
 over 4096; the phase, batch, q_len and kv_len follow from ``mix``: here ``mixed``, 34, 2048, 8192).
+``phase=train,docs=512+1024+2x256,hq=16,hkv=4,d=128`` (a packed training batch of four documents, 2048 tokens;
+``Workload.is_packed``; without ``phase`` it is a prefill).
 ``window=4096`` (alias ``w=4096``) makes any causal call a sliding-window one: each query sees at most its last
 4096 keys. Every error names the item or token that is wrong.
 """
@@ -38,6 +43,7 @@ ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv
            "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
            "prefix": "shared_prefix_len", "mix": "seqs", "w": "window"}
 _SHAPE = ("num_q_heads", "num_kv_heads", "head_dim")
+_DOC = re.compile(r"^(?:([0-9]+)\s*x\s*)?([0-9]+)$", re.ASCII)
 _GROUP = re.compile(r"^(?:([0-9]+)\s*x\s*)?\(\s*q\s*([0-9]+)\s*,\s*kv\s*([0-9]+)\s*\)$", re.ASCII)
 #: Most sequences one ``mix=`` may describe (a bound before anything is allocated from the text).
 MAX_SEQS = 1 << 16
@@ -102,6 +108,29 @@ def parse_seqs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def parse_docs(text: str) -> tuple[tuple[int, int], ...]:
+    """Per-sequence ``(n, n)`` of packed documents from the ``docs`` grammar (``512+1024+2x256``).
+
+    Raises:
+        WorkloadError: a document that is not ``[N x]INT`` (the message quotes it), a count or length of 0, or
+            more than :data:`MAX_SEQS` documents in all.
+    """
+    out: list[tuple[int, int]] = []
+    for raw in str(text).split("+"):
+        doc = raw.strip()
+        m = _DOC.match(doc)
+        if not m:
+            raise WorkloadError(f"--workload: docs item {doc!r} is not [N x]INT, e.g. 512 or 2x256")
+        count = int(m.group(1)) if m.group(1) is not None else 1
+        n = int(m.group(2))
+        if count < 1 or n < 1:
+            raise WorkloadError(f"--workload: docs item {doc!r}: count and length must be positive")
+        if len(out) + count > MAX_SEQS:
+            raise WorkloadError(f"--workload: docs item {doc!r}: more than {MAX_SEQS:,} documents in one call")
+        out.extend([(n, n)] * count)
+    return tuple(out)
+
+
 def _items(text: str) -> list[str]:
     """Split ``text`` on the commas outside parentheses. Raises WorkloadError on unbalanced parentheses."""
     items, depth, cur = [], 0, []
@@ -143,10 +172,10 @@ def parse_workload_spec(text: str) -> "Workload":
         key, raw = key.strip(), raw.strip()
         if not eq or not raw:
             raise WorkloadError(f"--workload {text!r}: {part!r} is not field=value")
-        name = ALIASES.get(key, key)
+        name = "seqs" if key == "docs" else ALIASES.get(key, key)
         if name not in valid:
             raise WorkloadError(f"--workload: unknown field {key!r}; valid: {', '.join(valid)} "
-                                f"(aliases: {', '.join(ALIASES)})")
+                                f"(aliases: {', '.join(ALIASES)}, docs)")
         if name in values:
             raise WorkloadError(f"--workload: {name} given twice ({given_as[name]!r} and {key!r})")
         given_as[name] = key
@@ -154,6 +183,8 @@ def parse_workload_spec(text: str) -> "Workload":
             if not re.fullmatch(r"-?[0-9]+", raw):  # int() would also take "1_0", "+16" and non-ASCII digits
                 raise WorkloadError(f"--workload: {key} must be an integer, got {raw!r} (ASCII digits only)")
             values[name] = int(raw)
+        elif key == "docs":
+            values[name] = parse_docs(raw)
         elif name == "seqs":
             values[name] = parse_seqs(raw)
         elif name == "append":
@@ -173,13 +204,17 @@ def parse_workload_spec(text: str) -> "Workload":
     if "seqs" in values:
         clash = [given_as[n] for n in ("batch", "q_len", "kv_len") if n in values]
         if clash:
-            raise WorkloadError(f"--workload: {', '.join(clash)} {'follows' if len(clash) == 1 else 'follow'} from mix=...; "
-                                f"give either mix or {', '.join(clash)}")
+            raise WorkloadError(f"--workload: {', '.join(clash)} {'follows' if len(clash) == 1 else 'follow'} from "
+                                f"{given_as['seqs']}=...; give either {given_as['seqs']} or {', '.join(clash)}")
         missing = [n for n in _SHAPE if n not in values]
         if missing:
             raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")
         seqs = values.pop("seqs")
-        return Workload.varlen(values.pop("phase", None), seqs, **values)  # type: ignore[arg-type]
+        phase = values.pop("phase", None)
+        if given_as["seqs"] == "docs":
+            return Workload.packed(phase if phase is not None else "prefill", (n for n, _ in seqs),  # type: ignore[arg-type]
+                                   **values)
+        return Workload.varlen(phase, seqs, **values)  # type: ignore[arg-type]
     missing = [n for n in ("phase", *_INT_FIELDS[:6]) if n not in values]
     if missing:
         raise WorkloadError(f"--workload {text!r}: missing {', '.join(missing)}")

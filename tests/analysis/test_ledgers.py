@@ -149,3 +149,18 @@ def test_fp8_cache_ledger_one_byte_per_element_scales_and_dequant_apart():
     assert "+ scales 32 B" in html and "67.11 M dequant multiplies" in html and "vs unquantized cache 3.1e-02" in html
     plain = replace(c, workload=w.with_(kv_dtype=None))
     assert ledger_rows(run([plain]))["decode"][0]["kv_extra"] == "" and flop_ledger(plain, run([plain])).dequant_ops == 0
+
+
+def test_padded_packed_training_cell_shows_its_executed_flops():
+    """docs=64+32+96 (Hq 4, d 32, train) padded to 3 · 96 · 96 = 27,648 pairs per head for 7,264 required:
+    executed = 27,648 · 4 · 4 · 32 · 3.5 = 49,545,216 FLOPs against 13,017,088 (3.81×)."""
+    from dataclasses import replace
+
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("phase=train,docs=64+32+96,hq=4,hkv=2,d=32,dtype=float32")
+    c = replace(cell(w, "eager", 100.0), executed_pairs=27_648)
+    fl = flop_ledger(c, run([c]))
+    assert fl.flops == 13_017_088 and fl.executed_flops == 49_545_216
+    assert ledger_rows(run([c]))["train"][0]["flops_extra"] == "49.55 M executed (padding: 3.81× the work)"
+    assert flop_ledger(replace(c, executed_pairs=None), run([c])).executed_flops is None

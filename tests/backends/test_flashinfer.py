@@ -159,3 +159,21 @@ def test_cuda_core_decode_refuses_group_sizes_it_is_not_compiled_for(monkeypatch
     for hkv in (32, 8, 4):  # groups 1 and 4 run; 32 / 4 = 8 runs
         assert cuda_core.unsupported_reason(mqa.with_(num_kv_heads=hkv), dev) is None
     assert "not 16" in cuda_core.unsupported_reason(mqa.with_(num_kv_heads=2), dev)
+
+
+def test_ragged_prefill_takes_a_packed_prefill_and_plans_with_the_document_offsets(monkeypatch):
+    """The variants preset's packed prefill (8 documents, dense layout, bf16, d 128) is offered to
+    flashinfer-prefill-ragged where FlashInfer runs, with qo_indptr = kv_indptr = the documents' offsets (the
+    row_offsets its plan() gets), causal per document; the packed training batch is refused (no backward)."""
+    import profattn.backends.flashinfer as fi
+    from profattn.backends.packing import row_offsets
+
+    monkeypatch.setattr(fi, "flashinfer_reason", lambda device: None)
+    train, prefill = get_preset("variants").workloads[:2]
+    ragged = get_backend("flashinfer-prefill-ragged")
+    cpu = torch.device("cpu")
+    assert ragged.unsupported_reason(prefill, cpu) is None
+    assert ragged.unsupported_reason(train, cpu) == "FlashInfer has no backward (forward-only serving kernels)"
+    offsets = (0, 4096, 5120, 8192, 8704, 10752, 12288, 14848, 16384)
+    assert prefill.doc_offsets == offsets
+    assert row_offsets(list(prefill.q_lens), cpu).tolist() == row_offsets(list(prefill.kv_lens), cpu).tolist() == list(offsets)

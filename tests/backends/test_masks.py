@@ -55,3 +55,24 @@ def test_sdpa_arguments_with_a_window():
     args = sdpa_mask_args(wl(4, 4, 2))
     assert not args.is_causal and torch.equal(args.attn_mask, visible(4, 4, 2)) and "sliding window of 2" in args.how
     assert sdpa_mask_args(wl(4, 4, 4)).is_causal  # W ≥ kv: the causal mask itself
+
+
+def test_document_mask_mod_is_block_diagonal_and_causal_within_each_document():
+    """docs 2 + 3 packed into 5 tokens: keep (q, kv) when both lie in one document and kv <= q (window 2: and
+    kv > q - 2); evaluated on the whole grid with tensors, as FlexAttention's vmap does."""
+    from profattn.backends.masks import document_mask_mod
+
+    q = torch.arange(5).view(-1, 1)
+    kv = torch.arange(5).view(1, -1)
+    keep = document_mask_mod((2, 3), "cpu", causal=True)(0, 0, q, kv).int().tolist()
+    assert keep == [[1, 0, 0, 0, 0],
+                    [1, 1, 0, 0, 0],
+                    [0, 0, 1, 0, 0],
+                    [0, 0, 1, 1, 0],
+                    [0, 0, 1, 1, 1]]
+    full = document_mask_mod((2, 3), "cpu", causal=False)(0, 0, q, kv).int()
+    assert full[:2, :2].eq(1).all() and full[2:, 2:].eq(1).all() and full[:2, 2:].eq(0).all() and full[2:, :2].eq(0).all()
+    win = document_mask_mod((2, 3), "cpu", causal=True, window=2)(0, 0, q, kv).int().tolist()
+    assert win[4] == [0, 0, 0, 1, 1]
+    with pytest.raises(ValueError, match="needs the causal mask"):
+        document_mask_mod((2, 3), "cpu", causal=False, window=2)

@@ -69,3 +69,118 @@ def test_an_append_into_the_wrong_slots_is_caught_by_the_cache_check(cpu):
     cell, _ = run_cell(W, _Wrapped(bind_append), inputs, ref, cpu)
     assert cell.status == CellStatus.INCORRECT and cell.correctness.cache_ok is False
     assert "KV cache after the append" in cell.reason
+
+
+# ---- packed batches: training on a backend's own leaves, document isolation ----------------------------------
+
+PACKED = parse_workload_spec("phase=train,docs=5+3+4,hq=4,hkv=2,d=8,dtype=fp32")
+
+
+class _PackedEager:
+    """Eager attention on the packed layout ``[1, H, T, d]``, training on its own leaves (``bind_train``): with the
+    document mask (correct), with a causal mask over the whole packed sequence (``leak="cross"``: attends across
+    documents), or correct plus 1e-9 of the mean of every query (``leak="tiny"``: within tolerance, not isolated)."""
+
+    name = "packed-eager"
+    varlen = True
+    description = ""
+
+    def __init__(self, leak: str | None = None):
+        self.family = get_backend("eager").family
+        self.leak = leak
+
+    def unsupported_reason(self, workload, device):
+        return None
+
+    def prepare(self, workload, device):
+        from profattn.backends.base import TrainLeaves
+        from profattn.backends.eager import eager_attention
+        from profattn.backends.masks import document_mask_mod
+        from profattn.backends.packing import PackedLeaves, pack_rows, unpack_rows
+
+        lens, total = workload.q_lens, workload.q_tokens
+        idx = torch.arange(total)
+        if self.leak == "cross":
+            mask = idx.view(-1, 1) >= idx.view(1, -1)
+        else:
+            mask = document_mask_mod(lens, device, causal=True)(0, 0, idx.view(-1, 1), idx.view(1, -1))
+
+        def run(q, k, v):  # packed [T, H, d] each
+            o = eager_attention(*(x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)), mask=mask)
+            return o + 1e-9 * q.mean() if self.leak == "tiny" else o
+
+        def to_contract(out):
+            return unpack_rows(out[0].transpose(0, 1), lens, workload.q_len)
+
+        def bind_train(inputs):
+            leaves = PackedLeaves(inputs.q, inputs.k, inputs.v, lens, lens)
+            grad_out = pack_rows(inputs.grad_out, lens).transpose(0, 1).unsqueeze(0)
+            return TrainLeaves(lambda: run(leaves.q, leaves.k, leaves.v), grad_out, leaves.grads, leaves.zero_grads)
+
+        def bind(inputs):
+            q, k, v = (pack_rows(t.detach(), lens) for t in (inputs.q, inputs.k, inputs.v))
+            return lambda: run(q, k, v)
+
+        return Prepared(forward=lambda q, k, v: None, bind=bind, bind_train=bind_train, to_contract=to_contract)
+
+
+def test_a_backend_training_on_its_own_packed_leaves_is_checked_on_the_contract(cpu):
+    inputs = make_inputs(PACKED, cpu, seed=4)
+    cell, profiled = run_cell(PACKED, _PackedEager(), inputs, reference(PACKED, inputs), cpu)
+    assert cell.status == CellStatus.OK, cell.reason
+    assert max(cell.correctness.grad_rel_err.values()) < 1e-6 and cell.correctness.isolated is True
+    assert inputs.q.grad is None and cell.timing is not None  # gradients went to the backend's leaves
+    profiled.before()  # the profiler pass clears the leaves' gradients between calls
+
+
+def test_isolation_catches_a_cross_document_leak_and_one_below_the_tolerance(cpu):
+    inputs = make_inputs(PACKED, cpu, seed=4)
+    ref = reference(PACKED, inputs)
+    cross, _ = run_cell(PACKED, _PackedEager("cross"), inputs, ref, cpu)
+    assert cross.status == CellStatus.INCORRECT and cross.correctness.isolated is False
+    assert "documents not isolated: output of document 2 changed" in cross.reason  # causal: later documents see earlier ones
+    tiny, _ = run_cell(PACKED, _PackedEager("tiny"), inputs, ref, cpu)
+    assert tiny.correctness.out_rel_err < tiny.correctness.tolerance  # the tolerance alone would pass it
+    assert tiny.status == CellStatus.INCORRECT and tiny.correctness.isolated is False
+    assert "when only document 1's q, k, v, dO were replaced" in tiny.reason
+
+
+def test_eager_and_sdpa_keep_documents_isolated_in_training_and_prefill(cpu):
+    for w in (PACKED, PACKED.with_(phase="prefill")):
+        inputs = make_inputs(w, cpu, seed=5)
+        ref = reference(w, inputs)
+        for name in ("eager", "sdpa-math", "sdpa-flash"):
+            cell, _ = run_cell(w, get_backend(name), inputs, ref, cpu)
+            assert cell.status == CellStatus.OK and cell.correctness.isolated is True, (w.phase, name, cell.reason)
+            assert cell.executed_pairs == 3 * 5 * 5  # padded to B · L_max²: 75 pairs per head for 15 + 6 + 10
+
+
+def test_isolation_is_not_checked_outside_packed_calls(cpu):
+    cell, _ = run_cell(W, get_backend("torch-paged-reference"), make_inputs(W, cpu, seed=2),
+                       reference(W, make_inputs(W, cpu, seed=2)), cpu)
+    assert cell.correctness.isolated is None
+
+
+def test_variants_small_packed_cells_run_on_the_cpu(cpu):
+    """The CPU twin's packed training and packed prefill (docs 48+16+32+24+8, bf16, GQA 4/2) through the harness:
+    the padded cells are correct, isolated and execute 5 · 48² = 11,520 pairs per head for 2,176 required; flex's
+    packed prefill (one sequence of 128 tokens, document mask) is correct and isolated; flex's training and
+    sdpa-nested's causal calls are unsupported with torch's reasons."""
+    from profattn.workload import get_preset
+
+    train, prefill = get_preset("variants-small").workloads[:2]
+    assert train.is_packed and prefill.is_packed and train.attended_pairs == 1_176 + 136 + 528 + 300 + 36 == 2_176
+    for w, names in ((train, ("eager", "sdpa-flash", "flex", "sdpa-nested")), (prefill, ("sdpa-flash", "flex"))):
+        inputs = make_inputs(w, cpu, seed=6)
+        ref = reference(w, inputs)
+        for name in names:
+            cell, _ = run_cell(w, get_backend(name), inputs, ref, cpu)
+            if name == "flex" and w is train:
+                assert cell.status == CellStatus.UNSUPPORTED and "does not support backward on CPU" in cell.reason
+            elif name == "sdpa-nested":
+                assert cell.status == CellStatus.UNSUPPORTED and "refuses is_causal=True" in cell.reason
+            else:
+                assert cell.status == CellStatus.OK and cell.correctness.isolated is True, (w.phase, name, cell.reason)
+                assert cell.executed_pairs == (None if name == "flex" else 11_520)
+                if name == "flex":
+                    assert "document mask" in " ".join(cell.notes)

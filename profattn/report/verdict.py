@@ -22,9 +22,14 @@ def workload_label(w: Workload) -> str:
     """A workload's short display label: ``"decode kv 8192 (B=4, page 16)"``, ``"train 2048/2048"``; a prefill
     chunk whose queries are fewer than its keys ``"prefill q 2048 kv 8192 (page 16)"``; a variable-length call
     by its sequences: ``"mixed 2×q2048 + 32×q1, kv ≤ 8192 (page 16)"``, ``"decode 32×q1, kv ≤ 8192 (page 16)"``; a
-    sliding window adds ``"window 4096"`` to the parentheses."""
+    sliding window adds ``"window 4096"`` to the parentheses; packed documents (:attr:`Workload.is_packed`) read
+    ``"train 8 packed docs, 16,384 tokens (longest 4096)"``."""
+    win = f", window {w.window}" if w.window is not None else ""
+    if w.is_packed:
+        return f"{w.phase.value} {w.batch} packed docs, {w.q_tokens:,} tokens (longest {w.q_len}{win})"
     if w.phase is Phase.TRAIN:
-        return f"train {w.q_len}/{w.kv_len}" + (" (packed)" if w.is_varlen else "")
+        return f"train {w.q_len}/{w.kv_len}" + (" (variable lengths)" if w.is_varlen else "") + (
+            f" (window {w.window})" if w.window is not None else "")
     extra = []
     if w.batch != 8 and not w.is_varlen:
         extra.append(f"B={w.batch}")

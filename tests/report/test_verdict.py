@@ -145,3 +145,15 @@ def test_verdict_rows_of_a_gqa_run_name_their_heads():
     labels = [r.label for r in rows]
     assert len(set(labels)) == len(labels)
     assert any(r.label.endswith("Hq 32/Hkv 8") and r.headline.startswith(r.label + ":") for r in rows)
+
+
+def test_packed_documents_are_labelled_as_documents():
+    """The H200 variants run labelled the packed training batch "train 4096/4096 (packed)" (its longest document) and
+    the same documents as a prefill "prefill 1×q4096 + 1×q3072 + …, kv ≤ 4096": both now name the documents."""
+    docs = (4096, 1024, 3072, 512, 2048, 1536, 2560, 1536)
+    train = Workload.packed("train", docs, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    assert workload_label(train) == "train 8 packed docs, 16,384 tokens (longest 4096)"
+    assert workload_label(Workload.packed("prefill", docs, num_q_heads=16, num_kv_heads=4, head_dim=128)) == (
+        "prefill 8 packed docs, 16,384 tokens (longest 4096)")
+    assert workload_label(Workload(phase="train", batch=8, q_len=2048, kv_len=2048, num_q_heads=16, num_kv_heads=4,
+                                   head_dim=128, window=512)) == "train 2048/2048 (window 512)"

@@ -17,7 +17,7 @@ NO_SAVING_NEITHER = ("At kv 8192, eager turned the 4.0× smaller cache into no l
 SLOWER = ("At kv 512, eager was 1.05× slower with the 4.0× smaller cache (launch-bound: 42.0 µs against its floor of "
           "38.0 µs; the bytes need 3.67 µs at the read roof).")
 MQA = "At kv 8192 with Hkv 1, sdpa-cudnn turned the 32.0× smaller cache into an 18.3× latency saving (bandwidth-bound: 2,808 GB/s of 4,603)."
-FLAG = "eager at kv 8192, Hkv 8 moved 2.4 GB from DRAM for 268.6 MB requested (9.00×): traffic beyond the ledger (re-reads of K/V, or the kernel's own scratch such as split-KV partials), so the smaller allocation did not become proportionally fewer bytes moved."
+FLAG = "eager at kv 8192, Hkv 8 moved 2.4 GB from DRAM for 268.6 MB requested (9.00×): traffic beyond the ledger (re-reads of K/V, or scratch the kernel writes and reads back, such as split-KV partials), so the smaller allocation did not become proportionally fewer bytes moved."
 
 
 def test_sentences_and_rows():

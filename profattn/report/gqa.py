@@ -162,5 +162,5 @@ def flag_sentence(c: GqaComparison, x: HeadsCell) -> str:
     the ledger (…)"``: the excess is named by what it can be, not guessed."""
     bl = x.ledger
     return (f"{x.backend} at kv {c.kv_len}, Hkv {x.num_kv_heads} moved {fmt_bytes(bl.dram_bytes)} from DRAM for "
-            f"{fmt_bytes(bl.requested_bytes)} requested ({bl.dram_ratio:.2f}×): traffic beyond the ledger (re-reads of K/V, or the kernel's own scratch such as "
+            f"{fmt_bytes(bl.requested_bytes)} requested ({bl.dram_ratio:.2f}×): traffic beyond the ledger (re-reads of K/V, or scratch the kernel writes and reads back, such as "
             "split-KV partials), so the smaller allocation did not become proportionally fewer bytes moved.")

@@ -73,11 +73,15 @@ def pick_gpu(store, name: str | None) -> str:
 @click.option("--db", default=None, metavar="PATH", help=_DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (schema profattn.recommend).")
 @click.option("--export", "export_path", default=None, metavar="FILE", help="Write the GPU's selection policy (schema profattn.policy, with its validation) to FILE.")
-def recommend(spec: str | None, gpu: str | None, db: str | None, as_json: bool, export_path: str | None) -> None:
+@click.option("--measure", is_flag=True, help="When the store has not measured the workload on this GPU (predicted or unknown), run "
+                                              "`profattn profile --workload SPEC` now (needs a CUDA GPU here), then answer from the new cells.")
+@click.pass_context
+def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | None, as_json: bool,
+              export_path: str | None, measure: bool) -> None:
     """Which backend for this workload on this GPU: measured winner, near tie, predicted (with confidence) or
     unknown (with the `profattn profile` command that measures it), from the results store.
 
-    Measuring an unknown workload is left to `profattn profile --workload SPEC` (printed), which adds its cells."""
+    With --measure an unmeasured workload is profiled here first (a new run directory; its cells join the store)."""
     from profattn.analysis.policy import derive, policy_to_dict
     from profattn.analysis.recommend import recommend as answer
     from profattn.report.recommend import policy_text, recommend_json, recommend_text
@@ -86,8 +90,12 @@ def recommend(spec: str | None, gpu: str | None, db: str | None, as_json: bool, 
 
     if spec is None and export_path is None:
         raise ProfattnError("give --workload SPEC (and/or --export FILE)")
+    if measure and spec is None:
+        raise ProfattnError("--measure needs --workload SPEC: the workload to measure")
     workload = parse_workload_spec(spec) if spec is not None else None
     target = output_file(export_path, "--export") if export_path is not None else None
+    if measure:
+        _measure_if_needed(ctx, workload, spec, gpu, db)
     with open_store(db, create=False) as store:
         name = pick_gpu(store, gpu)
         if workload is not None:
@@ -102,6 +110,33 @@ def recommend(spec: str | None, gpu: str | None, db: str | None, as_json: bool, 
             write_text_atomic(target, json.dumps(policy_to_dict(policy), indent=1) + "\n")
             click.echo(policy_text(policy), nl=False, err=as_json)
             click.echo(f"policy: {target}", err=as_json)
+
+
+def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None, db: str | None) -> None:  # noqa: ANN001
+    """``recommend --measure``: profile ``workload`` here (``profattn profile --workload SPEC --db DB``) unless the store
+    already has measured cells of it on this machine's GPU.
+
+    Raises:
+        ProfattnError: no CUDA GPU on this machine (``nvidia-smi`` finds none), or ``--gpu`` names another GPU.
+    """
+    from profattn.analysis.recommend import Status, recommend as answer
+    from profattn.cli.measure import profile
+    from profattn.store import open_store
+    from profattn.workload import workload_spec
+
+    local = _local_gpu()
+    if local is None:
+        raise ProfattnError(f"--measure needs a CUDA GPU on this machine (nvidia-smi finds none); on a GPU machine run: "
+                            f"profattn profile --workload {workload_spec(workload)}")
+    if gpu is not None and gpu.lower() not in local.lower():
+        raise ProfattnError(f"--measure measures on this machine's GPU ({local}), not --gpu {gpu}")
+    with open_store(db) as store:
+        try:
+            measured = answer(store, workload, pick_gpu(store, local)).status in (Status.MEASURED_WINNER, Status.NEAR_TIE)
+        except ProfattnError:  # an empty store, or one without this GPU
+            measured = False
+    if not measured:
+        ctx.invoke(profile, workload_specs=(spec,), device_name="cuda", db=db)
 
 
 @main.group()

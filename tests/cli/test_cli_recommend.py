@@ -89,3 +89,27 @@ def test_profile_adds_its_cells_and_a_store_failure_is_a_warning(tmp_path: Path)
                  "--profile-calls", "1", "--db", str(blocked))
     assert res.exit_code == 0 and "warning: the run was not added to the results store" in res.output
     assert (tmp_path / "b" / "results.json").is_file()
+
+
+def test_measure_profiles_only_an_unmeasured_workload_and_needs_a_gpu(monkeypatch):
+    """``recommend --measure``: on a machine without a GPU one line and exit 2 (with the command to run elsewhere); with
+    one, an unmeasured workload is profiled (the profile command with the spec and the store) and a measured one
+    is not."""
+    import profattn.cli.recommend as rec
+    from profattn.cli.measure import profile
+
+    invoke("db", "import", str(SWEEP))
+    monkeypatch.setattr(rec, "_local_gpu", lambda: None)
+    res = CliRunner().invoke(main, ["recommend", "--measure", "--workload", B64.replace("kv=8192", "kv=4096")])
+    assert res.exit_code == 2 and "--measure needs a CUDA GPU on this machine" in res.output
+    assert "profattn profile --workload phase=decode" in res.output and len(res.output.strip().splitlines()) == 1
+    calls = []
+    monkeypatch.setattr(rec, "_local_gpu", lambda: "NVIDIA H200")
+    monkeypatch.setattr(profile, "callback", lambda **kw: calls.append(kw))
+    invoke("recommend", "--measure", "--workload", B64)  # measured in the committed sweep: nothing to run
+    assert calls == []
+    unmeasured = B64.replace("kv=8192", "kv=4096")
+    invoke("recommend", "--measure", "--workload", unmeasured)
+    assert [(c["workload_specs"], c["device_name"]) for c in calls] == [((unmeasured,), "cuda")]
+    res = CliRunner().invoke(main, ["recommend", "--measure", "--workload", B64, "--gpu", "A100"])
+    assert res.exit_code == 2 and "not --gpu A100" in res.output

@@ -120,7 +120,6 @@ def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None,
         ProfattnError: no CUDA GPU on this machine (``nvidia-smi`` finds none), or ``--gpu`` names another GPU.
     """
     from profattn.analysis.recommend import Status, recommend as answer
-    from profattn.cli.measure import profile
     from profattn.store import open_store
     from profattn.workload import workload_spec
 
@@ -135,8 +134,8 @@ def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None,
             measured = answer(store, workload, pick_gpu(store, local)).status in (Status.MEASURED_WINNER, Status.NEAR_TIE)
         except ProfattnError:  # an empty store, or one without this GPU
             measured = False
-    if not measured:
-        ctx.invoke(profile, workload_specs=(spec,), device_name="cuda", db=db)
+    if not measured:  # the registered command (the profile command module imports this one for store_run)
+        ctx.invoke(main.get_command(ctx, "profile"), workload_specs=(spec,), device_name="cuda", db=db)
 
 
 @main.group()

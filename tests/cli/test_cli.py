@@ -339,3 +339,29 @@ def test_profile_gqa_small_end_to_end(tmp_path: Path):
     assert "GQA: cache traffic vs arithmetic" in html and "decode kv 256: B=2, Hq=8, d=32, bfloat16, page 16 — Hkv 8 / 2 / 1" in html
     assert "524.3 kB" in html and "131.1 kB" in html and "At kv 256, sdpa-math " in html
     assert "moved" not in html.split('id="gqa"')[1].split('id="ledgers"')[0]  # nothing transferred without counters
+
+
+@pytest.mark.slow
+def test_profile_variants_small_end_to_end(tmp_path: Path, monkeypatch):
+    """The variants twin on the CPU (packed training and prefill, windows, FP8 KV beside bf16): every cell is correct
+    or unsupported with a reason; the packed cells are checked for document isolation; our decode kernel (under the
+    Triton interpreter) runs the window and the FP8 pages; the FP8 cells report the quantization error apart."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "variants"
+    res = invoke("profile", "--preset", "variants-small", "--device", "cpu", "--out", str(out), "--backend", "sdpa-math",
+                 "--backend", "torch-paged-reference", "--backend", "triton-paged-decode")
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert len(run.cells) == 11 * 3
+    for c in run.cells:
+        assert c.status in (CellStatus.OK, CellStatus.UNSUPPORTED), (c.cell_id, c.status, c.reason)
+        assert c.status is CellStatus.OK or c.reason
+    ok = {(c.workload.tag, c.backend): c for c in run.cells if c.status is CellStatus.OK}
+    packed = [c for c in run.cells if c.workload.is_packed]
+    assert {c.workload.phase.value for c in packed} == {"train", "prefill"}
+    assert all(c.correctness.isolated is True for c in packed if c.backend == "sdpa-math")
+    fp8 = [c for c in run.cells if c.workload.kv_dtype is not None and c.status is CellStatus.OK]
+    assert {c.backend for c in fp8} == {"torch-paged-reference", "triton-paged-decode"} and len(fp8) == 6
+    assert all(c.correctness.quant_rel_err > c.correctness.out_rel_err for c in fp8)
+    windowed = [k for k in ok if "_w64" in k[0]]
+    assert {b for _, b in windowed} == {"sdpa-math", "torch-paged-reference", "triton-paged-decode"}

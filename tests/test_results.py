@@ -139,3 +139,33 @@ def test_window_round_trips_and_committed_runs_load_without_it(tmp_path: Path):
     assert back.cells[0].cell_id == r.cells[0].cell_id and back.cells[0].workload.tag.endswith("_paged16_w24")
     old = read_results(REPO / "examples" / "h200-serving")  # written before windows existed
     assert old.cells and all(c.workload.window is None for c in old.cells)
+
+
+def test_results_that_are_not_regular_files_or_too_large_are_refused(tmp_path, monkeypatch):
+    """`db import /dev/zero` grew to 23 GB before the kernel killed it, and a run directory whose results.json was a
+    FIFO hung `summary` for good: a device, FIFO or socket (also behind a symbolic link) and a file above the size
+    bound are one-line errors before anything is read."""
+    import os
+
+    import pytest
+
+    import profattn.results.io as rio
+    from profattn.errors import ResultsError
+
+    with pytest.raises(ResultsError, match="/dev/zero: not a regular file"):
+        rio.read_results("/dev/zero")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").symlink_to("/dev/zero")
+    with pytest.raises(ResultsError, match="not a regular file"):
+        rio.read_results(run)
+    fifo_run = tmp_path / "fifo"
+    fifo_run.mkdir()
+    os.mkfifo(fifo_run / "results.json")
+    with pytest.raises(ResultsError, match="not a regular file"):
+        rio.read_results(fifo_run)
+    big = tmp_path / "big.json"
+    big.write_text("{}" + " " * 100)
+    monkeypatch.setattr(rio, "RESULTS_MAX_BYTES", 64)
+    with pytest.raises(ResultsError, match="102 bytes, larger than any results file"):
+        rio.read_results(big)

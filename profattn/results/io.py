@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import fields
 from enum import Enum
 from pathlib import Path
@@ -214,17 +215,30 @@ def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:
     return write_text_atomic(path, json.dumps(run_to_dict(run), indent=1, allow_nan=False) + "\n")
 
 
+#: The largest results.json read (bytes): the committed 351-cell serving run's is 1.6 MB, so 1 GiB is far above any
+#: real run and far below what would exhaust a machine's memory when parsed.
+RESULTS_MAX_BYTES = 1 << 30
+
+
 def read_results(path: str | os.PathLike[str]) -> RunResult:
     """Read a results.json (or the one inside a run directory).
 
     Raises:
-        ResultsError: missing, not JSON (or nested too deeply for Python's parser), or not a supported
-            profattn results file.
+        ResultsError: missing, not a regular file (a device such as ``/dev/zero``, a FIFO, a socket — also through a
+            symbolic link), larger than :data:`RESULTS_MAX_BYTES`, not JSON (or nested too deeply for Python's
+            parser), or not a supported profattn results file.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero never end
+            raise ResultsError(f"{path}: not a regular file (a device, FIFO or socket); expected a run directory "
+                               "holding results.json")
+        if info.st_size > RESULTS_MAX_BYTES:
+            raise ResultsError(f"{path}: {info.st_size:,} bytes, larger than any results file "
+                               f"(limit {RESULTS_MAX_BYTES:,})")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file (expected a run directory holding results.json)") from None

@@ -124,7 +124,8 @@ class Recommendation:
 
 def resolve_gpu(store: ResultsStore, name: str | None) -> str:
     """The store's GPU name ``name`` means: an exact (case-insensitive) name, else the one stored name containing it
-    (``H200`` → ``NVIDIA H200``); with ``name`` None, the store's only GPU.
+    (``H200`` → ``NVIDIA H200``); with ``name`` None, the store's only device, else its only GPU (CPU runs, which
+    store their processor's name, are then left aside: the README's main job on a CPU adds one).
 
     Raises:
         ProfattnError: the store is empty, ``name`` matches none or several, or None with several GPUs stored.
@@ -133,9 +134,10 @@ def resolve_gpu(store: ResultsStore, name: str | None) -> str:
     if not gpus:
         raise ProfattnError(f"the results store {store.path} is empty: add runs with `profattn db import RUN_DIR`")
     if name is None:
-        if len(gpus) == 1:
-            return gpus[0]
-        raise ProfattnError(f"the store holds several GPUs ({', '.join(gpus)}): choose one with --gpu")
+        cuda = [g for g in store.cuda_gpus() if g in gpus]
+        if len(gpus) == 1 or len(cuda) == 1:
+            return gpus[0] if len(gpus) == 1 else cuda[0]
+        raise ProfattnError(f"the store holds several devices ({', '.join(gpus)}): choose one with --gpu")
     exact = [g for g in gpus if g.lower() == name.strip().lower()]
     if exact:
         return exact[0]

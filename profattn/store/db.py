@@ -248,8 +248,13 @@ class ResultsStore:
         return tuple(StoredRun(*r) for r in rows)
 
     def gpus(self) -> dict[str, int]:
-        """GPU name -> cells stored for it."""
+        """GPU name -> cells stored for it (a CPU run's processor name counts too: see :meth:`cuda_gpus`)."""
         return dict(self.conn.execute("SELECT gpu, COUNT(*) FROM cells GROUP BY gpu ORDER BY gpu").fetchall())
+
+    def cuda_gpus(self) -> tuple[str, ...]:
+        """The stored device names measured by a CUDA run (the GPUs proper; a CPU run stores its processor's name)."""
+        rows = self.conn.execute("SELECT DISTINCT gpu FROM runs WHERE device = 'cuda' ORDER BY gpu").fetchall()
+        return tuple(r[0] for r in rows)
 
     def cells_for(self, gpu: str, key: str) -> tuple[Measurement, ...]:
         """The cells of workload ``key`` (:func:`~profattn.store.records.workload_key`) on ``gpu`` (index lookup)."""

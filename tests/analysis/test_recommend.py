@@ -95,3 +95,26 @@ def test_a_committed_trace_gets_its_saving(tmp_path):
     assert a.gpu_time_us == pytest.approx(138.815)
     assert a.saving_us == pytest.approx(27.763, abs=1e-3) and advice.saving_us == pytest.approx(27.763, abs=1e-3)
     assert advice.steps == 0 and advice.saving_per_step_us is None
+
+
+def test_a_cpu_run_in_the_store_does_not_hide_its_only_gpu(tmp_path):
+    """The README's main job on a CPU adds a run under the processor's name; the Recommend section's next command
+    then said "the store holds several GPUs (AMD EPYC, NVIDIA H200)". Without --gpu the store's only CUDA device is
+    chosen; two CUDA devices still need --gpu, and the CPU one stays reachable by name."""
+    from dataclasses import replace
+
+    from factories import cell, run
+
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=512, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add_run(run([cell(w, "sdpa-flash", 46.0)], device="cpu"), tmp_path / "cpu")
+        assert resolve_gpu(s, None) == "x86_64"  # the only device
+        s.add_run(run([cell(w, "sdpa-flash", 20.0)]), tmp_path / "gpu")
+        assert resolve_gpu(s, None) == "NVIDIA H200" and resolve_gpu(s, "x86") == "x86_64"
+        other = run([cell(w, "sdpa-flash", 30.0)])
+        other = replace(other, environment=replace(other.environment, device_name="NVIDIA A100"))
+        s.add_run(other, tmp_path / "a100")
+        with pytest.raises(ProfattnError, match=r"several devices \(NVIDIA A100, NVIDIA H200, x86_64\)"):
+            resolve_gpu(s, None)

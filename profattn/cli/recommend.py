@@ -114,7 +114,7 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
 
 def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None, db: str | None) -> None:  # noqa: ANN001
     """``recommend --measure``: profile ``workload`` here (``profattn profile --workload SPEC --db DB``) unless the store
-    already has measured cells of it on this machine's GPU.
+    already has measured cells of it (on ``--gpu``, else this machine's GPU, else the store's only one).
 
     Raises:
         ProfattnError: no CUDA GPU on this machine (``nvidia-smi`` finds none), or ``--gpu`` names another GPU.
@@ -123,19 +123,22 @@ def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None,
     from profattn.store import open_store
     from profattn.workload import workload_spec
 
+    try:  # measured already (on --gpu, else this machine's GPU or the store's only one): nothing to run
+        with open_store(db, create=False) as store:
+            name = pick_gpu(store, gpu if gpu is not None else _local_gpu())
+            measured = answer(store, workload, name).status in (Status.MEASURED_WINNER, Status.NEAR_TIE)
+    except ProfattnError:  # no store yet, an empty one, or one without that GPU
+        measured = False
+    if measured:
+        return
     local = _local_gpu()
     if local is None:
         raise ProfattnError(f"--measure needs a CUDA GPU on this machine (nvidia-smi finds none); on a GPU machine run: "
                             f"profattn profile --workload {workload_spec(workload)}")
     if gpu is not None and gpu.lower() not in local.lower():
         raise ProfattnError(f"--measure measures on this machine's GPU ({local}), not --gpu {gpu}")
-    with open_store(db) as store:
-        try:
-            measured = answer(store, workload, pick_gpu(store, local)).status in (Status.MEASURED_WINNER, Status.NEAR_TIE)
-        except ProfattnError:  # an empty store, or one without this GPU
-            measured = False
-    if not measured:  # the registered command (the profile command module imports this one for store_run)
-        ctx.invoke(main.get_command(ctx, "profile"), workload_specs=(spec,), device_name="cuda", db=db)
+    # the registered command (the profile command module imports this one for store_run)
+    ctx.invoke(main.get_command(ctx, "profile"), workload_specs=(spec,), device_name="cuda", db=db)
 
 
 @main.group()

@@ -103,6 +103,8 @@ def test_measure_profiles_only_an_unmeasured_workload_and_needs_a_gpu(monkeypatc
     res = CliRunner().invoke(main, ["recommend", "--measure", "--workload", B64.replace("kv=8192", "kv=4096")])
     assert res.exit_code == 2 and "--measure needs a CUDA GPU on this machine" in res.output
     assert "profattn profile --workload phase=decode" in res.output and len(res.output.strip().splitlines()) == 1
+    res = CliRunner().invoke(main, ["recommend", "--measure", "--workload", B64])  # measured: answered, no GPU needed
+    assert res.exit_code == 0 and "measured winner: sdpa-cudnn" in res.output
     calls = []
     monkeypatch.setattr(rec, "_local_gpu", lambda: "NVIDIA H200")
     monkeypatch.setattr(profile, "callback", lambda **kw: calls.append(kw))

@@ -308,12 +308,16 @@ class Workload:
         ``Workload.packed("train", (512, 1024, 256), num_q_heads=16, num_kv_heads=4, head_dim=128)``.
 
         Raises:
-            WorkloadError: another phase, no document, a length that is not a positive integer, or any
-                :meth:`varlen` check.
+            WorkloadError: another phase, a paged layout (packed documents are one dense sequence; separate
+                sequences over a paged cache are :meth:`varlen`), no document, a length that is not a positive
+                integer, or any :meth:`varlen` check.
         """
         p = Phase.parse(phase)
         if p not in (Phase.TRAIN, Phase.PREFILL):
-            raise WorkloadError(f"packed documents are a train or prefill call, not {p.value}")
+            raise WorkloadError(f"packed documents (docs=) are a train or prefill call, not {p.value}")
+        if KVLayout.parse(fields_.get("kv_layout", KVLayout.DENSE)) is not KVLayout.DENSE:  # type: ignore[arg-type]
+            raise WorkloadError("packed documents (docs=) are one dense sequence: no page size or paged layout "
+                                "(separate sequences over a paged cache are mix=1x(q512,kv512)+...)")
         lens = tuple(doc_lens)
         if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in lens):
             raise WorkloadError(f"document lengths must be positive integers, got {lens!r}")
@@ -359,6 +363,9 @@ class Workload:
             raise WorkloadError("append (writing new K/V into the cache) needs kv_layout='paged'")
         if self.append and self.phase is Phase.TRAIN:
             raise WorkloadError("append is a serving-call option; training writes no KV cache")
+        if self.phase is Phase.TRAIN and self.kv_layout is KVLayout.PAGED:
+            raise WorkloadError("training reads dense K/V (there is no KV cache to page): kv_layout='paged' (page=) is "
+                                "for prefill, decode and mixed serving calls")
         if not self.seqs and self.q_len > self.kv_len:
             if self.append:
                 raise WorkloadError(f"append writes q_len {self.q_len} new tokens into sequences of kv_len {self.kv_len} "

@@ -28,7 +28,8 @@ def test_what_is_and_is_not_packed():
     assert Workload.packed("prefill", (5, 3), **common).is_packed
     assert not Workload.varlen("prefill", ((3, 5), (3, 3)), **common).is_packed  # a cached prefix: not a document
     assert not Workload.varlen(None, ((2, 2), (1, 4)), **common).is_packed  # mixed
-    assert not Workload.packed("prefill", (5, 3), kv_layout=KVLayout.PAGED, page_size=16, **common).is_packed
+    # the same documents as separate sequences over a paged cache are a variable-length prefill, not packed
+    assert not Workload.varlen("prefill", ((5, 5), (3, 3)), kv_layout=KVLayout.PAGED, page_size=16, **common).is_packed
     assert not Workload(phase="train", batch=2, q_len=8, kv_len=8, **common).is_packed  # uniform: no seqs
 
 
@@ -36,7 +37,7 @@ def test_what_is_and_is_not_packed():
     ("docs=64+x,hq=2,hkv=1,d=8", "docs item 'x' is not [N x]INT"),
     ("docs=0x4,hq=2,hkv=1,d=8", "docs item '0x4': count and length must be positive"),
     ("docs=4+0,hq=2,hkv=1,d=8", "docs item '0': count and length must be positive"),
-    ("phase=decode,docs=4,hq=2,hkv=1,d=8", "packed documents are a train or prefill call, not decode"),
+    ("phase=decode,docs=4,hq=2,hkv=1,d=8", "packed documents (docs=) are a train or prefill call, not decode"),
     ("docs=4,mix=(q1,kv2),hq=2,hkv=1,d=8", "seqs given twice ('docs' and 'mix')"),
     ("docs=4,q=4,hq=2,hkv=1,d=8", "q follows from docs=...; give either docs or q"),
     ("docs=70000x4,hq=2,hkv=1,d=8", "more than 65,536 documents in one call"),
@@ -66,3 +67,15 @@ def test_packed_train_ledgers_by_hand():
     # the same documents as a prefill: Q, K, V read once, O written once, offsets once
     p = w.with_(phase="prefill")
     assert p.flops == 3_719_168 and p.requested_bytes == 2 * 98_304 + 2 * 49_152 + 16 == 294_928
+
+
+def test_packed_documents_and_training_refuse_a_paged_layout():
+    """`phase=train,docs=8+8,...,page=16` ran as a paged training call (no packing, no isolation check) and exited 0:
+    packed documents are one dense sequence, and training has no KV cache to page."""
+    with pytest.raises(WorkloadError, match=r"packed documents \(docs=\) are one dense sequence"):
+        parse_workload_spec("phase=train,docs=8+8,hq=4,hkv=2,d=32,page=16")
+    with pytest.raises(WorkloadError, match=r"packed documents \(docs=\) are one dense sequence"):
+        parse_workload_spec("docs=8+8,hq=4,hkv=2,d=32,kv_layout=paged,page=16")
+    with pytest.raises(WorkloadError, match="training reads dense K/V"):
+        parse_workload_spec("phase=train,b=1,q=16,kv=16,hq=4,hkv=2,d=32,page=16")
+    assert parse_workload_spec("phase=prefill,mix=2x(q8,kv8),hq=4,hkv=2,d=32,page=16").kv_layout.value == "paged"

@@ -7,7 +7,7 @@ One renderer for the HTML report, the Markdown summary, ``profattn profile``'s l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from profattn.analysis.ledgers import ByteLedger
 from profattn.analysis.verdict import (
@@ -253,41 +253,67 @@ def headline(row: WorkloadVerdict, v: Verdict, label: str | None = None) -> str:
     return f"{label}: the training winner {tw} does not stay the winner — {cw.backend} wins at {fmt_us(cw.latency_us)}, {cmp}{tie_note}"
 
 
-def _kv_list(rows: list[WorkloadVerdict]) -> str:
-    return "kv " + ", ".join(str(r.kv_len) for r in rows)
+def _differ_in_kv_only(rows: "list[WorkloadVerdict]") -> bool:
+    """Whether ``rows``' workloads share every contract field but ``kv_len``."""
+    def rest(w: Workload) -> tuple:
+        return tuple(getattr(w, f.name) for f in fields(Workload) if f.name != "kv_len")
+
+    return len({rest(r.workload) for r in rows}) <= 1
+
+
+def _where(rows: "list[WorkloadVerdict]") -> "Callable[[WorkloadVerdict], str]":
+    """How a phase sentence names each of ``rows``: ``"kv 8192"`` when they differ in their KV length only, else their
+    distinct label without the phase word (``"kv 512 (page 16), KV float8_e4m3fn"``, ``"kv 32768 (page 16, window
+    4096)"``): a window or an FP8 cache is not a context length."""
+    if _differ_in_kv_only(rows):
+        return lambda r: f"kv {r.kv_len}"
+    labels = distinct_labels(r.workload for r in rows)
+    return lambda r: labels[r.workload.tag].removeprefix(f"{r.workload.phase.value} ")
 
 
 def _phase_sentence(phase: Phase, rows: tuple[WorkloadVerdict, ...], tw: str) -> str | None:
-    """One sentence on whether ``tw`` stays the winner of ``phase``'s workloads (None when none is decided)."""
+    """One sentence on whether ``tw`` stays the winner of ``phase``'s workloads (None when none is decided).
+    Workloads where ``tw`` has no eligible cell (unsupported there, failed) are said apart — it is not beaten there —
+    and "depends on context length" needs held and beaten workloads that differ in their KV length only."""
     decided = [r for r in rows if r.stays is not None]
     if not decided:
         return None
     name = phase.value
+    where = _where(decided)
     kept = [r for r in decided if r.standing is Standing.STAYS]
     tied = [r for r in decided if r.standing is Standing.TIES]
-    lost = [r for r in decided if r.standing is Standing.CHANGES]
+    changed = [r for r in decided if r.standing is Standing.CHANGES]
+    lost = [r for r in changed if r.training_margin is not None]
+    absent = [r for r in changed if r.training_margin is None]
 
     def kept_text(rs: list[WorkloadVerdict]) -> str:
-        return ", ".join(f"kv {r.kv_len}" + (f" ({_names(r.tied)} within noise)" if r.tied else "") for r in rs)
+        return ", ".join(where(r) + (f" ({_names(r.tied)} within noise)" if r.tied else "") for r in rs)
 
     def tied_text(rs: list[WorkloadVerdict]) -> str:
-        return ", ".join(f"kv {r.kv_len} ({r.winner_backend} {margin_text(r.training_margin)} faster)" for r in rs)  # type: ignore[arg-type]
+        return ", ".join(f"{where(r)} ({r.winner_backend} {margin_text(r.training_margin)} faster)" for r in rs)  # type: ignore[arg-type]
 
     def lost_text(rs: list[WorkloadVerdict]) -> str:
-        return ", ".join(f"kv {r.kv_len} ({r.winner_backend}" + (f", {margin_text(r.training_margin)} faster" if r.training_margin else
-                                                                 f"; {tw} had no eligible cell") + ")" for r in rs)
+        return ", ".join(f"{where(r)} ({r.winner_backend}, {margin_text(r.training_margin)} faster)" for r in rs)  # type: ignore[arg-type]
 
+    cannot = (f" It has no eligible cell at {', '.join(f'{where(r)} ({r.winner_backend} wins there)' for r in absent)}."
+              if absent else "")
     if not lost and not tied:
-        return f"It stays the {name} winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
+        if not kept:
+            return f"It has no eligible {name} cell: {', '.join(f'{where(r)} → {r.winner_backend}' for r in absent)}."
+        if not absent and _differ_in_kv_only(kept):
+            return f"It stays the {name} winner at every KV length measured ({', '.join(str(r.kv_len) for r in kept)})."
+        return f"It stays the {name} winner wherever it ran ({kept_text(kept)}).{cannot}"
     if not lost:
         won = f"fastest at {kept_text(kept)}; " if kept else ""
         return (f"At {name} it is never beaten beyond noise: {won}at {tied_text(tied)} another backend is faster "
-                f"only within noise — {'a tie' if len(tied) == 1 else 'ties'}.")
+                f"only within noise — {'a tie' if len(tied) == 1 else 'ties'}.{cannot}")
     if not kept and not tied:
-        return f"It does not stay the {name} winner: beaten beyond noise at {lost_text(lost)}."
+        return f"It does not stay the {name} winner: beaten beyond noise at {lost_text(lost)}.{cannot}"
+    held_rows = kept + tied
     held = ", ".join(x for x in (kept_text(kept), tied_text(tied) + " within noise" if tied else "") if x)
-    return (f"At {name} it holds at {held}, but is beaten beyond noise at {lost_text(lost)}: "
-            f"the verdict depends on context length.")
+    why = ("the verdict depends on context length" if _differ_in_kv_only(held_rows + lost)
+           else "the verdict depends on the workload")
+    return f"At {name} it holds at {held}, but is beaten beyond noise at {lost_text(lost)}: {why}.{cannot}"
 
 
 def _winner_text(row: WorkloadVerdict, label: str) -> str:

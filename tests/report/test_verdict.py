@@ -157,3 +157,28 @@ def test_packed_documents_are_labelled_as_documents():
         "prefill 8 packed docs, 16,384 tokens (longest 4096)")
     assert workload_label(Workload(phase="train", batch=8, q_len=2048, kv_len=2048, num_q_heads=16, num_kv_heads=4,
                                    head_dim=128, window=512)) == "train 2048/2048 (window 512)"
+
+
+def test_windows_and_fp8_caches_are_not_context_lengths_in_the_summary():
+    """The variants twin's summary said "At decode it holds at kv 512, kv 64, …, kv 512, but is beaten beyond noise at
+    kv 32 (… sdpa-math had no eligible cell) …: the verdict depends on context length" — a window and an FP8 cache
+    named as bare KV lengths, kv 512 listed as held and beaten, and a backend that cannot read FP8 called beaten.
+    Each decode workload is now named by its distinct label, the unsupported one is said apart, and the conclusion
+    is "depends on the workload"."""
+    from factories import cell, run
+
+    from profattn.analysis.verdict import verdict
+    from profattn.report.verdict import summary
+
+    train = Workload(phase="train", batch=2, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
+    dec = Workload(phase="decode", batch=2, q_len=1, kv_len=512, num_q_heads=4, num_kv_heads=2, head_dim=32,
+                   kv_layout="paged", page_size=16)
+    win, fp8 = dec.with_(window=64), dec.with_(kv_dtype="fp8")
+    cells = [cell(train, "a", 100.0), cell(train, "b", 200.0),
+             cell(dec, "a", 10.0), cell(dec, "b", 20.0),
+             cell(win, "a", 30.0), cell(win, "b", 10.0),
+             cell(fp8, "a", None, status="unsupported", reason="no FP8 path"), cell(fp8, "b", 15.0)]
+    text = summary(verdict(run(cells)))
+    assert text == ("a wins training, 2.00× ahead of b. At decode it holds at kv 512 (B=2, page 16), KV bfloat16, but is beaten "
+                    "beyond noise at kv 512 (B=2, page 16, window 64) (b, 3.00× faster): the verdict depends on the "
+                    "workload. It has no eligible cell at kv 512 (B=2, page 16), KV float8_e4m3fn (b wins there).")

@@ -69,7 +69,7 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     analysis = analyze_paths(paths, keep_host_info=keep_host_info)
     for f in analysis.files:
         other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
-        gpu = (f"{f.kernel_count} kernels, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else
+        gpu = (f"{f.kernel_count} kernel{'' if f.kernel_count == 1 else 's'}, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else
                "no CUDA/ROCm kernels (another accelerator's device events: see the warning)" if other else "no GPU kernels")
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
         for w in f.warnings:

@@ -296,6 +296,8 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
             store; its schema is newer than this code's; it cannot be created.
     """
     path = Path(path) if path is not None else default_db_path()
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory: give the store's file (e.g. {path / 'results.sqlite'})")
     if not create and not path.is_file():
         raise StoreError(f"no results store at {path} (add runs with `profattn db import RUN_DIR`, or give --db)")
     if path.is_dir():

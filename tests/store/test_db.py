@@ -126,6 +126,9 @@ def test_forget_and_refusals(tmp_path: Path):
         assert a.run_id != b.run_id
     with pytest.raises(StoreError, match="no results store"):
         open_store(tmp_path / "none.sqlite", create=False)
+    for create in (False, True):  # was "no results store at DIR" (and, creating, SQLite's own message)
+        with pytest.raises(StoreError, match="is a directory: give the store's file"):
+            open_store(tmp_path, create=create)
     other = tmp_path / "other.sqlite"
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(StoreError, match="not a profattn results store"):

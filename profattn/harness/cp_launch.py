@@ -215,6 +215,8 @@ def _cell(w: Workload, base: dict, device: torch.device, run_dir: Path, results:
           unsupported: str | None, error: str | None) -> CellResult:
     if unsupported is not None:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=unsupported, **base)
+    if check is not None:
+        error = None  # the cell finished (rank 0 checked it) before the launch ended
     got = [res for res in results if res is not None]
     if error is not None and not got:
         return CellResult(status=CellStatus.ERROR, reason=error, **base)

@@ -14,7 +14,8 @@ writes ``WORK_DIR/check.<i>.json``. A cell the scheme or backend cannot run (dec
 collective) leaves ``unsupported.<i>.rank<r>`` with the reason and the next cell runs; any other failure writes
 ``WORK_DIR/rank<r>.error`` (one line) and the rank exits 3.
 
-``PROFATTN_CP_FAIL_RANK=<r>`` (tests) makes rank ``r`` raise after writing its measurements, before the gather.
+``PROFATTN_CP_FAIL_RANK=<r>`` (tests) makes rank ``r`` raise after writing its measurements of the first cell, before
+the gather; ``<r>:<i>`` of cell ``i``.
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def _run(work: Path, spec: dict, cell_spec: dict, index: int, rank: int, world: 
         raw.unlink()
         (work / f"rank{rank}.{index}.json").write_text(json.dumps({
             "rank": rank, "samples_us": samples, "peak_mem_bytes": peak, "trace_file": str(trace_path)}))
-        if os.environ.get(FAIL_ENV) == str(rank):
+        if os.environ.get(FAIL_ENV) in (str(rank), f"{rank}:{index}"):
             raise RuntimeError(f"injected failure on rank {rank} ({FAIL_ENV})")
         _gather_and_check(work, index, w, rank, world, inputs, out, grads)
 

@@ -246,3 +246,56 @@ def rank_timeline(trace: Trace, *, window: str | None = None, world_size: int | 
         idle_us=(tot["span"] - tot["busy"]) / per, sent_elements=sent / per, received_elements=recv / per,
         sent_bytes=sent_b, received_bytes=recv_b, ops=tuple(kept), comm_source=source,
     )
+
+
+@dataclass(frozen=True)
+class CpSummary:
+    """One context-parallel cell against the same global call on one process (same backend, same run).
+
+    ``step_us``: the cell's median step (slowest rank per repetition); ``single_us``: the one-process cell's median
+    (None when not measured or not ok); ``efficiency``: ``single_us / (ranks · step_us)`` (1 = perfect strong
+    scaling); ``comm_share``, ``overlap_share``, ``idle_share``: means over the ranks with a trace (communication
+    time / window, overlapped / communication time, idle / window); ``ledger_ok``: every rank's traced bytes equal
+    the formula's (None where no formula or no trace)."""
+
+    cell_id: str
+    scheme: str
+    ranks: int
+    phase: str
+    backend: str
+    status: str
+    step_us: float | None
+    single_us: float | None
+    efficiency: float | None
+    comm_share: float | None
+    overlap_share: float | None
+    idle_share: float | None
+    ledger_ok: bool | None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def cp_summaries(cells: Sequence[Any]) -> tuple[CpSummary, ...]:
+    """A :class:`CpSummary` per context-parallel cell of ``cells`` (:class:`~profattn.results.CellResult`)."""
+    single = {(c.workload.tag, c.backend): c for c in cells if c.workload.cp_ranks == 1}
+    out = []
+    for c in cells:
+        w = c.workload
+        if w.cp_ranks < 2:
+            continue
+        base = single.get((w.single_process.tag, c.backend))
+        one = base.latency_us if base is not None and base.status == "ok" else None
+        step = c.timing.median_us if c.timing is not None else None
+        traced = [r for r in c.ranks if r.comm_us is not None]
+        spans = [(r, r.compute_us + r.comm_us - r.overlap_us + r.idle_us) for r in traced]
+        comm = _mean([r.comm_us / s for r, s in spans if s > 0])
+        overlap = _mean([r.overlap_us / r.comm_us for r in traced if r.comm_us > 0])
+        idle = _mean([r.idle_us / s for r, s in spans if s > 0])
+        checked = [r for r in traced if r.ledger_bytes is not None and r.sent_bytes is not None]
+        ok = all(round(r.sent_bytes) == r.ledger_bytes for r in checked) if checked else None
+        eff = one / (w.cp_ranks * step) if one is not None and step else None
+        out.append(CpSummary(c.cell_id, str(w.cp_scheme), w.cp_ranks, w.phase.value, c.backend, str(c.status), step,
+                             one, eff, comm, overlap, idle, ok))
+    return tuple(out)

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
 from profattn.trace.kineto import Trace
 
@@ -197,10 +198,11 @@ def comm_intervals(trace: Trace) -> tuple[list[tuple[float, float]], str]:
     return [], "none"
 
 
-def compute_intervals(trace: Trace) -> list[tuple[float, float]]:
-    """The attention calls' intervals (µs): their kernels where they launched any, else the call operator."""
+def compute_intervals(trace: Trace, calls: "TraceCalls | None" = None) -> list[tuple[float, float]]:
+    """The attention calls' intervals (µs): their kernels where they launched any, else the call operator;
+    ``calls``: the trace's :func:`~profattn.analysis.calls.find_attention_calls`, when already found."""
     out: list[tuple[float, float]] = []
-    for call in find_attention_calls(trace).calls:
+    for call in (calls if calls is not None else find_attention_calls(trace)).calls:
         if call.kernels:
             out += [(kk.ts_us, kk.ts_us + kk.dur_us) for kk in call.kernels]
         else:
@@ -209,12 +211,13 @@ def compute_intervals(trace: Trace) -> list[tuple[float, float]]:
 
 
 def rank_timeline(trace: Trace, *, window: str | None = None, world_size: int | None = None,
-                  itemsize: int | None = None) -> RankTimeline:
-    """One rank's compute/communication timeline (module docstring), per ``window`` range when given and found."""
+                  itemsize: int | None = None, calls: "TraceCalls | None" = None) -> RankTimeline:
+    """One rank's compute/communication timeline (module docstring), per ``window`` range when given and found
+    (``calls``: the trace's attention calls, when already found)."""
     rank, world = _world(trace.metadata)
     world = world_size if world_size is not None else world
     comm, source = comm_intervals(trace)
-    compute = compute_intervals(trace)
+    compute = compute_intervals(trace, calls)
     ops = comm_ops(trace, world_size=world, itemsize=itemsize)
     spans: list[tuple[float, float]] = []
     if window is not None and len(trace.ranges):

@@ -58,3 +58,38 @@ def test_real_gloo_ring_trace_matches_the_ledger():
         assert {o.collective for o in tl.ops} == {"send", "recv"}
         assert len(tl.ops) == 3 * 16  # per call: K, V sent and received 1 + 1 times, dK, dV 2 times
         assert 0 < tl.compute_us < tl.span_us and 0 < tl.comm_us < tl.span_us
+
+
+def test_analyze_paths_adds_each_rank_s_communication():
+    from profattn.analysis.traces import analyze_paths
+
+    files = [DATA / f"cpu_gloo_cp2_ring_train_rank{r}.pt.trace.json.gz" for r in (0, 1)]
+    a = analyze_paths(files)
+    assert [tl.rank for tl in a.comm] == [0, 1]
+    assert all(tl.windows == 0 and tl.comm_source == "gloo ranges" and len(tl.ops) == 48 for tl in a.comm)
+    # no element size in the file for send/recv TensorLists: elements only (3 calls x 4096)
+    assert a.comm[0].sent_bytes is None and a.comm[0].sent_elements == 3 * 4096
+    assert analyze_paths([DATA / "cpu_varlen_window_torch213.pt.trace.json.gz"]).comm == (None,)  # no collectives
+
+
+def test_cp_summaries_against_one_process():
+    from dataclasses import replace
+
+    from profattn.analysis.comm import cp_summaries
+    from profattn.results import RankRecord, Timing
+    from profattn.workload import parse_workload_spec
+    from tests.factories import cell
+
+    w = parse_workload_spec("phase=train,b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32,cp=2,cp_scheme=ring")
+    one = cell(w.single_process, "sdpa-flash", 100.0)
+    split = replace(cell(w, "sdpa-flash", 80.0), ranks=(
+        RankRecord(0, compute_us=40, comm_us=30, overlap_us=10, idle_us=40, sent_bytes=16384, ledger_bytes=16384),
+        RankRecord(1, compute_us=40, comm_us=20, overlap_us=20, idle_us=60, sent_bytes=16384, ledger_bytes=16384)))
+    (s,) = cp_summaries([one, split])
+    assert (s.scheme, s.ranks, s.single_us, s.step_us) == ("ring", 2, 100.0, 80.0)
+    assert s.efficiency == 100 / (2 * 80)
+    # windows: 40 + 30 - 10 + 40 = 100 and 40 + 20 - 20 + 60 = 100
+    assert s.comm_share == (0.3 + 0.2) / 2 and s.overlap_share == (10 / 30 + 1) / 2 and s.idle_share == 0.5
+    assert s.ledger_ok is True
+    bad = replace(split, ranks=(replace(split.ranks[0], sent_bytes=1),))
+    assert cp_summaries([one, bad])[0].ledger_ok is False

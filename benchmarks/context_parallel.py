@@ -6,8 +6,8 @@ tokens (B=1, Hq=16, Hkv=4, d=128, bf16, causal by default), in one ``profattn pr
     python benchmarks/context_parallel.py --device cpu --ranks 2 --tokens-per-rank 16 --heads 4 --kv-heads 2 \\
         --head-dim 16 --dtype fp32 --out RUN                               # the same path on gloo, tiny
 
-Every cell runs ``sdpa-flash`` (the ring's block kernel; the all-gather and Ulysses local calls) — the one-device
-baseline is the same backend on the global call. Prints the report's context-parallelism table (Markdown) and the
+Every cell runs ``sdpa-flash`` and, on CUDA, ``sdpa-efficient`` (whose kernels the ring's blocks run there; on a CPU
+the ring runs ``sdpa-flash``'s) — each one-device baseline is the same backend on the global call. Prints the report's context-parallelism table (Markdown) and the
 ``profattn report`` of the run has the per-rank timelines. Scaling efficiency = one-device time / (ranks × step).
 """
 
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = workload_specs(a.ranks, a.tokens_per_rank, a.heads, a.kv_heads, a.head_dim, a.dtype, a.phases, a.schemes)
     cmd = [sys.executable, "-m", "profattn.cli", "profile", "--device", a.device, "--backend", "sdpa-flash",
            "--out", a.out, "--no-counters"]
+    if a.device == "cuda":  # the ring's blocks run the memory-efficient kernels on CUDA
+        cmd[cmd.index("sdpa-flash") + 1:cmd.index("sdpa-flash") + 1] = ["--backend", "sdpa-efficient"]
     for s in specs:
         cmd += ["--workload", s]
     print("$ " + " ".join(cmd), flush=True)

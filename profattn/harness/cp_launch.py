@@ -32,6 +32,7 @@ import torch
 from profattn.analysis.comm import rank_timeline
 from profattn.backends import Backend
 from profattn.errors import ProfattnError
+from profattn.harness.cp_schemes import ring_backend
 from profattn.harness.timing import summarize
 from profattn.results import CellResult, CellStatus, Correctness, RankRecord
 from profattn.trace.kineto import load_trace
@@ -70,7 +71,9 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
     procs = []
     for r in range(ranks):
         e = {**os.environ, **(env or {}), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
-             "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(ranks)}
+             "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(ranks),
+             # NVLink multicast (NVLS) off unless asked for: the machines' notes require it
+             "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0")}
         log = open(work_dir / f"rank{r}.log", "wb")
         procs.append((subprocess.Popen([sys.executable, "-m", "profattn.harness.cp_worker", str(work_dir)], env=e,
                                        stdout=log, stderr=subprocess.STDOUT), log))
@@ -146,9 +149,9 @@ def static_reason(w: Workload, backend: Backend, device: torch.device) -> str | 
             return "this torch has no NCCL"
     elif not torch.distributed.is_gloo_available():
         return "this torch has no gloo"
-    if w.cp_scheme == "ring" and backend.name != "sdpa-flash":
-        return ("ring merges partial outputs by their log-sum-exp: its blocks run ATen's flash kernel "
-                "(run it with --backend sdpa-flash)")
+    if w.cp_scheme == "ring" and backend.name != ring_backend(device):
+        return (f"ring merges partial outputs by their log-sum-exp: its blocks run {ring_backend(device)}'s kernels "
+                f"on {device.type} (run it with --backend {ring_backend(device)})")
     if w.cp_scheme == "torch-cp" and not backend.name.startswith("sdpa-"):
         return "torch-cp dispatches scaled_dot_product_attention: run it with an sdpa-* backend"
     return None

@@ -9,7 +9,10 @@ Every scheme takes the rank's local ``q`` ``[B, Hq, Lr, d]`` and ``k``, ``v`` ``
   ``(out, lse)``: whole when the key chunk precedes the query chunk, causal on the diagonal, skipped after; partial
   outputs are merged by their log-sum-exp. The backward passes K/V around again with fp32 dK/dV accumulators that
   return home after ``R`` hops, each block's gradient from the flash backward with the merged output and lse (as
-  ring-flash-attention does). The local block kernel is ATen's flash attention (CUDA: half/bf16; CPU: any float).
+  ring-flash-attention does). The local block kernel: ATen's flash attention on a CPU
+  (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), the memory-efficient kernels on CUDA
+  (``_efficient_attention_forward``/``_backward``: their backward takes an outside lse; the flash backward's
+  sequence-offset arguments cannot be left undefined from Python).
 - ``allgather`` (:func:`allgather_attention`): K and V (stacked, one collective) are all-gathered; each local query
   chunk then attends to the keys before and inside it: one ordinary bottom-right causal call
   (``q_len = c``, ``kv_len = (chunk + 1)·c``) of the cell's backend. Backward: the gathered K/V's gradients go back
@@ -48,7 +51,13 @@ def place_local(w: Workload, rank: int, local: torch.Tensor, into: torch.Tensor)
         off += b - a
 
 
-# ---- the flash block kernel (ring) --------------------------------------------------------------
+# ---- the ring's block kernel ---------------------------------------------------------------------
+
+
+def ring_backend(device: torch.device) -> str:
+    """The backend whose kernels the ring's blocks run (its cells' backend): ``sdpa-flash`` on a CPU (ATen's CPU
+    flash kernel), ``sdpa-efficient`` on CUDA (the memory-efficient kernels)."""
+    return "sdpa-efficient" if device.type == "cuda" else "sdpa-flash"
 
 
 def _expand(x: torch.Tensor, group: int) -> torch.Tensor:
@@ -57,12 +66,14 @@ def _expand(x: torch.Tensor, group: int) -> torch.Tensor:
 
 def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One block: ``(out [B, Hq, Lq, d], lse [B, Hq, Lq] fp32)`` of ``softmax(q kᵀ/√d) v`` (top-left causal when
-    ``causal``, used on square diagonal blocks). K/V heads are repeated to ``Hq`` for GQA."""
+    ``causal``, used on square diagonal blocks). K/V heads are repeated to ``Hq`` for GQA. Not yet run on CUDA."""
     g = q.shape[1] // k.shape[1]
     k, v = _expand(k, g), _expand(v, g)
-    if q.device.type == "cuda":
-        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
-        return res[0], res[1]
+    if q.device.type == "cuda":  # memory-efficient kernels: their backward takes the lse and optional seqlens
+        res = torch.ops.aten._efficient_attention_forward(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, None, None, None, 0.0,
+            1 if causal else 0, True)
+        return res[0].transpose(1, 2), res[1][:, :, : q.shape[2]]
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
     return out, lse
 
@@ -77,9 +88,14 @@ def block_backward(d_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
     ke, ve = _expand(k, g), _expand(v, g)
     if q.device.type == "cuda":
         lq, lk = q.shape[2], ke.shape[2]
-        zero = torch.zeros((), dtype=torch.int64, device=q.device)
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-            d_out, q, ke, ve, out, lse, None, None, lq, lk, 0.0, causal, zero, zero)
+        pad = torch.zeros((*lse.shape[:2], -(-lq // 32) * 32), dtype=torch.float32, device=q.device)
+        pad[:, :, :lq] = lse  # the kernel's lse rows are padded to a multiple of 32
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)  # philox state: unused without dropout
+        t = lambda x: x.transpose(1, 2)  # noqa: E731 - [B, L, H, d], the kernels' layout
+        dq, dk, dv, _ = torch.ops.aten._efficient_attention_backward(
+            t(d_out), t(q), t(ke), t(ve), None, t(out), None, None, lq, lk, pad, 0.0, zero, zero, 1 if causal else 0,
+            False)
+        dq, dk, dv = t(dq), t(dk), t(dv)
     else:
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             d_out, q, ke, ve, out, lse, 0.0, causal)

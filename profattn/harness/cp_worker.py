@@ -35,7 +35,7 @@ from profattn.backends import get_backend
 from profattn.backends.base import AttentionInputs, Unsupported, call_shape_reason
 from profattn.harness.cell import error_reason
 from profattn.harness.cp_schemes import (
-    RingAttention, allgather_attention, allgather_local_workload, local_slices, place_local, torch_cp_context,
+    RingAttention, allgather_attention, ring_backend, allgather_local_workload, local_slices, place_local, torch_cp_context,
     ulysses_attention, ulysses_local_workload,
 )
 from profattn.harness.inputs import check, make_inputs, reference
@@ -101,11 +101,8 @@ def build_step(w: Workload, backend_name: str, rank: int, device: torch.device, 
         return fwd, (q, k, v), stack
     q, k, v = leaves_of(inputs.q, inputs.k, inputs.v)
     if scheme == "ring":
-        if backend_name != "sdpa-flash":
-            raise _Unsupported("ring merges partial outputs by their log-sum-exp: its blocks run ATen's flash kernel "
-                               "(run it with --backend sdpa-flash)")
-        if device.type == "cuda" and w.dtype == "float32":
-            raise _Unsupported("ring on CUDA: the flash block kernel takes float16/bfloat16")
+        if backend_name != ring_backend(device):
+            raise _Unsupported(f"ring's blocks run {ring_backend(device)}'s kernels on {device.type}")
         return (lambda: RingAttention.apply(q, k, v, w, rank, world)), (q, k, v), contextlib.nullcontext()
     stack = contextlib.ExitStack()
     if scheme == "allgather":

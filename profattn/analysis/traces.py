@@ -21,6 +21,7 @@ from pathlib import Path
 
 from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
+from profattn.analysis.comm import RankTimeline, rank_timeline
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
 
@@ -63,6 +64,9 @@ class TraceSetAnalysis:
     files: tuple[TraceCalls, ...]
     skipped: tuple[SkippedFile, ...] = ()
     rank_clashes: tuple[RankClash, ...] = ()
+    #: Per file (aligned with ``files``): its communication against its attention compute
+    #: (:func:`~profattn.analysis.comm.rank_timeline` over the whole trace), None for a trace without collectives.
+    comm: tuple[RankTimeline | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,10 +142,12 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
     """
     inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
     files: list[TraceCalls] = []
+    comm: list[RankTimeline | None] = []
     skipped: list[SkippedFile] = []
     for item in inputs:
         try:
-            fa = find_attention_calls(load_trace(item.path))
+            trace = load_trace(item.path)
+            fa = find_attention_calls(trace)
         except ProfattnError as exc:
             if not item.in_directory:
                 raise
@@ -152,12 +158,15 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
             from profattn.privacy import scrub
 
             fa = scrub(fa)
+        tl = rank_timeline(trace, calls=fa)
+        comm.append(replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None)
         files.append(fa)
     if not files:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
         more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
-    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files))
+    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files),
+                            comm=tuple(comm))
 
 
 def rank_clashes(files: Sequence[TraceCalls]) -> tuple[RankClash, ...]:

@@ -78,7 +78,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
         if preset:
             raise ProfattnError("give --preset or --workload, not both")
-        preset_obj = Preset("custom", "from --workload", tuple(dict.fromkeys(parse_workload_spec(t) for t in workload_specs)))
+        given = [parse_workload_spec(t) for t in workload_specs]
+        # a context-parallel workload is measured beside the same global call on one process
+        preset_obj = Preset("custom", "from --workload", tuple(dict.fromkeys(
+            x for w in given for x in ((w.single_process, w) if w.is_context_parallel else (w,)))))
     else:
         preset_obj = get_preset(preset or default_preset_name(device.type))
     if stored is None:

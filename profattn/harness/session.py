@@ -5,7 +5,9 @@ Order per regime: for each workload, fresh inputs and one high-precision referen
 measured (correctness, timing, peak memory); with ``repeat`` N > 1, N − 1 more rounds of the timing pass
 alone over the regime's cells (round-robin, so slow drift spreads across cells instead of biasing one);
 then one profiler pass over the regime's cells into one trace; then the trace is parsed and each cell gets
-the kernels that actually ran.
+the kernels that actually ran. A context-parallel workload's cells (``cp_ranks ≥ 2``) are measured by their own
+ranks (:mod:`profattn.harness.cp_launch`: one launch per workload, each rank with its inputs, timing and trace);
+``--repeat`` does not re-time them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
 from profattn.harness.ceilings import measure_ceilings
+from profattn.harness.cp_launch import run_cp_cells
 from profattn.harness.environment import collect_environment, load_average
 from profattn.harness.inputs import make_inputs, memory_reason, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
@@ -133,6 +136,21 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
         for i, w in enumerate(regime_workloads):
             todo = [b for b in cfg.backends if pending(w, b)]
             if not todo:
+                continue
+            if w.is_context_parallel:  # its ranks are processes of their own, each with its inputs and trace
+                for b in todo:
+                    if progress:
+                        progress("start", _pending(w, b), done, total)
+                cells = run_cp_cells([(w, b, cell_id(w, b.name)) for b in todo], cfg.device, out,
+                                     seed=cfg.seed * 1000 + workloads.index(w), profile_calls=cfg.profile_calls)
+                for cell in cells:
+                    if not cfg.keep_host_info:
+                        cell = scrub(cell)
+                    done += 1
+                    run = run.with_cell(cell)
+                    write_results(run, results_path)
+                    if progress:
+                        progress("done", cell, done, total)
                 continue
             inputs, ref, status, reason = _prepare_workload(w, cfg, seed=cfg.seed * 1000 + workloads.index(w))
             if inputs is None:  # too large, or out of memory while allocating: every cell of it says why

@@ -18,12 +18,20 @@ import torch
 from profattn.results import Timing
 
 
-def _summarize(samples_us: Sequence[float], method: str) -> Timing:
+def summarize(samples_us: Sequence[float], method: str) -> Timing:
+    """A :class:`Timing` (median, p10, p90, min, count) of timed samples (µs); ``method`` says how they were taken.
+
+    Raises:
+        IndexError: no sample.
+    """
     s = sorted(samples_us)
     q = statistics.quantiles(s, n=10, method="inclusive") if len(s) >= 2 else [s[0]] * 9
     return Timing(
         median_us=statistics.median(s), p10_us=q[0], p90_us=q[-1], min_us=s[0], reps=len(s), method=method
     )
+
+
+_summarize = summarize
 
 
 #: Bytes of the buffer read between reps to evict the L2 (H200 L2: 60 MB; triton's do_bench uses 256 MB).

@@ -20,9 +20,10 @@ from typing import Any
 
 from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
 from profattn.analysis.cells import kernel_stem
+from profattn.analysis.comm import RankTimeline
 from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis
 from profattn.files import write_text_atomic
-from profattn.report.format import MISSING, causal_text, fmt_opt, fmt_us, launch_cells
+from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells
 from profattn.report.render import render, write_html_file
 from profattn.workload import Workload
 
@@ -249,6 +250,34 @@ def _call_dict(c: AttentionCall, memo: dict[Workload, dict[str, Any]]) -> dict[s
     }
 
 
+def comm_row(tl: "RankTimeline | None") -> dict[str, Any] | None:
+    """A file's communication against its attention compute as display strings (None: no collectives)."""
+    if tl is None:
+        return None
+    share = tl.overlap_share
+    return {"rank": "–" if tl.rank is None else str(tl.rank), "source": tl.comm_source, "span": fmt_us(tl.span_us),
+            "compute": fmt_us(tl.compute_us), "comm": fmt_us(tl.comm_us), "overlap": fmt_us(tl.overlap_us),
+            "overlap_share": "n/a" if share is None else f"{100 * share:.0f} %", "idle": fmt_us(tl.idle_us),
+            "collectives": str(len(tl.ops)), "sent": fmt_bytes(tl.sent_bytes) if tl.sent_bytes is not None
+            else f"{tl.sent_elements:,.0f} elements"}
+
+
+def comm_text(label: str, tl: "RankTimeline") -> str:
+    """One line for the terminal: a rank's communication, compute and their overlap."""
+    r = comm_row(tl)
+    return (f"{label}: communication {r['comm']} ({r['source']}, {r['collectives']} collectives, "
+            f"sent {r['sent']}), attention {r['compute']}, overlap {r['overlap']} ({r['overlap_share']} of the "
+            f"communication), idle {r['idle']} of {r['span']}")
+
+
+def _comm_dict(tl: "RankTimeline | None") -> dict[str, Any] | None:
+    if tl is None:
+        return None
+    d = asdict(tl)
+    d.pop("path")
+    return d
+
+
 def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
     """The versioned JSON document: ``{"schema": "profattn.analysis", "schema_version": 2, "warnings": [...],
     "skipped": [...], "files": [...]}``; times in µs, sizes in bytes, missing values null. Top-level
@@ -258,8 +287,10 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
     without ``kv_lens`` (``[kv_len] * batch`` for every call read from a trace)."""
     files = []
     memo: dict[Workload, dict[str, Any]] = {}
-    for f in analysis.files:
+    comm = analysis.comm or (None,) * len(analysis.files)
+    for f, tl in zip(analysis.files, comm):
         files.append({
+            "communication": _comm_dict(tl),
             "path": f.path, "label": f.label, "rank": f.rank, "device_name": f.device_name, "num_sms": f.num_sms,
             "kernel_count": f.kernel_count, "gpu_time_us": f.gpu_time_us, "gpu_busy_us": f.gpu_busy_us,
             "notes": list(f.notes),
@@ -305,9 +336,11 @@ def _limited(rows: list[dict[str, Any]], limit: int = TABLE_LIMIT) -> dict[str, 
 def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace analysis") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline once, no network access)."""
     sections = []
-    for summary, fa in zip(file_rows(analysis), analysis.files):
+    comm = analysis.comm or (None,) * len(analysis.files)
+    for summary, fa, tl in zip(file_rows(analysis), analysis.files, comm):
         sections.append({
             **summary,
+            "comm": comm_row(tl),
             "has_kernels": fa.has_gpu_kernels,
             "workloads": call_group_rows(fa),
             "calls": _limited(call_rows(fa)),

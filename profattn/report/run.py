@@ -611,6 +611,7 @@ def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
 
 def render_html(run: RunResult, *, title: str = "profattn report") -> str:
     """The whole report as one self-contained HTML string (plotly.js inline, no network access)."""
+    from profattn.report.cp import cp_section
     from profattn.report.gqa import gqa_section
     from profattn.report.recommend import policy_section
     from profattn.report.serving import serving_section
@@ -631,6 +632,7 @@ def render_html(run: RunResult, *, title: str = "profattn report") -> str:
         "charts": chart_figures(run),
         "serving": serving_section(run),
         "gqa": gqa_section(run),
+        "cp": cp_section(run),
         "policy": policy_section(run),
         "ledgers": ledger_rows(run),
         "counter_kernels": counter_kernel_rows(run),

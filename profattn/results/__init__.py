@@ -15,19 +15,20 @@ and the counter fields; version 3 added the repeated timing samples (``timing_re
 ``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
 Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
 profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
-``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``.
+``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``; the workload's ``cp_ranks`` and
+``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank).
 """
 
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
     CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
-    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RunResult, StrEnum, Timing, TraceSummary,
-    cell_row, cells_by_workload, dominant_launch,
+    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, StrEnum, Timing,
+    TraceSummary, cell_row, cells_by_workload, dominant_launch,
 )
 
 __all__ = [
     "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
     "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
-    "KernelLaunch", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
+    "KernelLaunch", "RankRecord", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",
 ]

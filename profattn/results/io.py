@@ -15,7 +15,8 @@ from typing import Any
 from profattn.errors import ResultsError
 from profattn.results.records import (
     READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
-    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RunResult, Timing, TraceSummary,
+    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, Timing,
+    TraceSummary,
 )
 from profattn.workload import Workload
 
@@ -126,6 +127,7 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         graph_timing_repeats=tuple(Timing(**t) for t in d.get("graph_timing_repeats", ())),
         append_timing=Timing(**d["append_timing"]) if d.get("append_timing") else None,
         executed_pairs=_opt_int(d.get("executed_pairs"), "executed_pairs"),
+        ranks=tuple(RankRecord(**r) for r in d.get("ranks", ())),
     )
 
 

@@ -216,6 +216,33 @@ class CountersInfo:
 
 
 @dataclass(frozen=True)
+class RankRecord:
+    """One rank of a context-parallel cell (``workload.cp_ranks ≥ 2``).
+
+    ``status``: ``ok``, or ``failed`` with ``error`` (one line); ``step_us``: the median of this rank's step times
+    (forward, plus backward for train; wall clock around the step after a barrier); from its trace, per profiled call:
+    ``compute_us`` (attention), ``comm_us`` (the process-group backend moving data), ``overlap_us`` (both at once),
+    ``idle_us`` (neither), ``sent_bytes``/``received_bytes`` (the traced collectives' sizes,
+    :mod:`profattn.analysis.comm`); ``ledger_bytes``: what the formula says it sends
+    (:func:`profattn.workload.cp.cp_ledger`; None where none is counted); ``peak_mem_bytes``: peak allocated during
+    one step (CUDA; None on a CPU); ``trace_file``: relative to the run directory. Missing figures are None."""
+
+    rank: int
+    status: str = "ok"
+    error: str = ""
+    step_us: float | None = None
+    compute_us: float | None = None
+    comm_us: float | None = None
+    overlap_us: float | None = None
+    idle_us: float | None = None
+    sent_bytes: float | None = None
+    received_bytes: float | None = None
+    ledger_bytes: int | None = None
+    peak_mem_bytes: int | None = None
+    trace_file: str | None = None
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One (workload, backend) cell: status, correctness, timing, memory and trace evidence."""
 
@@ -244,6 +271,8 @@ class CellResult:
     #: (query, key) pairs per query head the backend computed when it padded a variable-length call to
     #: ``B · Lq_max · Lk_max`` (None when it did not pad); ``workload.attended_pairs`` are those required.
     executed_pairs: int | None = None
+    #: Context-parallel cells: one record per rank (empty otherwise, and in files written before).
+    ranks: tuple[RankRecord, ...] = ()
 
     def __post_init__(self) -> None:
         """Coerce ``status`` to :class:`CellStatus`; raises ValueError for a string outside the closed set."""

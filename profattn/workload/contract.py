@@ -187,6 +187,15 @@ FIELD_LIMITS: dict[str, int] = {"batch": 1 << 16, "q_len": 1 << 28, "kv_len": 1 
                                 "num_kv_heads": 1 << 16, "head_dim": 1 << 16}
 
 
+#: Context-parallel schemes (``Workload.cp_scheme``): ``ring`` (K/V blocks passed rank to rank, partial outputs
+#: merged by their log-sum-exp), ``allgather`` (K/V gathered, then one local call per query chunk), ``ulysses``
+#: (all-to-all from sequence to heads, full-sequence attention on ``Hq / ranks`` heads, all-to-all back) and
+#: ``torch-cp`` (PyTorch's ``torch.distributed.tensor.experimental.context_parallel``).
+CP_SCHEMES = ("ring", "allgather", "ulysses", "torch-cp")
+#: Most ranks one context-parallel workload may name.
+CP_RANKS_MAX = 1 << 12
+
+
 #: Largest ``kv_len_seed`` (torch's generator takes a signed 64-bit seed).
 SEED_MAX = (1 << 63) - 1
 
@@ -255,6 +264,13 @@ class Workload:
             for paged decode calls without an append (no quantizing append kernel yet).
         window: sliding-window attention (causal only): each query row sees at most its last ``window`` keys
             (see the module docstring); ``None`` is the full causal mask, and ``window ≥ kv_len`` equals it.
+        cp_ranks: context parallelism: the sequence is split over this many ranks (processes), 1 = one process.
+            The other fields describe the *global* call (every rank holds ``q_len / cp_ranks`` of its tokens).
+        cp_scheme: how the split ranks attend (:data:`CP_SCHEMES`); required when ``cp_ranks ≥ 2``. Offered for
+            dense self-attention (``q_len == kv_len``) in train and prefill, without a window or ``seqs``;
+            ``q_len`` divisible by ``2 · cp_ranks`` (the causal load balancing's chunks) for ``ring``,
+            ``allgather`` and ``torch-cp``, by ``cp_ranks`` for ``ulysses``, whose heads (Hq and Hkv) are also
+            divided by ``cp_ranks``.
 
     Raises:
         WorkloadError: a field is out of domain.
@@ -278,6 +294,8 @@ class Workload:
     append: bool = False
     kv_dtype: str | None = None
     window: int | None = None
+    cp_ranks: int = 1
+    cp_scheme: str | None = None
 
     @classmethod
     def varlen(cls, phase: "Phase | str | None", seqs: "Iterable[tuple[int, int]]", **fields_: object) -> "Workload":
@@ -391,6 +409,42 @@ class Workload:
                 raise WorkloadError(f"kv_dtype {self.kv_dtype} is offered for decode calls only, not {self.phase.value}")
             if self.append:
                 raise WorkloadError(f"kv_dtype {self.kv_dtype} with append is not offered yet (no quantizing append)")
+        self._check_cp()
+
+    def _check_cp(self) -> None:
+        r, scheme = self.cp_ranks, self.cp_scheme
+        if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= CP_RANKS_MAX:
+            raise WorkloadError(f"cp_ranks must be an integer in [1, {CP_RANKS_MAX:,}], got {r!r}")
+        if r == 1:
+            if scheme is not None:
+                raise WorkloadError(f"cp_scheme {scheme!r} needs cp_ranks >= 2 (one rank is an ordinary call)")
+            return
+        if scheme not in CP_SCHEMES:
+            raise WorkloadError(f"cp_ranks {r} needs cp_scheme, one of: {', '.join(CP_SCHEMES)}; got {scheme!r}")
+        if self.phase not in (Phase.TRAIN, Phase.PREFILL):
+            raise WorkloadError(f"context parallelism splits a train or prefill call, not {self.phase.value}")
+        if self.kv_layout is not KVLayout.DENSE or self.seqs or self.window is not None:
+            raise WorkloadError("context parallelism is offered for dense calls without seqs/docs or a window")
+        if self.q_len != self.kv_len:
+            raise WorkloadError(f"context parallelism splits one self-attention sequence: q_len {self.q_len} must "
+                                f"equal kv_len {self.kv_len}")
+        chunks = r if scheme == "ulysses" else 2 * r
+        if self.q_len % chunks:
+            why = "ranks" if scheme == "ulysses" else "2 x ranks (each rank holds chunks i and 2R-1-i)"
+            raise WorkloadError(f"cp_scheme {scheme}: q_len {self.q_len} must be divisible by {chunks}, {why}")
+        if scheme == "ulysses" and (self.num_q_heads % r or self.num_kv_heads % r):
+            raise WorkloadError(f"cp_scheme ulysses splits heads over ranks: num_q_heads {self.num_q_heads} and "
+                                f"num_kv_heads {self.num_kv_heads} must be divisible by cp_ranks {r}")
+
+    @property
+    def is_context_parallel(self) -> bool:
+        """True when the call is split over ``cp_ranks ≥ 2`` processes (:attr:`cp_scheme`)."""
+        return self.cp_ranks > 1
+
+    @property
+    def single_process(self) -> "Workload":
+        """The same global call on one process (``cp_ranks=1``): what a context-parallel cell is measured against."""
+        return replace(self, cp_ranks=1, cp_scheme=None) if self.cp_ranks > 1 else self
 
     def _check_seqs(self) -> None:
         seqs = self.seqs
@@ -476,6 +530,8 @@ class Workload:
             tag += f"_kv{_KV_DTYPE_SHORT[self.kv_dtype]}"
         if self.window is not None:
             tag += f"_w{self.window}"
+        if self.cp_ranks > 1:
+            tag += f"_cp{self.cp_ranks}{self.cp_scheme}"
         return tag
 
     @property
@@ -751,6 +807,8 @@ class Workload:
             "kv_dtype": self.kv_dtype,
             "dequant_ops": self.dequant_ops,
             "window": self.window,
+            "cp_ranks": self.cp_ranks,
+            "cp_scheme": self.cp_scheme,
             "kv_lens": list(self.kv_lens),
             "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,
@@ -763,9 +821,11 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> "Workload":
-        """Inverse of :meth:`to_dict` (derived keys ignored; files without ``kv_dtype`` read as None)."""
+        """Inverse of :meth:`to_dict` (derived keys ignored; files without ``kv_dtype`` read as None,
+        without ``cp_ranks`` as one process)."""
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
-                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype", "window")
+                   "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype", "window",
+                   "cp_ranks", "cp_scheme")
         values = {k: data[k] for k in fields_ if k in data}
         seqs = data.get("seqs") or ()
         if not isinstance(seqs, (list, tuple)) or any(not isinstance(p, (list, tuple)) for p in seqs):

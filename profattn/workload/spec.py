@@ -7,7 +7,7 @@ Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored
     field    := a Workload field name, or an alias:
                 b=batch  q=q_len  kv=kv_len  hq=num_q_heads  hkv=num_kv_heads  d=head_dim
                 page=page_size (also sets kv_layout=paged)  layout=kv_layout  dist=kv_len_dist
-                seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs  w=window
+                seed=kv_len_seed  prefix=shared_prefix_len  mix=seqs  w=window  cp=cp_ranks
                 docs (packed documents: seqs of (n, n), see below)
     seqs     := group ("+" group)*            -- per-sequence lengths of a variable-length call, in order
     group    := [count "x"] "(" "q" int "," "kv" int ")"
@@ -15,6 +15,7 @@ Grammar (comma-separated ``field=value`` items; whitespace around tokens ignored
     doc      := [count "x"] int
     append   := true | false | 1 | 0
     kv_dtype := float8_e4m3fn | fp8 | fp8_e4m3 | e4m3 | none   -- the paged cache's storage (default: dtype)
+    cp_scheme := ring | allgather | ulysses | torch-cp       -- with cp=N (N >= 2 ranks): context parallelism
 
 Examples: ``phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16`` (uniform decode);
 ``mix=2x(q2048,kv8192)+32x(q1,kv4096),hq=32,hkv=8,d=128,page=16,append=true`` (a serving step: two
@@ -23,7 +24,8 @@ over 4096; the phase, batch, q_len and kv_len follow from ``mix``: here ``mixed`
 ``phase=train,docs=512+1024+2x256,hq=16,hkv=4,d=128`` (a packed training batch of four documents, 2048 tokens;
 ``Workload.is_packed``; without ``phase`` it is a prefill).
 ``window=4096`` (alias ``w=4096``) makes any causal call a sliding-window one: each query sees at most its last
-4096 keys. Every error names the item or token that is wrong.
+4096 keys. ``phase=train,q=8192,kv=8192,hq=16,hkv=4,d=128,cp=4,cp_scheme=ring`` splits that training call's sequence
+over 4 ranks (processes) attending by ring passing of K/V blocks. Every error names the item or token that is wrong.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ from profattn.errors import WorkloadError
 from profattn.workload.contract import KVLayout, Workload, parse_kv_dtype
 
 _INT_FIELDS = ("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "kv_len_seed",
-               "shared_prefix_len", "window")
+               "shared_prefix_len", "window", "cp_ranks")
 _STR_FIELDS = ("phase", "dtype", "mask", "kv_layout", "kv_len_dist")
-_OTHER_FIELDS = ("seqs", "append", "kv_dtype")
+_OTHER_FIELDS = ("seqs", "append", "kv_dtype", "cp_scheme")
 #: Short names accepted for fields (the left column of the module docstring's grammar).
 ALIASES = {"b": "batch", "q": "q_len", "kv": "kv_len", "hq": "num_q_heads", "hkv": "num_kv_heads", "d": "head_dim",
            "page": "page_size", "layout": "kv_layout", "dist": "kv_len_dist", "seed": "kv_len_seed",
-           "prefix": "shared_prefix_len", "mix": "seqs", "w": "window"}
+           "prefix": "shared_prefix_len", "mix": "seqs", "w": "window", "cp": "cp_ranks"}
 _SHAPE = ("num_q_heads", "num_kv_heads", "head_dim")
 _DOC = re.compile(r"^(?:([0-9]+)\s*x\s*)?([0-9]+)$", re.ASCII)
 _GROUP = re.compile(r"^(?:([0-9]+)\s*x\s*)?\(\s*q\s*([0-9]+)\s*,\s*kv\s*([0-9]+)\s*\)$", re.ASCII)
@@ -71,6 +73,8 @@ def workload_spec(w: "Workload") -> str:
         parts.append("append=true")
     if w.kv_dtype is not None:
         parts.append(f"kv_dtype={w.kv_dtype}")
+    if w.cp_scheme is not None:
+        parts.append(f"cp_scheme={w.cp_scheme}")
     return ",".join(parts)
 
 
@@ -197,6 +201,8 @@ def parse_workload_spec(text: str) -> "Workload":
                 values[name] = parse_kv_dtype(raw)
             except WorkloadError as exc:
                 raise WorkloadError(f"--workload: {key}={raw}: {exc}") from None
+        elif name == "cp_scheme":
+            values[name] = None if raw.lower() == "none" else raw
         else:
             values[name] = raw
     if "page_size" in values and "kv_layout" not in values:

@@ -1,0 +1,59 @@
+"""The run report's context-parallelism section: per scheme and rank count, the step against one process, the
+communication share and overlap, and a per-rank timeline summary (compute vs communication vs idle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profattn.analysis.comm import cp_summaries
+from profattn.report.format import fmt_bytes, fmt_us
+from profattn.results import RunResult
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.0f} %"
+
+
+def cp_rows(cells) -> list[dict[str, str]]:
+    """One row of display strings per context-parallel cell (:func:`profattn.analysis.comm.cp_summaries`)."""
+    rows = []
+    for s in cp_summaries(cells):
+        rows.append({
+            "cell": s.cell_id, "scheme": s.scheme, "ranks": str(s.ranks), "phase": s.phase, "backend": s.backend,
+            "status": s.status, "step": fmt_us(s.step_us), "single": fmt_us(s.single_us),
+            "efficiency": _pct(s.efficiency), "comm": _pct(s.comm_share), "overlap": _pct(s.overlap_share),
+            "idle": _pct(s.idle_share),
+            "ledger": {True: "matches", False: "differs", None: "n/a"}[s.ledger_ok],
+        })
+    return rows
+
+
+def rank_rows(cells) -> list[dict[str, str]]:
+    """Per rank of every context-parallel cell: compute, communication, overlap and idle per call, bytes sent."""
+    rows = []
+    for c in cells:
+        for r in c.ranks:
+            rows.append({"cell": c.cell_id, "rank": str(r.rank), "status": r.status if not r.error else r.error,
+                         "step": fmt_us(r.step_us), "compute": fmt_us(r.compute_us), "comm": fmt_us(r.comm_us),
+                         "overlap": fmt_us(r.overlap_us), "idle": fmt_us(r.idle_us), "sent": fmt_bytes(r.sent_bytes),
+                         "ledger": fmt_bytes(r.ledger_bytes), "peak": fmt_bytes(r.peak_mem_bytes)})
+    return rows
+
+
+def cp_section(run: RunResult) -> dict[str, Any] | None:
+    """The section's context (None: the run has no context-parallel cell)."""
+    rows = cp_rows(run.cells)
+    if not rows:
+        return None
+    return {"rows": rows, "ranks": rank_rows(run.cells)}
+
+
+def cp_markdown(cells) -> str:
+    """The cells' summary as a GitHub Markdown table (the benchmark prints it)."""
+    head = ("| scheme | ranks | phase | backend | status | step | 1 process | scaling eff. | comm share | overlap | "
+            "idle | ledger |")
+    lines = [head, "|---" * 12 + "|"]
+    for r in cp_rows(cells):
+        lines.append("| " + " | ".join(r[k] for k in ("scheme", "ranks", "phase", "backend", "status", "step", "single",
+                                                      "efficiency", "comm", "overlap", "idle", "ledger")) + " |")
+    return "\n".join(lines)

@@ -32,7 +32,7 @@ import torch
 from profattn.analysis.comm import rank_timeline
 from profattn.backends import Backend
 from profattn.errors import ProfattnError
-from profattn.harness.cp_schemes import ring_backend
+from profattn.harness.cp_schemes import TORCH_CP_BACKENDS, ring_backend, torch_cp_reason
 from profattn.harness.timing import summarize
 from profattn.results import CellResult, CellStatus, Correctness, RankRecord
 from profattn.trace.kineto import load_trace
@@ -152,8 +152,8 @@ def static_reason(w: Workload, backend: Backend, device: torch.device) -> str | 
     if w.cp_scheme == "ring" and backend.name != ring_backend(device):
         return (f"ring merges partial outputs by their log-sum-exp: its blocks run {ring_backend(device)}'s kernels "
                 f"on {device.type} (run it with --backend {ring_backend(device)})")
-    if w.cp_scheme == "torch-cp" and not backend.name.startswith("sdpa-"):
-        return "torch-cp dispatches scaled_dot_product_attention: run it with an sdpa-* backend"
+    if w.cp_scheme == "torch-cp" and backend.name not in TORCH_CP_BACKENDS:
+        return torch_cp_reason()
     return None
 
 
@@ -161,7 +161,7 @@ def run_cp_cells(cells: "list[tuple[Workload, Backend, str]]", device: torch.dev
                  profile_calls: int = 3, reps: int | None = None, timeout_s: float = 600.0,
                  env: dict[str, str] | None = None) -> list[CellResult]:
     """Measure context-parallel cells ``(workload, backend, cell id)`` of one rank count in one launch (module
-    docstring), in order; never raises for a failing or unsupported rank. Traces go to
+    docstring; each ``torch-cp`` cell in a launch of its own, so that no cell's outcome depends on another's), in order; never raises for a failing or unsupported rank. Traces go to
     ``run_dir/traces/cp/<cell id>/rank<r>.pt.trace.json.gz``.
 
     Raises:
@@ -179,6 +179,21 @@ def run_cp_cells(cells: "list[tuple[Workload, Backend, str]]", device: torch.dev
             todo.append((len(out) - 1, w, backend, cid))
     if not todo:
         return out  # type: ignore[return-value]
+    # torch-cp patches torch's SDPA dispatch inside each rank: every such cell has a launch of its own, so no cell's
+    # outcome can depend on the one before it; the other schemes share one launch
+    shared = [t for t in todo if t[1].cp_scheme != "torch-cp"]
+    batches = ([shared] if shared else []) + [[t] for t in todo if t[1].cp_scheme == "torch-cp"]
+    for batch in batches:
+        for pos, cell in zip((t[0] for t in batch), _launch(batch, device, run_dir, seed=seed,
+                                                           profile_calls=profile_calls, reps=reps,
+                                                           timeout_s=timeout_s, env=env)):
+            out[pos] = cell
+    return out  # type: ignore[return-value]
+
+
+def _launch(todo: list, device: torch.device, run_dir: Path, *, seed: int, profile_calls: int, reps: int | None,
+            timeout_s: float, env: dict[str, str] | None) -> list[CellResult]:
+    """The cells ``(position, workload, backend, cell id)`` of one launch, in order."""
     ranks = todo[0][1].cp_ranks
     specs = []
     for _, w, backend, cid in todo:
@@ -196,14 +211,15 @@ def run_cp_cells(cells: "list[tuple[Workload, Backend, str]]", device: torch.dev
         except OSError as exc:
             outcome = None
             start_error = f"could not start the ranks: {exc}"
+    cells = []
     for i, (pos, w, backend, cid) in enumerate(todo):
         base = dict(cell_id=cid, workload=w, backend=backend.name, family=backend.family.name)
         if outcome is None:
-            out[pos] = CellResult(status=CellStatus.ERROR, reason=start_error, **base)
+            cells.append(CellResult(status=CellStatus.ERROR, reason=start_error, **base))
         else:
-            out[pos] = _cell(w, base, device, run_dir, outcome.results[i], outcome.checks[i], outcome.unsupported[i],
-                             outcome.error)
-    return out  # type: ignore[return-value]
+            cells.append(_cell(w, base, device, run_dir, outcome.results[i], outcome.checks[i],
+                               outcome.unsupported[i], outcome.error))
+    return cells
 
 
 def run_cp_cell(w: Workload, backend: Backend, device: torch.device, run_dir: Path, cell_id: str, *, seed: int,

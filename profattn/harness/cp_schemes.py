@@ -299,6 +299,17 @@ def allgather_local_workload(w: Workload, chunk: int) -> Workload:
     return w.single_process.with_(q_len=c, kv_len=(chunk + 1) * c)
 
 
+#: The backends torch's ``context_parallel`` can shard: it registers sharding strategies (its ring) only for the fused
+#: SDPA operators (flash, memory-efficient, cuDNN); the math backend's composite ops meet DTensors unsharded.
+TORCH_CP_BACKENDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+
+
+def torch_cp_reason() -> str:
+    """Why a backend outside :data:`TORCH_CP_BACKENDS` cannot run ``torch-cp`` (one line)."""
+    return ("torch-cp shards only the fused SDPA kernels (flash, memory-efficient, cuDNN): run it with --backend "
+            + ", ".join(TORCH_CP_BACKENDS))
+
+
 def torch_cp_context(mesh, q_full: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor):
     """PyTorch's ``context_parallel`` over ``mesh`` for the global ``q``, ``k``, ``v`` (K/V heads repeated to ``Hq``
     first: its SDPA handlers take equal head counts). Inside the context the three buffers hold the rank's shard

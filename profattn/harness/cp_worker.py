@@ -35,14 +35,15 @@ from profattn.backends import get_backend
 from profattn.backends.base import AttentionInputs, Unsupported, call_shape_reason
 from profattn.harness.cell import error_reason
 from profattn.harness.cp_schemes import (
-    RingAttention, allgather_attention, ring_backend, allgather_local_workload, local_slices, place_local, torch_cp_context,
+    TORCH_CP_BACKENDS, RingAttention, allgather_attention, ring_backend, allgather_local_workload, local_slices,
+    place_local, torch_cp_context, torch_cp_reason,
     ulysses_attention, ulysses_local_workload,
 )
 from profattn.harness.inputs import check, make_inputs, reference
 from profattn.workload import Phase, Workload
 from profattn.workload.cp import shard_chunks
 
-#: The test hook's variable: the rank that fails after its measurements.
+#: The test hook's variable: the rank that fails after its measurements (``"<rank>"``, or ``"<rank>:<cell id>"``).
 FAIL_ENV = "PROFATTN_CP_FAIL_RANK"
 
 
@@ -78,8 +79,8 @@ def build_step(w: Workload, backend_name: str, rank: int, device: torch.device, 
     if scheme == "torch-cp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        if not backend_name.startswith("sdpa-"):
-            raise _Unsupported("torch-cp dispatches scaled_dot_product_attention: run it with an sdpa-* backend")
+        if backend_name not in TORCH_CP_BACKENDS:
+            raise _Unsupported(torch_cp_reason())
         prepared = _prepare(backend, w.single_process, device)
         mesh = init_device_mesh(device.type, (world,))
         cp_ctx, bufs = torch_cp_context(mesh, inputs.q, inputs.k, inputs.v)
@@ -98,6 +99,9 @@ def build_step(w: Workload, backend_name: str, rank: int, device: torch.device, 
         except NotImplementedError as exc:
             stack.close()
             raise _Unsupported(f"torch-cp on {device.type}: {str(exc).splitlines()[0][:300]}") from None
+        except BaseException:
+            stack.close()  # never leave torch's SDPA dispatch patched behind a failed cell
+            raise
         return fwd, (q, k, v), stack
     q, k, v = leaves_of(inputs.q, inputs.k, inputs.v)
     if scheme == "ring":
@@ -222,7 +226,7 @@ def _run(work: Path, spec: dict, cell_spec: dict, index: int, rank: int, world: 
         raw.unlink()
         (work / f"rank{rank}.{index}.json").write_text(json.dumps({
             "rank": rank, "samples_us": samples, "peak_mem_bytes": peak, "trace_file": str(trace_path)}))
-        if os.environ.get(FAIL_ENV) in (str(rank), f"{rank}:{index}"):
+        if os.environ.get(FAIL_ENV) in (str(rank), f"{rank}:{cell_spec.get('cell_id')}"):
             raise RuntimeError(f"injected failure on rank {rank} ({FAIL_ENV})")
         _gather_and_check(work, index, w, rank, world, inputs, out, grads)
 

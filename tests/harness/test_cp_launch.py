@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from profattn.backends import get_backend
-from profattn.harness.cp_launch import run_cp_cell, run_cp_cells
+from profattn.harness import cp_launch
+from profattn.harness.cp_launch import LaunchOutcome, run_cp_cell, run_cp_cells, static_reason
 from profattn.harness.cp_worker import FAIL_ENV
 from profattn.results import CellStatus
 from profattn.workload import parse_workload_spec
@@ -32,7 +33,7 @@ def two_ranks(tmp_path_factory):
     cells += _cells(["phase=prefill,b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32,cp=2,cp_scheme=ring"])
     run = tmp_path_factory.mktemp("cp2")
     return run, run_cp_cells(cells, CPU, run, seed=3, profile_calls=2, reps=2, timeout_s=120,
-                             env={FAIL_ENV: f"1:{len(cells) - 1}"})
+                             env={FAIL_ENV: f"1:{cells[-1][2]}"})
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +95,32 @@ def test_a_failing_rank_ends_the_launch_with_one_line_and_keeps_what_was_measure
     assert r0.status == "ok" and r0.step_us > 0 and r0.sent_bytes == cp_ledger(cell.workload).sent_bytes
     assert r1.status == "failed" and r1.error == cell.reason and r1.step_us > 0
     assert cell.timing is not None and cell.correctness is None
+
+
+def test_torch_cp_is_offered_only_to_the_fused_sdpa_backends():
+    (w, _, _), = _cells(["phase=train,b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32,cp=2,cp_scheme=torch-cp"])
+    for name in ("sdpa-math", "eager", "flex"):
+        reason = static_reason(w, get_backend(name), CPU)
+        assert reason is not None and reason.startswith("torch-cp shards only the fused SDPA kernels"), name
+    assert static_reason(w, FLASH, CPU) is None
+
+
+def test_each_torch_cp_cell_has_a_launch_of_its_own(tmp_path, monkeypatch):
+    launches = []
+
+    def fake(spec, ranks, work_dir, **_):
+        ids = [c["cell_id"] for c in spec["cells"]]
+        launches.append(ids)
+        n = len(ids)
+        return LaunchOutcome(((None,) * ranks,) * n, (None,) * n, ("torch-cp on cpu: no strategy",) * n, None)
+
+    monkeypatch.setattr(cp_launch, "launch_ranks", fake)
+    base = "phase=train,b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32,cp=2,cp_scheme="
+    cells = (_cells([base + "torch-cp"]) + _cells([base + "torch-cp"], get_backend("sdpa-math"))
+             + _cells([base + "ring", base + "allgather"]) + _cells([base + "torch-cp"], get_backend("sdpa-efficient")))
+    out = run_cp_cells(cells, CPU, tmp_path, seed=0)
+    # the sdpa-math cell never launches; ring and allgather share one launch; each torch-cp cell is alone
+    assert sorted(launches) == sorted([[cells[0][2]], [cells[2][2], cells[3][2]], [cells[4][2]]])
+    assert [c.cell_id for c in out] == [c[2] for c in cells]
+    assert out[1].status == CellStatus.UNSUPPORTED and "fused SDPA" in out[1].reason
+    assert all(c.status == CellStatus.UNSUPPORTED for c in out)

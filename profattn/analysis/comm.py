@@ -259,7 +259,7 @@ class CpSummary:
     (None when not measured or not ok); ``efficiency``: ``single_us / (ranks · step_us)`` (1 = perfect strong
     scaling); ``comm_share``, ``overlap_share``, ``idle_share``: means over the ranks with a trace (communication
     time / window, overlapped / communication time, idle / window); ``ledger_ok``: every rank's traced bytes equal
-    the formula's (None where no formula or no trace)."""
+    the formula's (None where no formula or no trace); ``workload``: the cell's workload."""
 
     cell_id: str
     scheme: str
@@ -274,6 +274,7 @@ class CpSummary:
     overlap_share: float | None
     idle_share: float | None
     ledger_ok: bool | None
+    workload: Any = None
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -300,5 +301,5 @@ def cp_summaries(cells: Sequence[Any]) -> tuple[CpSummary, ...]:
         ok = all(round(r.sent_bytes) == r.ledger_bytes for r in checked) if checked else None
         eff = one / (w.cp_ranks * step) if one is not None and step else None
         out.append(CpSummary(c.cell_id, str(w.cp_scheme), w.cp_ranks, w.phase.value, c.backend, str(c.status), step,
-                             one, eff, comm, overlap, idle, ok))
+                             one, eff, comm, overlap, idle, ok, w))
     return tuple(out)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from profattn.analysis.comm import CpSummary, cp_summaries
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
 from profattn.analysis.serving import PromptPlan, prompt_plans
 from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
@@ -436,6 +437,9 @@ class Verdict:
     training_tied: tuple[str, ...] = ()
     #: Serving calls against the unchunked prefill winner, one per prompt (:func:`serving_verdicts`).
     serving: tuple[ServingVerdict, ...] = ()
+    #: Context-parallel cells against the one-process call (:func:`profattn.analysis.comm.cp_summaries`): scaling
+    #: across ranks is a question of its own, kept out of ``rows`` and the training winner.
+    cp: tuple[CpSummary, ...] = ()
 
     @property
     def decode_rows(self) -> tuple[WorkloadVerdict, ...]:
@@ -454,9 +458,11 @@ def verdict(run: RunResult) -> Verdict:
     listed in ``training_tied``. On another workload the training winner *stays* when it is fastest there,
     *ties* when a faster backend is within noise of its cell, and *changes* otherwise. ``serving``: the same
     question for chunked prompts and mixed steps against the unchunked prefill winner (:func:`serving_verdicts`).
+    Context-parallel workloads are left out of the training winner and the rows; ``cp`` summarizes them.
     """
     win = winners(run)
-    by_tag = {c.workload.tag: c.workload for c in run.cells}
+    # context-parallel workloads answer another question (scaling across ranks, ``cp``): never a winner row
+    by_tag = {c.workload.tag: c.workload for c in run.cells if not c.workload.is_context_parallel}
     train_tags = [t for t, w in by_tag.items() if w.phase is Phase.TRAIN]
     tw = win.get(train_tags[0]) if train_tags else None
     training = (TrainingOutcome.NO_WORKLOAD if not train_tags else
@@ -489,7 +495,7 @@ def verdict(run: RunResult) -> Verdict:
                    evidence(tw, run) if tw else None, tuple(rows),
                    training_margin=margin(tw, t_second) if tw and t_second else None,
                    training_tied=tied_with(run, tw.workload.tag, tw) if tw else (),
-                   serving=serving_verdicts(run))
+                   serving=serving_verdicts(run), cp=cp_summaries(run.cells))
 
 
 def _standing(winner: str | None, reference: str | None, reference_margin: Margin | None, pending: bool) -> Standing:

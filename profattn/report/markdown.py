@@ -66,6 +66,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     where some cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.analysis.verdict import ranked_cells, tied_with, verdict
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_isolation, fmt_rate, fmt_us
+    from profattn.report.cp import cp_markdown
     from profattn.report.gqa import gqa_section
     from profattn.report.run import matrix_columns, noise_texts, workload_labels
     from profattn.report.verdict import render_verdict
@@ -93,6 +94,7 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
     headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
     noise = noise_texts(run)  # the same warnings the report and `profile` print: the verdict's caveat
     gqa = gqa_section(run)
+    cp = cp_markdown(run.cells) if any(c.workload.is_context_parallel for c in run.cells) else None
 
     def render(cap: int | None) -> str:
         parts = [
@@ -107,6 +109,8 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         if gqa is not None and (gqa["sentences"] or gqa["flags"]):
             lines = [f"- {md_text(t)}" for t in gqa["sentences"]] + [f"- ⚑ {md_text(t)}" for t in gqa["flags"]]
             parts += ["### GQA: cache traffic vs arithmetic", "\n".join(lines if cap is None else lines[:cap])]
+        if cp is not None:
+            parts += ["### Context parallelism", cp]
         parts += ["### Result matrix",
                   md_table(headers, table, cap)]
         return "\n\n".join(parts) + "\n"

@@ -182,3 +182,56 @@ def test_windows_and_fp8_caches_are_not_context_lengths_in_the_summary():
     assert text == ("a wins training, 2.00× ahead of b. At decode it holds at kv 512 (B=2, page 16), KV bfloat16, but is beaten "
                     "beyond noise at kv 512 (B=2, page 16, window 64) (b, 3.00× faster): the verdict depends on the "
                     "workload. It has no eligible cell at kv 512 (B=2, page 16), KV float8_e4m3fn (b wins there).")
+
+
+def _cp_run():
+    """The README's CPU call: two context-parallel training workloads (ring, ulysses) before the one-process one,
+    and a prefill workload on 4 ranks far slower than its one-process call."""
+    from profattn.workload import parse_workload_spec
+
+    base = "b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32"
+    ring = parse_workload_spec(f"phase=train,{base},cp=2,cp_scheme=ring")
+    uly = parse_workload_spec(f"phase=train,{base},cp=2,cp_scheme=ulysses")
+    pre = parse_workload_spec(f"phase=prefill,{base},cp=4,cp_scheme=ring".replace("q=32,kv=32", "q=64,kv=64"))
+    cells = [cell(ring, "sdpa-flash", 80.0),
+             cell(ring, "sdpa-math", None, status=CellStatus.UNSUPPORTED, reason="ring's blocks run sdpa-flash"),
+             cell(uly, "sdpa-flash", 90.0), cell(uly, "sdpa-math", 120.0),
+             cell(pre, "sdpa-math", 27000.0),
+             cell(ring.single_process, "sdpa-flash", 100.0), cell(ring.single_process, "sdpa-math", 150.0),
+             cell(pre.single_process, "sdpa-flash", 44.0), cell(pre.single_process, "sdpa-math", 50.0)]
+    return run(cells, device="cpu"), ring, uly, pre
+
+
+def test_context_parallel_cells_stay_out_of_the_winners_and_have_a_sentence_of_their_own():
+    r, ring, uly, pre = _cp_run()
+    v = verdict(r)
+    assert v.training_tag == ring.single_process.tag and v.training_winner == "sdpa-flash"
+    assert [row.workload_tag for row in v.rows] == [pre.single_process.tag]  # no CP row "staying the winner"
+    text = summary(v)
+    assert text.startswith("sdpa-flash wins training, ") and "only eligible" not in text
+    assert "_cp" not in text  # no raw cell ids
+    assert text.endswith(
+        "Context parallelism (see its section): train 32/32 ring on 2 ranks (sdpa-flash) 80.0 µs per step vs "
+        "100.0 µs on one process, scaling efficiency 62 %; train 32/32 ulysses on 2 ranks (sdpa-flash) 90.0 µs per "
+        "step vs 100.0 µs on one process, scaling efficiency 56 %; train 32/32 ulysses on 2 ranks (sdpa-math) "
+        "120.0 µs per step vs 150.0 µs on one process, scaling efficiency 62 %; prefill kv 64 (B=1) ring on 4 ranks "
+        "(sdpa-math) 27.00 ms per step vs 50.0 µs on one process, scaling efficiency 0 %.")
+
+
+def test_context_parallel_labels_name_ranks_and_scheme():
+    from profattn.report.verdict import distinct_labels
+
+    _, ring, uly, pre = _cp_run()
+    assert workload_label(ring) == "train 32/32 (cp 2 ring)"
+    assert workload_label(pre) == "prefill kv 64 (B=1, cp 4 ring)"
+    labels = distinct_labels([ring, uly, ring.single_process])
+    assert labels == {ring.tag: "train 32/32 (cp 2 ring)", uly.tag: "train 32/32 (cp 2 ulysses)",
+                      ring.single_process.tag: "train 32/32"}
+
+
+def test_markdown_summary_carries_the_context_parallel_table():
+    r, *_ = _cp_run()
+    md = run_markdown(r)
+    assert "### Context parallelism" in md
+    assert "| ring | 2 | train | sdpa-flash | ok | 80.0 µs | 100.0 µs | 62 % |" in md
+    assert "train 32/32 (cp 2 ulysses)" in md and "_cp2" not in md

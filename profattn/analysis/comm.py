@@ -293,7 +293,7 @@ def cp_summaries(cells: Sequence[Any]) -> tuple[CpSummary, ...]:
         one = base.latency_us if base is not None and base.status == "ok" else None
         step = c.timing.median_us if c.timing is not None else None
         traced = [r for r in c.ranks if r.comm_us is not None]
-        spans = [(r, r.compute_us + r.comm_us - r.overlap_us + r.idle_us) for r in traced]
+        spans = [(r, r.profiled_step_us) for r in traced if r.profiled_step_us is not None]
         comm = _mean([r.comm_us / s for r, s in spans if s > 0])
         overlap = _mean([r.overlap_us / r.comm_us for r in traced if r.comm_us > 0])
         idle = _mean([r.idle_us / s for r, s in spans if s > 0])

@@ -29,12 +29,14 @@ def cp_rows(cells) -> list[dict[str, str]]:
 
 
 def rank_rows(cells) -> list[dict[str, str]]:
-    """Per rank of every context-parallel cell: compute, communication, overlap and idle per call, bytes sent."""
+    """Per rank of every context-parallel cell: the timed median step (``step``), and from its trace, per profiled
+    call, that call's step (``profiled``) with its compute, communication, overlap and idle (compute + comm − overlap +
+    idle = profiled), bytes sent."""
     rows = []
     for c in cells:
         for r in c.ranks:
             rows.append({"cell": c.cell_id, "rank": str(r.rank), "status": r.status if not r.error else r.error,
-                         "step": fmt_us(r.step_us), "compute": fmt_us(r.compute_us), "comm": fmt_us(r.comm_us),
+                         "step": fmt_us(r.step_us), "profiled": fmt_us(r.profiled_step_us), "compute": fmt_us(r.compute_us), "comm": fmt_us(r.comm_us),
                          "overlap": fmt_us(r.overlap_us), "idle": fmt_us(r.idle_us), "sent": fmt_bytes(r.sent_bytes),
                          "ledger": fmt_bytes(r.ledger_bytes), "peak": fmt_bytes(r.peak_mem_bytes)})
     return rows

@@ -241,6 +241,16 @@ class RankRecord:
     peak_mem_bytes: int | None = None
     trace_file: str | None = None
 
+    @property
+    def profiled_step_us(self) -> float | None:
+        """The profiled call's step (µs) that ``compute_us``/``comm_us``/``overlap_us``/``idle_us`` divide:
+        ``compute + comm − overlap + idle`` (its traced window); None without a trace. Not ``step_us``, the timed
+        median of other calls."""
+        parts = (self.compute_us, self.comm_us, self.overlap_us, self.idle_us)
+        if any(p is None for p in parts):
+            return None
+        return self.compute_us + self.comm_us - self.overlap_us + self.idle_us  # type: ignore[operator]
+
 
 @dataclass(frozen=True)
 class CellResult:

@@ -13,9 +13,11 @@ typed records of :class:`TraceSetAnalysis`; :mod:`profattn.report.analyze` words
 
 from __future__ import annotations
 
+import hashlib
 import os
+import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.comm import RankTimeline, rank_timeline
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
+from profattn.workload import DTYPE_BYTES
 
 __all__ = [
     "RankClash",
@@ -31,9 +34,11 @@ __all__ = [
     "TraceInput",
     "TraceSetAnalysis",
     "analyze_paths",
+    "call_itemsize",
     "find_trace_files",
     "find_trace_inputs",
     "rank_clashes",
+    "trace_group",
 ]
 
 
@@ -144,6 +149,7 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
     files: list[TraceCalls] = []
     comm: list[RankTimeline | None] = []
     skipped: list[SkippedFile] = []
+    real: dict[str, Path] = {}
     for item in inputs:
         try:
             trace = load_trace(item.path)
@@ -158,25 +164,59 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
             from profattn.privacy import scrub
 
             fa = scrub(fa)
-        tl = rank_timeline(trace, calls=fa)
+        real[fa.path] = item.path
+        tl = rank_timeline(trace, calls=fa, itemsize=call_itemsize(fa))
         comm.append(replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None)
         files.append(fa)
     if not files:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
         more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
-    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files),
+    return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files, real),
                             comm=tuple(comm))
 
 
-def rank_clashes(files: Sequence[TraceCalls]) -> tuple[RankClash, ...]:
-    """Every rank (``distributedInfo.rank``) that more than one of ``files`` claims, in the order the rank
-    first appears; files without a rank never clash."""
+def rank_clashes(files: Sequence[TraceCalls], real: "Mapping[str, Path] | None" = None) -> tuple[RankClash, ...]:
+    """Every rank (``distributedInfo.rank``) that more than one of ``files`` claims, in the order the rank first
+    appears; files without a rank never clash. Two files of one rank in different directories clash only when they
+    are copies (same bytes; ``real``: shown path → file, where known): profattn writes one launch's ranks per
+    directory (``traces/cp/<cell>/rank<r>.pt.trace.json.gz``), every cell with its rank 0."""
     by_rank: dict[int, list[str]] = {}
     for f in files:
         if f.rank is not None:
             by_rank.setdefault(f.rank, []).append(f.path)
-    return tuple(RankClash(rank, tuple(paths)) for rank, paths in by_rank.items() if len(paths) > 1)
+
+    def clash(a: str, b: str) -> bool:
+        if trace_group(a) == trace_group(b):
+            return True
+        pa, pb = (real or {}).get(a), (real or {}).get(b)
+        return pa is None or pb is None or _same_bytes(pa, pb)
+
+    return tuple(RankClash(rank, tuple(paths)) for rank, paths in by_rank.items()
+                 if any(clash(a, b) for i, a in enumerate(paths) for b in paths[i + 1:]))
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        if a.stat().st_size != b.stat().st_size:
+            return False
+        return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+    except OSError:
+        return True
+
+
+def trace_group(path: str) -> str:
+    """The directory of a shown trace path (``""`` for a file at the top): the ranks of one launch
+    (profattn's ``traces/cp/<cell>/rank<r>…``: the cell)."""
+    return posixpath.dirname(path.replace(os.sep, "/"))
+
+
+def call_itemsize(calls: TraceCalls) -> int | None:
+    """Bytes per element of the trace's attention calls when they all record one dtype (bf16/fp16 2, fp32 4), else
+    None: the element size of collectives whose arguments record none (a ``TensorList``), e.g. K/V blocks sent
+    around a ring."""
+    dtypes = {c.shape.dtype for c in calls.calls if c.shape is not None and c.shape.dtype}
+    return DTYPE_BYTES.get(dtypes.pop()) if len(dtypes) == 1 else None
 
 
 def _natural_key(path: Path) -> list[object]:

@@ -49,7 +49,7 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
     from profattn.analysis.traces import analyze_paths
-    from profattn.report.analyze import comm_text, set_warnings, write_html, write_json
+    from profattn.report.analyze import comm_lines, set_warnings, write_html, write_json
     from profattn.report.format import fmt_us
 
     if out_path is None and Path("results.json").is_file():
@@ -74,9 +74,8 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
         for w in f.warnings:
             click.echo(f"warning: {f.label}: {w.message}", err=True)
-    for f, tl in zip(analysis.files, analysis.comm):
-        if tl is not None:
-            click.echo(comm_text(f.label, tl))
+    for line in comm_lines(analysis):
+        click.echo(line)
     for warning in set_warnings(analysis):
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"report: {write_html(analysis, html_path)}")

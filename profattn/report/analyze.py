@@ -21,7 +21,7 @@ from typing import Any
 from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.comm import RankTimeline
-from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis
+from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
 from profattn.files import write_text_atomic
 from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells
 from profattn.report.render import render, write_html_file
@@ -35,6 +35,7 @@ __all__ = [
     "analysis_to_dict",
     "call_group_rows",
     "call_rows",
+    "comm_lines",
     "file_rows",
     "kernel_chart",
     "kernel_rows",
@@ -268,6 +269,20 @@ def comm_text(label: str, tl: "RankTimeline") -> str:
     return (f"{label}: communication {r['comm']} ({r['source']}, {r['collectives']} collectives, "
             f"sent {r['sent']}), attention {r['compute']}, overlap {r['overlap']} ({r['overlap_share']} of the "
             f"communication), idle {r['idle']} of {r['span']}")
+
+
+def comm_lines(analysis: TraceSetAnalysis) -> list[str]:
+    """One :func:`comm_text` line per file with collectives, labelled by its directory when the files lie in more
+    than one (``"<cell> rank 0: communication …"``: profattn's ``traces/cp/<cell>/rank<r>…``)."""
+    comm = analysis.comm or (None,) * len(analysis.files)
+    groups = {trace_group(f.path) for f in analysis.files}
+    lines = []
+    for f, tl in zip(analysis.files, comm):
+        if tl is None:
+            continue
+        group = trace_group(f.path)
+        lines.append(comm_text(f"{group} {f.label}" if len(groups) > 1 and group else f.label, tl))
+    return lines
 
 
 def _comm_dict(tl: "RankTimeline | None") -> dict[str, Any] | None:

@@ -67,8 +67,8 @@ def test_analyze_paths_adds_each_rank_s_communication():
     a = analyze_paths(files)
     assert [tl.rank for tl in a.comm] == [0, 1]
     assert all(tl.windows == 0 and tl.comm_source == "gloo ranges" and len(tl.ops) == 48 for tl in a.comm)
-    # no element size in the file for send/recv TensorLists: elements only (3 calls x 4096)
-    assert a.comm[0].sent_bytes is None and a.comm[0].sent_elements == 3 * 4096
+    # no element size in the file for send/recv TensorLists: the attention calls' (fp32), 3 calls x 4096 x 4 B
+    assert a.comm[0].sent_elements == 3 * 4096 and a.comm[0].sent_bytes == 3 * 4096 * 4
     assert analyze_paths([DATA / "cpu_varlen_window_torch213.pt.trace.json.gz"]).comm == (None,)  # no collectives
 
 

@@ -365,3 +365,29 @@ def test_profile_variants_small_end_to_end(tmp_path: Path, monkeypatch):
     assert all(c.correctness.quant_rel_err > c.correctness.out_rel_err for c in fp8)
     windowed = [k for k in ok if "_w64" in k[0]]
     assert {b for _, b in windowed} == {"sdpa-math", "torch-paged-reference", "triton-paged-decode"}
+
+
+def test_analyze_of_a_runs_cp_traces_labels_each_cell_and_reports_bytes(tmp_path: Path) -> None:
+    # profattn's layout: traces/cp/<cell>/rank<r>.pt.trace.json.gz, two cells of the same two ranks
+    import gzip
+
+    data = Path(__file__).parents[1] / "data" / "traces"
+    for c in ("cellA", "cellB"):
+        (tmp_path / "cp" / c).mkdir(parents=True)
+        for r in (0, 1):
+            doc = json.loads(gzip.decompress((data / f"cpu_gloo_cp2_ring_train_rank{r}.pt.trace.json.gz").read_bytes()))
+            doc["cell"] = c  # two cells' traces, not copies of one
+            (tmp_path / "cp" / c / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    res = CliRunner().invoke(main, ["analyze", str(tmp_path / "cp"), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if ": communication " in ln]
+    assert [ln.split(":")[0] for ln in lines] == ["cellA rank 0", "cellA rank 1", "cellB rank 0", "cellB rank 1"]
+    # 3 calls x 4096 fp32 elements sent (the attention calls' dtype): bytes, not elements
+    assert all("sent 49.2 kB" in ln for ln in lines), lines
+    assert "appears in 2 files" not in res.output
+    # the same trace copied into two directories is still a copy
+    (tmp_path / "cp" / "cellC").mkdir()
+    (tmp_path / "cp" / "cellC" / "rank0.pt.trace.json.gz").write_bytes(
+        (tmp_path / "cp" / "cellA" / "rank0.pt.trace.json.gz").read_bytes())
+    res = CliRunner().invoke(main, ["analyze", str(tmp_path / "cp"), "--out", str(tmp_path / "a.html")])
+    assert "warning: rank 0 appears in 3 files" in res.output

@@ -419,11 +419,16 @@ class Workload:
             if scheme is not None:
                 raise WorkloadError(f"cp_scheme {scheme!r} needs cp_ranks >= 2 (one rank is an ordinary call)")
             return
+        if scheme is None:
+            raise WorkloadError(f"cp_ranks={r} needs cp_scheme, one of: {', '.join(CP_SCHEMES)}")
         if scheme not in CP_SCHEMES:
-            raise WorkloadError(f"cp_ranks {r} needs cp_scheme, one of: {', '.join(CP_SCHEMES)}; got {scheme!r}")
+            raise WorkloadError(f"cp_scheme {scheme!r} is not a context-parallel scheme; one of: {', '.join(CP_SCHEMES)}")
         if self.phase not in (Phase.TRAIN, Phase.PREFILL):
             raise WorkloadError(f"context parallelism splits a train or prefill call, not {self.phase.value}")
-        if self.kv_layout is not KVLayout.DENSE or self.seqs or self.window is not None:
+        if self.kv_layout is not KVLayout.DENSE:
+            raise WorkloadError(f"context parallelism splits a dense K/V, not a paged cache (page_size={self.page_size}): "
+                                "leave out page_size")
+        if self.seqs or self.window is not None:
             raise WorkloadError("context parallelism is offered for dense calls without seqs/docs or a window")
         if self.q_len != self.kv_len:
             raise WorkloadError(f"context parallelism splits one self-attention sequence: q_len {self.q_len} must "
@@ -434,7 +439,7 @@ class Workload:
             raise WorkloadError(f"cp_scheme {scheme}: q_len {self.q_len} must be divisible by {chunks}, {why}")
         if scheme == "ulysses" and (self.num_q_heads % r or self.num_kv_heads % r):
             raise WorkloadError(f"cp_scheme ulysses splits heads over ranks: num_q_heads {self.num_q_heads} and "
-                                f"num_kv_heads {self.num_kv_heads} must be divisible by cp_ranks {r}")
+                                f"num_kv_heads {self.num_kv_heads} must be divisible by cp_ranks={r}")
 
     @property
     def is_context_parallel(self) -> bool:

@@ -207,6 +207,17 @@ def parse_workload_spec(text: str) -> "Workload":
             values[name] = raw
     if "page_size" in values and "kv_layout" not in values:
         values["kv_layout"] = KVLayout.PAGED.value
+    try:
+        return _build(text, values, given_as)
+    except WorkloadError as exc:  # context parallelism's fields as the user typed them (cp=, page=)
+        msg = str(exc)
+        for name in ("cp_ranks", "page_size"):
+            if given_as.get(name, name) != name:
+                msg = re.sub(rf"\b{name}\b", given_as[name], msg)
+        raise WorkloadError(msg) from None
+
+
+def _build(text: str, values: dict[str, object], given_as: dict[str, str]) -> Workload:
     if "seqs" in values:
         clash = [given_as[n] for n in ("batch", "q_len", "kv_len") if n in values]
         if clash:

@@ -26,14 +26,25 @@ def test_spec_round_trip_tag_and_dict():
 @pytest.mark.parametrize("extra, message", [
     (",cp=2", "needs cp_scheme"),
     (",cp_scheme=ring", "needs cp_ranks >= 2"),
-    (",cp=2,cp_scheme=zigzag", "needs cp_scheme, one of"),
+    (",cp=2,cp_scheme=zigzag", "^cp_scheme 'zigzag' is not a context-parallel scheme; one of: ring, allgather"),
     (",cp=3,cp_scheme=ring", "divisible by 6"),
     (",cp=4,cp_scheme=ulysses", "num_kv_heads 2"),
-    (",cp=0,cp_scheme=ring", "cp_ranks must be an integer"),
+    (",cp=0,cp_scheme=ring", "^cp must be an integer"),
 ])
 def test_invalid_combinations(extra, message):
     with pytest.raises(WorkloadError, match=message):
         parse_workload_spec(BASE + extra)
+
+
+def test_messages_name_the_fields_as_typed():
+    with pytest.raises(WorkloadError, match=r"^cp=2 needs cp_scheme, one of: ring, allgather, ulysses, torch-cp$"):
+        parse_workload_spec(BASE + ",cp=2")
+    with pytest.raises(WorkloadError, match=r"^cp_ranks=2 needs cp_scheme"):
+        parse_workload_spec(BASE + ",cp_ranks=2")
+    with pytest.raises(WorkloadError, match=r"must be divisible by cp=4$"):
+        parse_workload_spec(BASE + ",cp=4,cp_scheme=ulysses")
+    with pytest.raises(WorkloadError, match=r"^context parallelism splits a dense K/V, not a paged cache \(page=16\)"):
+        parse_workload_spec(BASE.replace("phase=train", "phase=prefill") + ",page=16,cp=2,cp_scheme=ring")
 
 
 def test_decode_and_windows_are_refused():

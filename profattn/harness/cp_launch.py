@@ -16,13 +16,16 @@ correctness check of the gathered output and gradients.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,7 +208,7 @@ def _launch(todo: list, device: torch.device, run_dir: Path, *, seed: int, profi
     spec = {"device": device.type, "profile_calls": profile_calls, "cells": specs,
             "reps": reps if reps is not None else (20 if device.type == "cuda" else 5),
             "threads": max(1, (os.cpu_count() or 1) // ranks), "collective_timeout_s": max(30, int(timeout_s))}
-    with tempfile.TemporaryDirectory(prefix="profattn-cp-") as tmp:
+    with _sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="profattn-cp-") as tmp:
         try:
             outcome = launch_ranks(spec, ranks, Path(tmp), timeout_s=timeout_s, env=env)
         except OSError as exc:
@@ -220,6 +223,24 @@ def _launch(todo: list, device: torch.device, run_dir: Path, *, seed: int, profi
             cells.append(_cell(w, base, device, run_dir, outcome.results[i], outcome.checks[i],
                                outcome.unsupported[i], outcome.error))
     return cells
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """While a launch runs (main thread only): SIGTERM raises ``KeyboardInterrupt``, so the ranks are stopped and the
+    launch's temporary directory removed, and the run saves what finished as on Ctrl-C (exit 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_cp_cell(w: Workload, backend: Backend, device: torch.device, run_dir: Path, cell_id: str, *, seed: int,

@@ -124,3 +124,26 @@ def test_each_torch_cp_cell_has_a_launch_of_its_own(tmp_path, monkeypatch):
     assert [c.cell_id for c in out] == [c[2] for c in cells]
     assert out[1].status == CellStatus.UNSUPPORTED and "fused SDPA" in out[1].reason
     assert all(c.status == CellStatus.UNSUPPORTED for c in out)
+
+
+def test_sigterm_stops_the_launch_and_removes_its_temporary_directory(tmp_path, monkeypatch):
+    import os
+    import signal
+    import time
+
+    seen = []
+
+    def fake(spec, ranks, work_dir, **_):
+        seen.append(work_dir)
+        (work_dir / "spec.json").write_text("{}")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # never reached: the signal interrupts
+        raise AssertionError("SIGTERM did not interrupt the launch")
+
+    monkeypatch.setattr(cp_launch, "launch_ranks", fake)
+    before = signal.getsignal(signal.SIGTERM)
+    (w, b, cid), = _cells(["phase=train,b=1,q=32,kv=32,hq=4,hkv=2,d=16,dtype=fp32,cp=2,cp_scheme=ulysses"])
+    with pytest.raises(KeyboardInterrupt):
+        run_cp_cell(w, b, CPU, tmp_path, cid, seed=0)
+    assert seen and not seen[0].exists()  # /tmp/profattn-cp-XXXX removed
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -207,22 +207,24 @@ class RingAttention(torch.autograd.Function):
 # ---- collectives with autograd (allgather, ulysses) -------------------------------------------------
 
 
+def _all_to_all(x: torch.Tensor) -> torch.Tensor:
+    """Equal-split all-to-all over dim 0 (``[R, ...]``: block ``j`` goes to rank ``j``), into a new tensor."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)
+    return out
+
+
 class _AllToAll(torch.autograd.Function):
-    """Equal-split all-to-all over dim 0 (``[R, ...]``: block ``j`` goes to rank ``j``); its adjoint is itself."""
+    """:func:`_all_to_all` with autograd; its adjoint is itself."""
 
     @staticmethod
     def forward(ctx, x):  # type: ignore[override]
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        dist.all_to_all_single(out, x)
-        return out
+        return _all_to_all(x)
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        g = g.contiguous()
-        out = torch.empty_like(g)
-        dist.all_to_all_single(out, g)
-        return out
+        return _all_to_all(g)
 
 
 class _AllGather(torch.autograd.Function):
@@ -239,10 +241,7 @@ class _AllGather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        g = g.contiguous()
-        recv = torch.empty_like(g)
-        dist.all_to_all_single(recv, g)
-        return recv.sum(0)
+        return _all_to_all(g).sum(0)
 
 
 def allgather_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: Workload, rank: int,

@@ -9,13 +9,21 @@ flash-attn's ``flash_fwd_splitkv_kernel`` and FlashInfer's decode kernels):
   table, loads each K/V tile **once for the whole group**, keeps the running max and sum in fp32
   (online softmax, Milakov & Gimelshein 2018), and writes the split's normalised partial output and its
   log-sum-exp. With one split it writes the final output directly and no combine runs.
-* ``_paged_decode_combine_kernel`` — one program per (sequence, query head): rescales the splits'
-  partial outputs by ``exp(lse_s − max lse)`` and sums them.
+* The combine, when there is more than one split: with few splits (≤ :data:`FUSED_MAX_SPLITS`) the last-arriving
+  split program of each (sequence, KV head) combines them in the same launch (an arrival counter; the partials
+  loaded a chunk of splits at a time, the loads in flight together); with more, a second kernel
+  ``_paged_decode_combine_kernel``, one program per (sequence, query head), rescales the splits' partial
+  outputs by ``exp(lse_s − max lse)`` and sums them (one program walking many splits' partials is a serial
+  tail; spread over ``B·Hq`` programs it is not).
 
-Split rule (:func:`choose_num_splits`): decode at the seed shape has only ``B·Hkv = 32`` (sequence, KV
-head) pairs for 132 SMs, so the KV sequence is split until there are about ``CTAS_PER_SM × SMs`` programs,
-but never into splits shorter than ``MIN_BLOCKS_PER_SPLIT × BLOCK_N`` tokens (a split must stream
-enough bytes to hide its start-up latency and pay for its share of the combine).
+Split rule (:func:`choose_num_splits`, the work decomposition): a wave-quantization model. ``CTAS_PER_SM ×
+SMs`` programs make a wave (4 per SM, fitted to the measured optimum); a split
+count ``s`` makes ``B·Hkv·s`` programs of ``ceil(tiles/s)`` tiles each, so the step takes about
+``waves(s) · (tiles per split + start-up)`` plus the combine's cost — the rule picks the ``s`` that minimises
+it. At the seed shape (32 pairs) that is 16 splits, 512 programs, one wave; at B·Hkv = 256 two splits (512
+programs) rather than the three (768 programs, 1.45 waves) a "fill the GPU" rule picks; from B·Hkv ≈ 512 no
+split at all. Measured on the H200 over 58 decode points (batch 1–256, kv 512–32768, GQA groups 1/4/8):
+within 3.5 % of the best split count at every point (NOTES.md, "Issue 15").
 """
 
 from __future__ import annotations
@@ -32,25 +40,54 @@ from profattn.families import TRITON
 from profattn.workload.paged import dequantize
 from profattn.workload import Workload
 
-# Defaults chosen on the H200 by ``benchmarks/decode_paged.py --tune`` (NOTES.md has the table):
+# Defaults chosen on the H200 (``benchmarks/decode_paged.py --tune`` and the 58-point exploration in NOTES.md):
 #: Tokens per inner-loop tile (one tl.dot of ``[16, d] × [d, BLOCK_N]``).
 BLOCK_N = 32
-#: Programs per SM the split rule aims for (4 hides the DRAM latency of the page-table → K/V chain).
+#: The split rule's wave, in programs per SM: 4 fitted the measured optimum over 58 tuned decode points (mean
+#: regret 0.1 %, worst 3.5 %; NOTES.md), e.g. 512 programs (two splits) at B·Hkv = 256 beat 768 (three) by 1.24×.
 CTAS_PER_SM = 4
-#: Shortest split, in tiles.
-MIN_BLOCKS_PER_SPLIT = 2
+#: Shortest split, in tiles (a one-tile split measured best at batch 1, kv 512: 9.3 vs 10.3 µs for two tiles).
+MIN_BLOCKS_PER_SPLIT = 1
 NUM_WARPS = 4
+#: Three stages: within 0–3 % of the best of 8 launch configurations wherever the plan splits (4 stages: 1–8 %
+#: slower there, e.g. 19.9 vs 18.9 µs at the seed's kv 2048); where no split is needed and the programs exceed
+#: a wave (3 stages lost 4–21 % there) :func:`choose_launch` takes the direct launch instead.
 NUM_STAGES = 3
-#: How the splits are combined: "separate" (a second kernel) or "fused" (the last-arriving split program
-#: combines; one launch, measured 2-5 µs slower on the H200, NOTES.md). The backend reads
-#: ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review the other schedule.
-COMBINE = "separate"
-#: An FP8 cache's tile and warps (:func:`fp8_launch`): the codes are half the bytes, so a 64-token tile streams what
+#: A plan without a split streams 64-token tiles in 2 stages when a program walks ≥ 2,048 keys or the programs
+#: fill more than a wave: 1.0–1.8 % faster than the 32-token, 4-stage launch at every such tuned point (B·Hkv ≥ 512),
+#: 2.5 % slower at kv 512 in a single wave (:func:`choose_launch`).
+DIRECT_BLOCK_N = 64
+#: Stages of a split plan whose busy programs exceed a wave (a ragged batch's work list): 149 vs 183 µs with 3
+#: stages on the lognormal batch (B=64, kv ≤ 8192, 928 programs), as 3 stages lost once programs exceeded a wave.
+MULTIWAVE_NUM_STAGES = 4
+DIRECT_NUM_STAGES = 2
+DIRECT_MIN_KV = 2048
+#: The split rule's model (:func:`choose_num_splits`), in tiles of streaming per program: a program's start-up (the
+#: dependent sequence-length → block-table → first K/V round trips), the combine's fixed cost and its cost per split.
+SPLIT_STARTUP_TILES = 2.0
+COMBINE_FIXED_TILES = 1.0
+COMBINE_TILES_PER_SPLIT = 1 / 64
+#: Relative cost difference the split rule treats as a tie (to fewer splits).
+SPLIT_COST_TIE = 0.015
+#: How the splits are combined: "auto" (fused up to :data:`FUSED_MAX_SPLITS` splits, else the second kernel),
+#: "separate" (a second kernel) or "fused" (the last-arriving split program combines; one launch). The backend
+#: reads ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review another schedule.
+COMBINE = "auto"
+#: Up to this many splits the fused combine was as fast or faster (0.90–1.00× the two-kernel path at 2 and 4
+#: splits); with 16 or more it was 1.0–4.8× slower (one program reads every split's partials).
+FUSED_MAX_SPLITS = 4
+COMBINES = ("auto", "fused", "separate")
+#: An FP8 cache's tile and warps (:func:`choose_launch`): the codes are half the bytes, so a 64-token tile streams what
 #: a 32-token bf16 tile does; two warps keep the 108-register FP8 path at 4 programs per SM. Chosen on the H200
 #: (NOTES.md, "FP8 decode": 32.2 µs vs 38.8 µs for the bf16 defaults at the seed's kv 8192).
 FP8_BLOCK_N = 64
 FP8_NUM_WARPS = 2
+#: The FP8 launch keeps the 3 stages it was tuned with (NOTES.md, "FP8 decode").
+FP8_NUM_STAGES = 3
 COMBINE_ENV = "PROFATTN_PAGED_COMBINE"
+#: The fused combine loads the partial outputs ``[group, chunk, d]`` at a time, at most this many fp32 elements
+#: (16 registers per thread at 4 warps; 4,096 took group 8 from 96 to 142 registers), the chunks unrolled so their loads are in flight together.
+COMBINE_CHUNK_ELEMS = 2048
 
 
 @dataclass(frozen=True)
@@ -64,180 +101,154 @@ class SplitPlan:
     ctas: int
 
 
+def split_plan(*, batch: int, num_kv_heads: int, max_kv_len: int, num_splits: int, block_n: int = BLOCK_N) -> SplitPlan:
+    """A plan of (at most) ``num_splits`` splits: tokens per split rounded up to whole ``block_n`` tiles, the split
+    count then recomputed so no split is empty for the longest sequence (e.g. 3 splits of 256 tiles → 86 tiles
+    each, 3 splits; 3 splits of 4 tiles → 2 tiles each, 2 splits).
+
+    Raises:
+        ValueError: ``num_splits`` or ``block_n`` below 1.
+    """
+    if num_splits < 1 or block_n < 1:
+        raise ValueError(f"num_splits and block_n must be >= 1, got {num_splits}, {block_n}")
+    blocks = max(1, math.ceil(max_kv_len / block_n))
+    per_split = math.ceil(blocks / min(num_splits, blocks))
+    splits = math.ceil(blocks / per_split)
+    return SplitPlan(splits, per_split * block_n, block_n, batch * num_kv_heads * splits)
+
+
 def choose_num_splits(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
                       block_n: int = BLOCK_N, ctas_per_sm: int = CTAS_PER_SM,
-                      min_blocks_per_split: int = MIN_BLOCKS_PER_SPLIT) -> SplitPlan:
-    """The split-KV plan for a decode step (see module docstring).
+                      min_blocks_per_split: int = MIN_BLOCKS_PER_SPLIT,
+                      kv_lens: tuple[int, ...] | None = None) -> SplitPlan:
+    """The split-KV plan for a decode step: the split count that minimises the wave-quantization model
 
-    ``splits = min(ceil(ctas_per_sm·SMs / (B·Hkv)), ceil(blocks / min_blocks_per_split))``, at least 1,
-    with ``blocks = ceil(max_kv_len / block_n)``; tokens per split are then rounded up to whole tiles and
-    the split count recomputed so no split is empty for the longest sequence.
-    Examples (132 SMs, defaults: 32-token tiles, 4 CTAs per SM, at least 2 tiles per split):
-    B=8, Hkv=4, kv 8192 → 16 splits of 512 tokens (512 CTAs); kv 512 → 8 splits of 64 (256 CTAs);
-    B=64, Hkv=4, kv 8192 → 3 splits of 2752 (768 CTAs); B=1, Hkv=4, kv 100 → 2 splits of 64.
+    ``cost(s) = ceil(P·s / W) · (ceil(T / s) + SPLIT_STARTUP_TILES) + [s > 1] · (COMBINE_FIXED_TILES +
+    s · COMBINE_TILES_PER_SPLIT)``
+
+    with ``P = batch · num_kv_heads`` (sequence, KV head) pairs, ``W = ctas_per_sm · num_sms`` programs per wave
+    and ``T = ceil(max_kv_len / block_n)`` tiles, over the split counts that leave no split empty and no split
+    shorter than ``min_blocks_per_split`` tiles; costs within :data:`SPLIT_COST_TIE` of the least count as ties,
+    which go to fewer splits (the model's resolution: many waves of small splits shave a partial last wave the
+    hardware's scheduling already smooths).
+    Examples (132 SMs, defaults: 32-token tiles, W = 528):
+    B=8, Hkv=4, kv 8192 → 16 splits of 512 tokens (512 CTAs, one wave); kv 512 → 16 splits of 32;
+    B=64, Hkv=4, kv 8192 → 2 splits of 4096 (512 CTAs; 3 splits would be 768 CTAs, 1.45 waves);
+    B=96, Hkv=8, kv 8192 → 2 splits (1,536 CTAs, 2.9 waves, where one split is 768 CTAs in 2 waves);
+    B=256, Hkv=8, kv 32768 → 1 split (B·Hkv = 2,048 fills two waves by itself); B=1, Hkv=4, kv 100 → 4 splits of 32.
+
+    ``kv_lens`` (each sequence's keys, host-side, as a serving engine's scheduler knows them; FlashInfer's
+    ``plan()`` reads them the same way): a ragged batch's programs past a short sequence's end exit at once, so
+    the waves count only the busy ones, ``P·s`` replaced by ``Hkv · Σ_b ceil(len_b / tokens per split)`` — a
+    batch of mostly short sequences is split further than its longest one alone would be.
+
+    Raises:
+        ValueError: a non-positive batch, head count, SM count, tile, CTAs per SM or split length; ``kv_lens``
+            not ``batch`` lengths of at most ``max_kv_len``.
     """
+    if min(batch, num_kv_heads, num_sms, block_n, ctas_per_sm, min_blocks_per_split) < 1:
+        raise ValueError("batch, num_kv_heads, num_sms, block_n, ctas_per_sm and min_blocks_per_split must be >= 1")
+    if kv_lens is not None and (len(kv_lens) != batch or max(kv_lens) > max_kv_len):
+        raise ValueError(f"kv_lens must hold {batch} lengths of at most max_kv_len {max_kv_len}")
     pairs = batch * num_kv_heads
+    wave = ctas_per_sm * num_sms
     blocks = max(1, math.ceil(max_kv_len / block_n))
-    want = max(1, math.ceil(ctas_per_sm * num_sms / pairs))
-    cap = max(1, math.ceil(blocks / min_blocks_per_split))
-    splits = min(want, cap)
-    blocks_per_split = math.ceil(blocks / splits)
-    splits = math.ceil(blocks / blocks_per_split)
-    return SplitPlan(splits, blocks_per_split * block_n, block_n, pairs * splits)
+    costs: dict[int, float] = {}
+    # Pairs alone filling two waves: one split (measured at B·Hkv = 1,024 and 2,048, splitting never won; the
+    # model's lockstep waves overstate a many-wave tail that the hardware's scheduling evens out).
+    top = 1 if pairs >= 2 * wave else min(max(1, blocks // min_blocks_per_split), 2 * wave)
+    for s in range(1, top + 1):
+        per_split = math.ceil(blocks / s)
+        if math.ceil(blocks / per_split) != s:  # the same plan as a smaller split count
+            continue
+        busy = pairs * s if kv_lens is None else num_kv_heads * sum(
+            max(1, math.ceil(n / (per_split * block_n))) for n in kv_lens)
+        cost = math.ceil(busy / wave) * (per_split + SPLIT_STARTUP_TILES)
+        if s > 1:
+            cost += COMBINE_FIXED_TILES + s * COMBINE_TILES_PER_SPLIT
+        costs[s] = cost
+    floor = min(costs.values()) * (1 + SPLIT_COST_TIE)
+    best = (0.0, min(s for s, c in costs.items() if c <= floor))
+    return split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=best[1],
+                      block_n=block_n)
 
 
-def _kernels():
-    """Define the Triton kernels on first use (Triton is imported lazily: CPU installs may lack it)."""
-    import triton
-    import triton.language as tl
+def work_list(kv_lens: tuple[int, ...], plan: SplitPlan, window: int | None = None) -> list[int]:
+    """The busy (sequence, split) items of a ragged batch under ``plan``: sequence ``b`` of ``n`` keys (its last
+    ``window`` with a window) has ``ceil(n / tokens_per_split)`` splits; each item packed as ``b << 16 | split``.
+    Example: lengths (100, 20, 64), 32-token splits → [0, 1, 2, 3, 65536, 131072, 131073].
 
-    @triton.jit
-    def _paged_decode_split_kernel(
-        Q, K, V, BlockTable, SeqLens, Out, OutPartial, LsePartial,
-        qk_scale_log2,
-        stride_qb, stride_qh,
-        stride_kp, stride_kt, stride_kh,
-        stride_vp, stride_vt, stride_vh,
-        stride_bt,
-        stride_ob, stride_oh,
-        stride_pb, stride_ph, stride_ps,
-        stride_lb, stride_lh,
-        tokens_per_split, num_splits, Arrivals, KScale, VScale, window,
-        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-        PAGE_SIZE: tl.constexpr, DIRECT: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
-        KV_QUANT: tl.constexpr, DOT_F16: tl.constexpr,
-    ):
-        b = tl.program_id(0)
-        kvh = tl.program_id(1)
-        split = tl.program_id(2)
-        seq_len = tl.load(SeqLens + b)
-        # A sliding window (window > 0) starts the key loop at the window's first key: the pages before it
-        # are never read, and the splits share only the window's tokens.
-        lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)
-        start = lo + split * tokens_per_split
-        end = tl.minimum(start + tokens_per_split, seq_len)
-
-        offs_g = tl.arange(0, BLOCK_G)
-        offs_d = tl.arange(0, HEAD_DIM)
-        g_mask = offs_g < GROUP
-        qh = kvh * GROUP + offs_g
-        q = tl.load(Q + b * stride_qb + qh[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None], other=0.0)
-        qk_scale = qk_scale_log2
-        if KV_QUANT:
-            # FP8 codes times this KV head's scale: k_scale folds into the softmax scale (one multiply per score,
-            # not per loaded element), v_scale into the output after the loop; the codes convert exactly to
-            # q's 16-bit dtype for the tensor-core dot.
-            qk_scale = qk_scale_log2 * tl.load(KScale + kvh)
-            if DOT_F16:  # e4m3 -> fp16 is one hardware cvt per pair on sm_89+ (e4m3 -> bf16 is a longer sequence)
-                q = q.to(tl.float16)
-
-        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
-        bt_row = BlockTable + b * stride_bt
-        offs_tile = tl.arange(0, BLOCK_N)
-        # Page ids of the first tile; inside the loop the next tile's ids are loaded while this tile's
-        # K/V stream in, so the block-table lookup never sits between two tiles (software prefetch).
-        page = tl.load(bt_row + (start + offs_tile) // PAGE_SIZE, mask=(start + offs_tile) < end, other=0).to(tl.int64)
-        for n0 in range(start, end, BLOCK_N):
-            offs_n = n0 + offs_tile
-            n_mask = offs_n < end
-            slot = offs_n % PAGE_SIZE
-            k = tl.load(K + page[:, None] * stride_kp + slot[:, None] * stride_kt + kvh * stride_kh + offs_d[None, :],
-                        mask=n_mask[:, None], other=0.0)
-            v = tl.load(V + page[:, None] * stride_vp + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
-                        mask=n_mask[:, None], other=0.0)
-            if KV_QUANT:  # FP8 codes convert exactly to fp16 / bf16
-                k = k.to(q.dtype)
-                v = v.to(q.dtype)
-            nxt = offs_n + BLOCK_N
-            if PREFETCH:
-                page = tl.load(bt_row + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
-            s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_G, BLOCK_N], log2 domain
-            s = tl.where(n_mask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
-            if not PREFETCH:
-                page = tl.load(bt_row + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
-
-        has = l_i > 0
-        out = acc / tl.where(has, l_i, 1.0)[:, None]
-        if KV_QUANT:  # every split of this KV head shares the scale, so the combine's weighted mean keeps it
-            out = out * tl.load(VScale + kvh)
-        if DIRECT:
-            tl.store(Out + b * stride_ob + qh[:, None] * stride_oh + offs_d[None, :], out.to(Out.dtype.element_ty),
-                     mask=g_mask[:, None])
-        else:
-            lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))  # log2 domain
-            tl.store(OutPartial + b * stride_pb + qh[:, None] * stride_ph + split * stride_ps + offs_d[None, :], out,
-                     mask=g_mask[:, None])
-            tl.store(LsePartial + b * stride_lb + qh * stride_lh + split, lse, mask=g_mask)
-            if FUSED:
-                # Last-arriving program of this (sequence, KV head) combines all splits (the threadfence-
-                # reduction pattern of the CUDA samples): every thread's stores are ordered before the
-                # counter increment by the barrier and the atomic's release; the acquire lets the last
-                # program read the other programs' partials (loaded .cg: from L2, never a stale L1 line).
-                tl.debug_barrier()
-                counter = Arrivals + b * tl.num_programs(1) + kvh
-                arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-                if arrived == num_splits - 1:
-                    m_all = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-                    for s_i in range(0, num_splits):
-                        ls = tl.load(LsePartial + b * stride_lb + qh * stride_lh + s_i, mask=g_mask,
-                                     other=float("-inf"), cache_modifier=".cg")
-                        m_all = tl.maximum(m_all, ls)
-                    m_safe = tl.where(m_all > float("-inf"), m_all, 0.0)
-                    num = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
-                    den = tl.zeros([BLOCK_G], dtype=tl.float32)
-                    for s_i in range(0, num_splits):
-                        ls = tl.load(LsePartial + b * stride_lb + qh * stride_lh + s_i, mask=g_mask,
-                                     other=float("-inf"), cache_modifier=".cg")
-                        w = tl.where(ls > float("-inf"), tl.exp2(ls - m_safe), 0.0)
-                        o_s = tl.load(OutPartial + b * stride_pb + qh[:, None] * stride_ph + s_i * stride_ps
-                                      + offs_d[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=".cg")
-                        num += o_s * w[:, None]
-                        den += w
-                    final = num / tl.where(den > 0, den, 1.0)[:, None]
-                    tl.store(Out + b * stride_ob + qh[:, None] * stride_oh + offs_d[None, :],
-                             final.to(Out.dtype.element_ty), mask=g_mask[:, None])
-                    tl.atomic_xchg(counter, 0)  # re-arm for the next step (CUDA-graph replays reuse it)
-
-    @triton.jit
-    def _paged_decode_combine_kernel(
-        OutPartial, LsePartial, Out, num_splits,
-        stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
-        HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr,
-    ):
-        b = tl.program_id(0)
-        h = tl.program_id(1)
-        offs_s = tl.arange(0, BLOCK_S)
-        offs_d = tl.arange(0, HEAD_DIM)
-        s_mask = offs_s < num_splits
-        lse = tl.load(LsePartial + b * stride_lb + h * stride_lh + offs_s, mask=s_mask, other=float("-inf"))
-        m = tl.max(lse, 0)
-        w = tl.where(s_mask & (lse > float("-inf")), tl.exp2(lse - m), 0.0)
-        o = tl.load(OutPartial + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
-                    mask=s_mask[:, None], other=0.0)
-        out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-        tl.store(Out + b * stride_ob + h * stride_oh + offs_d, out.to(Out.dtype.element_ty))
-
-    return _paged_decode_split_kernel, _paged_decode_combine_kernel
+    Raises:
+        ValueError: more than 65,536 sequences or splits (the packing's 16 bits).
+    """
+    items = []
+    for b, n in enumerate(kv_lens):
+        span = n if window is None else min(n, window)
+        splits = max(1, math.ceil(span / plan.tokens_per_split))
+        if b >= 1 << 16 or splits > 1 << 16:
+            raise ValueError(f"work list packs 16-bit sequence and split ids: sequence {b}, {splits} splits")
+        items += [b << 16 | s for s in range(splits)]
+    return items
 
 
-_KERNELS = None
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """The launch :func:`choose_launch` picks: the split plan (its ``block_n`` is the tile), warps, pipeline stages."""
+
+    plan: SplitPlan
+    num_warps: int
+    num_stages: int
+
+
+def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
+                  ctas_per_sm: int = CTAS_PER_SM, kv_lens: tuple[int, ...] | None = None,
+                  quantized: bool = False) -> DecodeLaunch:
+    """The decode launch for a step: the split count of :func:`choose_num_splits` on 32-token tiles (4 warps, 3
+    stages, or :data:`MULTIWAVE_NUM_STAGES` when the busy programs exceed a wave); a plan that needs no split streams :data:`DIRECT_BLOCK_N`-token tiles in :data:`DIRECT_NUM_STAGES` stages
+    when each program walks a long sequence (``max_kv_len ≥`` :data:`DIRECT_MIN_KV`) or the programs fill more than a
+    wave. An FP8 cache keeps its own launch (:data:`FP8_BLOCK_N`, :data:`FP8_NUM_WARPS`, :data:`FP8_NUM_STAGES`).
+
+    Raises:
+        ValueError: as :func:`choose_num_splits`.
+    """
+    if quantized:
+        plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
+                                 block_n=FP8_BLOCK_N, ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
+        return DecodeLaunch(plan, FP8_NUM_WARPS, FP8_NUM_STAGES)
+    plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
+                             ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
+    wave = ctas_per_sm * num_sms
+    if plan.num_splits == 1 and (max_kv_len >= DIRECT_MIN_KV or plan.ctas > wave):
+        plan = split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=1,
+                          block_n=DIRECT_BLOCK_N)
+        return DecodeLaunch(plan, NUM_WARPS, DIRECT_NUM_STAGES)
+    programs = plan.ctas if kv_lens is None else len(work_list(kv_lens, plan)) * num_kv_heads
+    return DecodeLaunch(plan, NUM_WARPS, NUM_STAGES if programs <= wave else MULTIWAVE_NUM_STAGES)
+
+
+def combine_for(num_splits: int, combine: str = COMBINE) -> str:
+    """The combine schedule that runs: ``"direct"`` (one split, no combine), else ``combine`` with ``"auto"``
+    resolved to ``"fused"`` up to :data:`FUSED_MAX_SPLITS` splits and ``"separate"`` above.
+
+    Raises:
+        ValueError: ``combine`` is not one of :data:`COMBINES`.
+    """
+    if combine not in COMBINES:
+        raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
+    if num_splits == 1:
+        return "direct"
+    if combine == "auto":
+        return "fused" if num_splits <= FUSED_MAX_SPLITS else "separate"
+    return combine
 
 
 def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, block_table: torch.Tensor,
                  seq_lens: torch.Tensor, *, max_kv_len: int, num_sms: int, scale: float | None = None,
                  plan: SplitPlan | None = None, workspace: dict | None = None,
-                 num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, prefetch: bool = True,
+                 num_warps: int | None = None, num_stages: int | None = None, prefetch: bool = True,
                  combine: str | None = None, k_scale: torch.Tensor | None = None,
                  v_scale: torch.Tensor | None = None, window: int | None = None,
-                 fp8_dot: str = "float16") -> torch.Tensor:
+                 fp8_dot: str = "float16", work: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention over a paged KV cache.
 
     Args:
@@ -248,11 +259,13 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         max_kv_len: the longest sequence (host-side int: sizes the split plan without a device sync).
         num_sms: SMs of the device (for :func:`choose_num_splits`).
         scale: softmax scale, default ``1/sqrt(head_dim)``.
-        plan: a precomputed :class:`SplitPlan` (else chosen here; its ``block_n`` is the tile size).
+        plan: a precomputed :class:`SplitPlan` (its ``block_n`` is the tile size); None: :func:`choose_launch`'s
+            (which also sets ``num_warps``/``num_stages`` left None; with a given plan they default to
+            :data:`NUM_WARPS`/:data:`NUM_STAGES`).
         workspace: a dict reused across calls for the fp32 partial buffers and the arrival counters
             (keeps CUDA-graph replays allocation-free).
-        combine: ``"fused"`` (the last-arriving split program combines; one launch) or ``"separate"``
-            (a second combine kernel); default :data:`COMBINE`.
+        combine: ``"auto"`` (:func:`combine_for`), ``"fused"`` (the last-arriving split program combines; one
+            launch) or ``"separate"`` (a second combine kernel); default :data:`COMBINE`.
         k_scale, v_scale: for ``torch.float8_e4m3fn`` pages (FP8 codes), fp32 ``[num_kv_heads]`` scales: a value is
             ``code · scale``. The kernel loads the codes, converts them (exactly) to the dot's dtype and applies the
             scales folded — ``k_scale`` into the softmax scale, ``v_scale`` into the output — which equals
@@ -261,6 +274,9 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
             of codes on sm_89+, and q is converted to fp16 once — exact for |q| ≤ 65,504 and above fp16's subnormal
             range, so a bf16 query beyond fp16's range would overflow) or ``"query"`` (q's own dtype; bf16 takes a
             longer conversion sequence: 44.3 vs 38.8 µs at the seed's kv 8192 on the H200).
+        work: a ragged batch's work list (:func:`work_list`: int32 ``[items]``, the busy (sequence, split) pairs of
+            ``plan``, each ``sequence << 16 | split``): one program per item and KV head, none for the splits past a
+            short sequence's end. None: the full ``(batch, Hkv, splits)`` grid.
         window: sliding window: each sequence attends its last ``window`` keys only, its key loop starting at
             ``max(0, seq_len − window)`` (pages before it are not read); the split plan then covers
             ``min(max_kv_len, window)`` tokens. None: every key.
@@ -273,10 +289,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
             pages without ``[num_kv_heads]`` scales (or scales beside pages that are not FP8), a window below 1, or an
             unknown ``fp8_dot``.
     """
-    global _KERNELS
-    if _KERNELS is None:
-        _KERNELS = _kernels()
-    split_kernel, combine_kernel = _KERNELS
+    from profattn.backends.kernels.paged_decode import combine_kernel, split_kernel
+
     batch, hq, d = q.shape
     _, page_size, hkv, d_k = k_pages.shape
     if d != d_k or d < 16 or d & (d - 1):
@@ -294,7 +308,13 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
     if fp8_dot not in ("float16", "query"):
         raise ValueError(f"fp8_dot must be 'float16' or 'query', got {fp8_dot!r}")
     span = max_kv_len if window is None else min(max_kv_len, window)
-    plan = plan or choose_num_splits(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms)
+    if plan is None:
+        launch = choose_launch(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms, quantized=quant)
+        plan = launch.plan
+        num_warps = launch.num_warps if num_warps is None else num_warps
+        num_stages = launch.num_stages if num_stages is None else num_stages
+    num_warps = NUM_WARPS if num_warps is None else num_warps
+    num_stages = NUM_STAGES if num_stages is None else num_stages
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = torch.empty_like(q)
     ws = workspace if workspace is not None else {}
@@ -306,12 +326,13 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         ws["lse"] = torch.empty((batch, hq, max(plan.num_splits, 1)), dtype=torch.float32, device=q.device)
         ws["arrivals"] = torch.zeros((batch * hkv,), dtype=torch.int32, device=q.device)
     partial, lse, arrivals = ws["partial"], ws["lse"], ws["arrivals"]
-    combine = COMBINE if combine is None else combine
-    if combine not in ("fused", "separate"):
-        raise ValueError(f"combine must be 'fused' or 'separate', got {combine!r}")
-    fused = combine == "fused" and not direct
+    fused = combine_for(plan.num_splits, COMBINE if combine is None else combine) == "fused"
     block_g = max(16, 1 << (group - 1).bit_length())
-    kernel_launch(split_kernel, (batch, hkv, plan.num_splits), q.device)(
+    group_p2 = max(2, 1 << (group - 1).bit_length())
+    block_s = max(2, 1 << (plan.num_splits - 1).bit_length())
+    chunk = max(1, min(block_s, COMBINE_CHUNK_ELEMS // (group_p2 * d)))
+    grid = (batch, hkv, plan.num_splits) if work is None else (work.numel(), hkv, 1)
+    kernel_launch(split_kernel, grid, q.device)(
         q, k_pages, v_pages, block_table, seq_lens, out, partial, lse,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2 (exp2)
         q.stride(0), q.stride(1),
@@ -323,17 +344,18 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         lse.stride(0), lse.stride(1),
         plan.tokens_per_split, plan.num_splits, arrivals,
         k_scale if quant else seq_lens, v_scale if quant else seq_lens,  # unread without KV_QUANT
-        0 if window is None else window,
+        0 if window is None else window, block_table.shape[1] * page_size, seq_lens if work is None else work,
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=d, BLOCK_N=plan.block_n, PAGE_SIZE=page_size, DIRECT=direct,
         PREFETCH=prefetch, FUSED=fused, KV_QUANT=quant, DOT_F16=quant and fp8_dot == "float16",
+        GROUP_P2=group_p2, BLOCK_S=block_s, COMBINE_CHUNK=chunk, WORK_LIST=work is not None,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not direct and not fused:
         kernel_launch(combine_kernel, (batch, hq), q.device)(
-            partial, lse, out, plan.num_splits,
+            partial, lse, out, seq_lens, plan.tokens_per_split, 0 if window is None else window,
             partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
             out.stride(0), out.stride(1),
-            HEAD_DIM=d, BLOCK_S=max(2, 1 << (plan.num_splits - 1).bit_length()),
+            HEAD_DIM=d, BLOCK_S=block_s,
             num_warps=4,
         )
     return out
@@ -384,16 +406,16 @@ def ctas_per_sm_setting() -> int:
 
 
 def combine_setting() -> str:
-    """:data:`COMBINE`, or ``$PROFATTN_PAGED_COMBINE`` when set.
+    """:data:`COMBINE`, or ``$PROFATTN_PAGED_COMBINE`` when set (one of :data:`COMBINES`).
 
     Raises:
-        Unsupported: the variable is neither ``fused`` nor ``separate`` (the cell says why; the run goes on).
+        Unsupported: the variable is none of ``auto``, ``fused``, ``separate`` (the cell says why; the run goes on).
     """
     raw = (os.environ.get(COMBINE_ENV) or "").strip()
     if not raw:
         return COMBINE
-    if raw not in ("fused", "separate"):
-        raise Unsupported(f"${COMBINE_ENV}={raw!r} is neither 'fused' nor 'separate'")
+    if raw not in COMBINES:
+        raise Unsupported(f"${COMBINE_ENV}={raw!r} is none of {', '.join(COMBINES)}")
     return raw
 
 
@@ -434,9 +456,14 @@ class TritonPagedDecode:
         window = workload.window
         span = workload.kv_len if window is None else min(workload.kv_len, window)  # tokens one sequence reads
         quant = workload.is_kv_quantized
-        block_n, num_warps = (FP8_BLOCK_N, FP8_NUM_WARPS) if quant else (BLOCK_N, NUM_WARPS)
-        plan = choose_num_splits(batch=workload.batch, num_kv_heads=workload.num_kv_heads,
-                                 max_kv_len=span, num_sms=sms, ctas_per_sm=ctas_per_sm, block_n=block_n)
+        lens = None
+        if len(set(workload.kv_lens)) > 1:  # ragged: plan with each sequence's span (as FlashInfer's plan() does)
+            lens = tuple(n if window is None else min(n, window) for n in workload.kv_lens)
+        launch = choose_launch(batch=workload.batch, num_kv_heads=workload.num_kv_heads, max_kv_len=span,
+                               num_sms=sms, ctas_per_sm=ctas_per_sm, kv_lens=lens, quantized=quant)
+        plan, num_warps, num_stages = launch.plan, launch.num_warps, launch.num_stages
+        work_items = None if lens is None else work_list(lens, plan)
+        programs = plan.ctas if work_items is None else len(work_items) * workload.num_kv_heads
         workspace: dict = {}
 
         run_dtype = interpreter_dtype(device, workload.dtype)
@@ -451,10 +478,13 @@ class TritonPagedDecode:
                 if not workload.is_kv_quantized:
                     k_pages, v_pages = k_pages.to(cast), v_pages.to(cast)
 
+            work = None if lens is None else torch.tensor(work_items, dtype=torch.int32, device=q.device)
+
             def call() -> torch.Tensor:
                 return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
-                                    max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace,
+                                    max_kv_len=workload.kv_len, num_sms=sms, plan=plan, workspace=workspace, work=work,
                                     combine=combine, k_scale=cache.k_scale, num_warps=num_warps,
+                                    num_stages=num_stages,
                                     v_scale=cache.v_scale, window=window).unsqueeze(2).to(out_dtype)
 
             return call
@@ -467,12 +497,17 @@ class TritonPagedDecode:
         if window is not None:
             append_note += (f"sliding window of {window} keys: each sequence's key loop starts at max(0, kv_len − "
                             f"{window}), so only the window's pages are read; the split plan covers {span:,} tokens",)
+        ran = combine_for(plan.num_splits, combine)
+        waves = programs / (ctas_per_sm * sms)
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + fp8_note + (
-            f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {plan.ctas} CTAs "
-            f"(BLOCK_N {plan.block_n}, {num_warps} warps, {NUM_STAGES} stages, split rule aims at {ctas_per_sm} CTAs per SM"
-            + (f" from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
-            f"split combine: {'last-arriving split program (one launch)' if combine == 'fused' else 'second kernel'}"
-            + (f" from ${COMBINE_ENV}" if combine != COMBINE else ""),
+            f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {programs} CTAs = {waves:.2f} waves "
+            f"of {ctas_per_sm} per SM (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
+            + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if lens else "")
+            + (f", {ctas_per_sm} CTAs per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
+            "split combine: " + {"direct": "none (one split writes the output)",
+                                 "fused": "last-arriving split program (one launch)",
+                                 "separate": "second kernel"}[ran]
+            + (f" (${COMBINE_ENV}={combine})" if combine != COMBINE else ""),
         ))
 
 

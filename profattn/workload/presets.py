@@ -66,9 +66,9 @@ def _decode_sweep(kv_lens: Iterable[int], batches: Iterable[int], page_sizes: It
 PRESETS["decode-sweep"] = Preset(
     "decode-sweep",
     "decode sweep at the seed's heads (Hq=16, Hkv=4, d=128, bf16, paged): kv_len {512, 2048, 8192, 32768} x batch "
-    "{1, 8, 64} x page_size {16, 64, 256}, plus a lognormal-ragged batch and a shared-prefix batch (B=64, kv 8192, "
-    "prefix 4096)",
-    _decode_sweep((512, 2048, 8192, 32768), (1, 8, 64), (16, 64, 256), hq=16, hkv=4, d=128,
+    "{1, 8, 64, 128} x page_size {16, 64, 256}, plus a lognormal-ragged batch and a shared-prefix batch (B=64, kv "
+    "8192, prefix 4096)",
+    _decode_sweep((512, 2048, 8192, 32768), (1, 8, 64, 128), (16, 64, 256), hq=16, hkv=4, d=128,
                   special_batch=64, special_kv=8192, prefix=4096),
 )
 PRESETS["decode-sweep-small"] = Preset(

@@ -274,7 +274,7 @@ def seed(args) -> None:
         c = inp.paged
         q3 = inp.q[:, :, 0]
 
-        def ours(plan=None, nw=tp.NUM_WARPS, ns=tp.NUM_STAGES, combine=None):
+        def ours(plan=None, nw=None, ns=None, combine=None):
             ws = {}
             return lambda: tp.paged_decode(q3, c.k_pages, c.v_pages, c.block_table, c.seq_lens, max_kv_len=kv,
                                            num_sms=sms, plan=plan, workspace=ws, num_warps=nw, num_stages=ns,
@@ -331,6 +331,8 @@ def main() -> None:
     ap.add_argument("--target-ms", type=float, default=100.0, help="GPU time of timed replays per cell")
     ap.add_argument("--out", default="decode-sweep-benchmark", help="directory for sweep.jsonl and sweep.md")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("this benchmark times CUDA kernels: no CUDA device here")
     if args.sweep and os.path.exists(args.out):
         ap.error(f"--out {args.out} exists: a sweep writes a new directory (an earlier run is never overwritten)")
     if args.sweep:

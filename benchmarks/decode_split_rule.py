@@ -163,14 +163,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.evaluate:
         if not os.path.isfile(args.evaluate):
-            ap.error(f"{args.evaluate}: no such file")
+            ap.error(f"{args.evaluate}: not a file")
         try:
             rows = evaluate(args.evaluate)
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             print(f"{args.evaluate}: not an exploration file ({type(exc).__name__}: {exc})", file=sys.stderr)
+            raise SystemExit(2)
+        if not rows:
+            print(f"{args.evaluate}: no decode points in it", file=sys.stderr)
             raise SystemExit(2)
         print_evaluation(rows)
     else:
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--measure times CUDA kernels: no CUDA device here")
         if os.path.exists(args.measure):
             ap.error(f"{args.measure} exists: the exploration writes a new directory")
         measure(args.measure, args.budget_s)

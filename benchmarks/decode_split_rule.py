@@ -34,14 +34,24 @@ SPLITS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256
 
 def evaluate(path: str) -> list[dict]:
     """Per point of ``path``: the rule's split count, its time, the best split count's time (same launch config),
-    regret = time / best − 1, and the fused / separate ratio at the rule's count (None with one split)."""
+    regret = time / best − 1, and the fused / separate ratio at the rule's count (None with one split).
+
+    Raises:
+        ValueError: a line that is not JSON, a point without split-count timings, sizes that are not positive
+            integers or timings that are not positive finite µs (KeyError/TypeError: fields missing or mistyped).
+    """
     from profattn.backends import triton_paged as tp
 
     rows = []
     with open(path) as f:
         for line in f:
             r = json.loads(line)
+            for key in ("b", "kv", "hkv"):
+                if not isinstance(r[key], int) or not 1 <= r[key] <= 1 << 24:
+                    raise ValueError(f"{key} = {r[key]!r} is not a positive integer")
             stage = [c for c in r["cfg"] if c["label"] == "" and c["t"] != float("inf")]
+            if any(not (isinstance(c["t"], (int, float)) and 0 < c["t"] < float("inf")) for c in stage):
+                raise ValueError("a timing that is not a positive number of µs")
             by_split: dict[int, dict[str, float]] = {}
             for c in stage:
                 by_split.setdefault(c["s"], {})[c["comb"]] = c["t"]

@@ -91,7 +91,8 @@ class EagerBackend:
             return Prepared(forward=forward, executed_pairs=padded_pairs(workload),
                             notes=("mask: explicit boolean [B, 1, Lq_max, Lk_max] from per-sequence lengths",
                                    padding_note(workload)))
-        note = "mask: explicit boolean [Lq, Lk]" if mask is not None else "no mask"
+        shape = "[B, 1, Lq, Lk] (each sequence's own length)" if workload.is_ragged else "[Lq, Lk]"
+        note = f"mask: explicit boolean {shape}" if mask is not None else "no mask"
         if workload.window is not None and mask is not None:
             note += f", sliding window of {workload.window} keys"
         return Prepared(forward=forward, notes=(note,))

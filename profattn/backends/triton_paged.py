@@ -57,8 +57,9 @@ NUM_STAGES = 3
 #: fill more than a wave: 1.0–1.8 % faster than the 32-token, 4-stage launch at every such tuned point (B·Hkv ≥ 512),
 #: 2.5 % slower at kv 512 in a single wave (:func:`choose_launch`).
 DIRECT_BLOCK_N = 64
-#: Stages of a split plan whose busy programs exceed a wave (a ragged batch's work list): 149 vs 183 µs with 3
-#: stages on the lognormal batch (B=64, kv ≤ 8192, 928 programs), as 3 stages lost once programs exceeded a wave.
+#: Stages of a split plan whose busy programs exceed a wave (a ragged batch's work list): 149.2–151.4 vs 182.6 µs
+#: with 3 stages on the lognormal batch (B=64, kv ≤ 8192, 7 splits, 1,036 programs), as 3 stages lost wherever
+#: programs exceeded a wave.
 MULTIWAVE_NUM_STAGES = 4
 DIRECT_NUM_STAGES = 2
 DIRECT_MIN_KV = 2048
@@ -381,27 +382,25 @@ def interpreter_dtype(device: torch.device, dtype: str) -> str:
     return dtype
 
 
-#: Environment variable that overrides :data:`CTAS_PER_SM` for the split rule (e.g. ``1``: about one program
-#: per SM, so 5 splits instead of 16 at the seed's kv 8192) — a real schedule change to review with
+#: Environment variable that overrides :data:`CTAS_PER_SM`, the split rule's wave (e.g. ``1``: a wave of one program
+#: per SM, so 4 splits instead of 16 at the seed's kv 8192) — a real schedule change to review with
 #: ``profattn compare``; the cell's notes record it.
 CTAS_PER_SM_ENV = "PROFATTN_PAGED_CTAS_PER_SM"
 
 
 def ctas_per_sm_setting() -> int:
-    """:data:`CTAS_PER_SM`, or ``$PROFATTN_PAGED_CTAS_PER_SM`` when set.
+    """:data:`CTAS_PER_SM`, or ``$PROFATTN_PAGED_CTAS_PER_SM`` when set (1 … 32: an SM holds at most 32 blocks).
 
     Raises:
-        Unsupported: the variable is not a positive integer (the cell says why; the run goes on).
+        Unsupported: the variable is not an integer from 1 to 32 in ASCII digits (the cell says why; the run goes on).
     """
     raw = os.environ.get(CTAS_PER_SM_ENV)
     if raw is None or not raw.strip():
         return CTAS_PER_SM
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise Unsupported(f"${CTAS_PER_SM_ENV}={raw!r} is not a positive integer")
+    text = raw.strip()
+    value = int(text) if text.isascii() and text.isdigit() else 0
+    if not 1 <= value <= 32:
+        raise Unsupported(f"${CTAS_PER_SM_ENV}={raw!r} is not an integer from 1 to 32")
     return value
 
 
@@ -495,13 +494,15 @@ class TritonPagedDecode:
         fp8_note = ("FP8 E4M3 pages loaded as codes, converted in registers to fp16 (q too) for the tensor-core dots; "
                     "per-KV-head k_scale folded into the softmax scale, v_scale into the output",) if quant else ()
         if window is not None:
-            append_note += (f"sliding window of {window} keys: each sequence's key loop starts at max(0, kv_len − "
+            append_note += (f"sliding window of {window} key{'s' * (window != 1)}: each sequence's key loop starts at max(0, kv_len − "
                             f"{window}), so only the window's pages are read; the split plan covers {span:,} tokens",)
         ran = combine_for(plan.num_splits, combine)
         waves = programs / (ctas_per_sm * sms)
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_paged_append, notes=interp_note + append_note + fp8_note + (
-            f"split plan: {plan.num_splits} splits x {plan.tokens_per_split} tokens, {programs} CTAs = {waves:.2f} waves "
-            f"of {ctas_per_sm} per SM (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
+            f"split plan: {plan.num_splits} split{'s' * (plan.num_splits != 1)} x {plan.tokens_per_split} tokens, "
+            f"{programs} CTA{'s' * (programs != 1)} = {waves:.2f} waves of {ctas_per_sm} per SM on {sms} SMs"
+            + (" (the H200's count, assumed under the interpreter)" if device.type == "cpu" else "")
+            + f" (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
             + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if lens else "")
             + (f", {ctas_per_sm} CTAs per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
             "split combine: " + {"direct": "none (one split writes the output)",

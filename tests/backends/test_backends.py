@@ -332,3 +332,17 @@ def test_backend_info_probes_the_serving_calls_too(interpret, monkeypatch, cpu):
         "triton-paged-prefill": (True, ("prefill", "mixed"), "") if interpret else (False, (), no_triton),
     }
     assert {name: info[name] for name in expected} == expected
+
+
+def test_eager_note_names_the_per_sequence_mask_of_a_ragged_batch():
+    """A lognormal-ragged decode batch's eager mask is [B, 1, Lq, Lk]; the note used to say [Lq, Lk]."""
+    import torch
+
+    from profattn.backends import get_backend
+    from profattn.workload import Workload
+
+    common = dict(phase="decode", batch=8, q_len=1, kv_len=300, num_q_heads=8, num_kv_heads=2, head_dim=16)
+    ragged = Workload(kv_layout="paged", page_size=16, kv_len_dist="lognormal", kv_len_seed=7, **common)
+    assert get_backend("eager").prepare(ragged, torch.device("cpu")).notes == (
+        "mask: explicit boolean [B, 1, Lq, Lk] (each sequence's own length)",)
+    assert get_backend("eager").prepare(Workload(**common), torch.device("cpu")).notes == ("mask: explicit boolean [Lq, Lk]",)

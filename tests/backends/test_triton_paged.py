@@ -223,7 +223,9 @@ def test_schedule_settings_from_the_environment(monkeypatch):
                  kv_layout="paged", page_size=16)
     notes = " ".join(TritonPagedDecode().prepare(w, torch.device(DEVICE)).notes)
     assert "4 splits x 2048 tokens, 128 CTAs = 0.97 waves of 1 per SM" in notes and "last-arriving" in notes and "$PROFATTN_PAGED_COMBINE" in notes
-    for var, bad in (("PROFATTN_PAGED_COMBINE", "both"), ("PROFATTN_PAGED_CTAS_PER_SM", "0")):
+    for var, bad in (("PROFATTN_PAGED_COMBINE", "both"), ("PROFATTN_PAGED_CTAS_PER_SM", "0"),
+                     ("PROFATTN_PAGED_CTAS_PER_SM", "33"), ("PROFATTN_PAGED_CTAS_PER_SM", "99999999999999999999"),
+                     ("PROFATTN_PAGED_CTAS_PER_SM", "\uff11"), ("PROFATTN_PAGED_CTAS_PER_SM", "1.5")):
         monkeypatch.setenv(var, bad)
         with pytest.raises(Unsupported, match=var):
             TritonPagedDecode().prepare(w, torch.device(DEVICE))

@@ -299,3 +299,14 @@ def test_windowed_sdpa_cell_names_the_math_path_that_ran() -> None:
     # no window: nothing said; not an SDPA backend: nothing said
     assert sdpa_mask_path_text(_sdpa_cell("sdpa-math", c.trace.ops, window=None)) is None
     assert sdpa_mask_path_text(_sdpa_cell("flex", c.trace.ops)) is None
+
+
+def test_cell_notes_open_under_the_backend_in_the_detail_table():
+    """A cell's notes (the split plan and combine our decode kernel ran, the mask a backend built) used to reach
+    results.json only: the report built them per row and never rendered them."""
+    from profattn import load_run
+
+    html = render_html(load_run(EXAMPLES / "h200-seed-wave-rule"))
+    assert html.count('<details class="cell-notes">') > 30
+    assert "split plan: 16 splits x 512 tokens, 512 CTAs = 0.97 waves of 4 per SM (BLOCK_N 32, 4 warps, 3 stages" in html
+    assert "split combine: second kernel" in html

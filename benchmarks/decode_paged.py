@@ -37,7 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from profattn.backends import get_backend, triton_paged as tp
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.inputs import make_inputs, reference, rel_err
-from profattn.harness.timing import l2_flusher, time_cuda, time_cuda_graph
+from profattn.harness.timing import capture_graph, l2_flusher, time_cuda, time_cuda_graph
 from profattn.workload import Workload
 
 SWEEP_BACKENDS = ("triton-paged-decode", "sdpa-cudnn", "sdpa-flash", "flashinfer-decode", "flashinfer-decode-tc")
@@ -51,21 +51,6 @@ def previous_plan(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: in
     blocks = max(1, math.ceil(max_kv_len / 32))
     splits = min(max(1, math.ceil(4 * num_sms / pairs)), max(1, math.ceil(blocks / 2)))
     return tp.split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=splits)
-
-
-def graph_of(fn, dev):
-    """A CUDA graph holding one call of ``fn`` (warmed up on a side stream first)."""
-    stream = torch.cuda.Stream(dev)
-    stream.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(dev).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize(dev)
-    return graph
 
 
 def gpu_time_us(graph, dev, reps: int = 5) -> tuple[float, list[str]]:
@@ -166,7 +151,7 @@ def sweep(args) -> None:
                     out = fn()
                     if prepared is not None and prepared.to_contract is not None:
                         out = prepared.to_contract(out)
-                    graph = graph_of(fn, dev)
+                    graph = capture_graph(fn, dev)
                     lat = time_cuda(graph.replay, target_ms=args.target_ms).median_us
                     gpu, kernels = gpu_time_us(graph, dev)
                 del graph

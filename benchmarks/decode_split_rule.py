@@ -94,7 +94,7 @@ def measure(out: str, budget_s: float) -> None:  # pragma: no cover - needs a GP
 
     from profattn.backends import triton_paged as tp
     from profattn.harness.inputs import make_inputs
-    from profattn.harness.timing import time_cuda
+    from profattn.harness.timing import time_cuda_graph
     from profattn.workload import Workload
 
     t0 = time.time()
@@ -104,17 +104,7 @@ def measure(out: str, budget_s: float) -> None:  # pragma: no cover - needs a GP
     log = open(os.path.join(out, "split_rule_exploration.jsonl"), "a")
 
     def gtime(fn) -> float:
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        torch.cuda.synchronize()
-        return time_cuda(graph.replay, target_ms=40.0).median_us
+        return time_cuda_graph(fn, dev, target_ms=40.0).median_us
 
     for g, b, kv in itertools.product((4, 1, 8), (1, 8, 64, 128, 256), (512, 2048, 8192, 32768)):
         hkv = 16 // g

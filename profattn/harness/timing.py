@@ -153,11 +153,9 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[int | N
     return int(peak), int(peak - base)
 
 
-def time_cuda_graph(fn: Callable[[], object], device: torch.device, *, warmup_calls: int = 3, flush: str = "read") -> Timing:
-    """Median latency of replaying a CUDA graph that captured one call of ``fn``, L2 flushed before
-    each replay (:func:`time_cuda`) — how a serving engine runs decode steps (no per-kernel launch cost).
-
-    Warm-up runs on a side stream before capture, as ``torch.cuda.graphs`` requires.
+def capture_graph(fn: Callable[[], object], device: torch.device, *, warmup_calls: int = 3) -> "torch.cuda.CUDAGraph":
+    """A CUDA graph holding one call of ``fn``; ``warmup_calls`` calls run first on a side stream, as
+    ``torch.cuda.graphs`` requires.
 
     Raises:
         RuntimeError: the call cannot be captured (e.g. it synchronizes with the host).
@@ -172,6 +170,19 @@ def time_cuda_graph(fn: Callable[[], object], device: torch.device, *, warmup_ca
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize(device)
-    timing = time_cuda(graph.replay, flush=flush)
+    return graph
+
+
+def time_cuda_graph(fn: Callable[[], object], device: torch.device, *, warmup_calls: int = 3, flush: str = "read",
+                    target_ms: float = 300.0) -> Timing:
+    """Median latency of replaying a CUDA graph that captured one call of ``fn`` (:func:`capture_graph`), L2
+    flushed before each replay (:func:`time_cuda`, ``target_ms`` of GPU time) — how a serving engine runs decode
+    steps (no per-kernel launch cost).
+
+    Raises:
+        RuntimeError: the call cannot be captured (e.g. it synchronizes with the host).
+    """
+    graph = capture_graph(fn, device, warmup_calls=warmup_calls)
+    timing = time_cuda(graph.replay, flush=flush, target_ms=target_ms)
     return Timing(timing.median_us, timing.p10_us, timing.p90_us, timing.min_us, timing.reps,
                   f"CUDA-graph replay, CUDA events per replay, L2 evicted before each ({flush} flush of 256 MB)")

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -110,6 +111,9 @@ def sweep(args) -> None:
                                           kv_len_seed=7, **common)))
         points.append(("prefix", Workload(batch=64, kv_len=8192, num_kv_heads=4, shared_prefix_len=4096, **common)))
     os.makedirs(args.out)
+    with open(os.path.join(args.out, "ceilings.json"), "w") as f:
+        json.dump(dict(read_gbps=ceil.read_gbps, read_method=ceil.read_method, copy_gbps=ceil.copy_gbps,
+                       matmul_tflops=ceil.matmul_tflops, floor_us=floor1), f)
     jpath = os.path.join(args.out, "sweep.jsonl")
     rows = []
     for label, w in points:
@@ -203,30 +207,28 @@ def table(rows: list[dict], ceil, floor1: float) -> str:
            "before | cuDNN | cuDNN GB/s (of read) | flash | FlashInfer best | ours/cuDNN | ours/FI | ours err |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios, fi_ratios = [], []
+    f2 = lambda x: f"{x:,.1f}" if x else "—"  # noqa: E731
+    pct = lambda g, roof: f"{g / roof:.0%}" if g else "—"  # noqa: E731
+    ratio = lambda a, b: f"{a / b:.3f}" if a and b else "—"  # noqa: E731
     for r in rows:
         c = r["cells"]
         o = c.get("triton-paged-decode", {})
         cu = c.get("sdpa-cudnn", {})
         fin, fil = fi_best(r)
         ol, cl = _lat(o), _lat(cu)
-        g = o.get("gbps")
-        cg = cu.get("gbps")
+        g, cg = o.get("gbps"), cu.get("gbps") if cl else None
         if ol and cl:
             ratios.append(ol / cl)
         if ol and fil:
             fi_ratios.append(ol / fil)
-        f2 = lambda x: f"{x:,.1f}" if x else "—"  # noqa: E731
+        p = r["plan"]
         out.append(
-            f"| {r['point']} | {r['batch']} | {r['kv']:,} | {r['hq']}/{r['hkv']} | {r['plan']['splits']} "
-            f"({r['plan']['ctas']:,}, {r['plan']['combine']}) | {f2(ol)} | {f2(o.get('gpu_us'))} | "
-            f"{f2(g) if g else '—'} | {g / ceil.copy_gbps:.0%} | {g / ceil.read_gbps:.0%} | "
-            f"{f2(_lat(c.get(BEFORE)))} | {f2(cl)} | {f2(cg)} ({cg / ceil.read_gbps:.0%}) | "
+            f"| {r['point']} | {r['batch']} | {r['kv']:,} | {r['hq']}/{r['hkv']} | {p['splits']} "
+            f"({p['ctas']:,}, {p['combine']}) | {f2(ol)}{'' if ol else ' ' + o.get('error', '')[:60]} | "
+            f"{f2(o.get('gpu_us'))} | {f2(g)} | {pct(g, ceil.copy_gbps)} | {pct(g, ceil.read_gbps)} | "
+            f"{f2(_lat(c.get(BEFORE)))} | {f2(cl)} | {f2(cg)}{f' ({pct(cg, ceil.read_gbps)})' if cg else ''} | "
             f"{f2(_lat(c.get('sdpa-flash')))} | {f2(fil)}{' (' + fin.replace('flashinfer-', '') + ')' if fin else ''} | "
-            f"{ol / cl if ol and cl else float('nan'):.3f} | {ol / fil if ol and fil else float('nan'):.3f} | "
-            f"{o.get('rel_err', float('nan')):.1e} |"
-            if g and cg else
-            f"| {r['point']} | {r['batch']} | {r['kv']:,} | {r['hq']}/{r['hkv']} | {r['plan']['splits']} | "
-            f"{f2(ol)} | {o.get('error', '')[:60]} | | | | {f2(_lat(c.get(BEFORE)))} | {f2(cl)} | | | {f2(fil)} | | | |")
+            f"{ratio(ol, cl)} | {ratio(ol, fil)} | {o.get('rel_err', float('nan')):.1e} |")
     if ratios:
         out += ["", f"ours/cuDNN latency over {len(ratios)} points: median {statistics.median(ratios):.3f}, "
                     f"best {min(ratios):.3f}, worst {max(ratios):.3f}; ≤ 1.00 at {sum(x <= 1.0 for x in ratios)}."]
@@ -302,6 +304,35 @@ def seed(args) -> None:
               f"{e:.1e} | {p.num_splits} |")
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit 2 (bad input or a machine that cannot run the benchmark)."""
+    print(f"decode_paged.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def render(run_dir: str) -> None:
+    """Print and rewrite ``run_dir/sweep.md`` from its ``sweep.jsonl`` and ``ceilings.json`` (no GPU needed).
+
+    Raises:
+        SystemExit(2): either file missing or malformed.
+    """
+    from types import SimpleNamespace
+
+    try:
+        with open(os.path.join(run_dir, "ceilings.json")) as f:
+            c = json.load(f)
+        ceil = SimpleNamespace(read_gbps=float(c["read_gbps"]), copy_gbps=float(c["copy_gbps"]),
+                               matmul_tflops=float(c["matmul_tflops"]))
+        with open(os.path.join(run_dir, "sweep.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        text = table(rows, ceil, float(c["floor_us"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        fail(f"{run_dir}: not a sweep directory ({type(exc).__name__}: {exc})")
+    with open(os.path.join(run_dir, "sweep.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kv", type=int, nargs="+", default=None)
@@ -315,11 +346,15 @@ def main() -> None:
     ap.add_argument("--no-special", action="store_true", help="skip the ragged and shared-prefix batches")
     ap.add_argument("--target-ms", type=float, default=100.0, help="GPU time of timed replays per cell")
     ap.add_argument("--out", default="decode-sweep-benchmark", help="directory for sweep.jsonl and sweep.md")
+    ap.add_argument("--render", metavar="DIR", help="re-render DIR/sweep.md from its sweep.jsonl and ceilings.json (CPU)")
     args = ap.parse_args()
+    if args.render:
+        render(args.render)
+        return
     if not torch.cuda.is_available():
-        ap.error("this benchmark times CUDA kernels: no CUDA device here")
+        fail("this benchmark times CUDA kernels: no CUDA device here")
     if args.sweep and os.path.exists(args.out):
-        ap.error(f"--out {args.out} exists: a sweep writes a new directory (an earlier run is never overwritten)")
+        fail(f"--out {args.out} exists: a sweep writes a new directory (an earlier run is never overwritten)")
     if args.sweep:
         args.kv = args.kv or [512, 2048, 8192, 32768]
         sweep(args)

@@ -46,12 +46,14 @@ def evaluate(path: str) -> list[dict]:
     with open(path) as f:
         for line in f:
             r = json.loads(line)
-            for key in ("b", "kv", "hkv"):
-                if not isinstance(r[key], int) or not 1 <= r[key] <= 1 << 24:
+            for key in ("g", "b", "kv", "hkv"):
+                if type(r[key]) is not int or not 1 <= r[key] <= 1 << 24:
                     raise ValueError(f"{key} = {r[key]!r} is not a positive integer")
             stage = [c for c in r["cfg"] if c["label"] == "" and c["t"] != float("inf")]
-            if any(not (isinstance(c["t"], (int, float)) and 0 < c["t"] < float("inf")) for c in stage):
+            if any(not (type(c["t"]) in (int, float) and 0 < c["t"] < float("inf")) for c in stage):
                 raise ValueError("a timing that is not a positive number of µs")
+            if any(type(c["s"]) is not int or c["s"] < 1 for c in stage):
+                raise ValueError("a split count that is not a positive integer")
             by_split: dict[int, dict[str, float]] = {}
             for c in stage:
                 by_split.setdefault(c["s"], {})[c["comb"]] = c["t"]
@@ -69,11 +71,12 @@ def evaluate(path: str) -> list[dict]:
 
 
 def print_evaluation(rows: list[dict]) -> None:
-    print("| group | batch | kv | rule's splits | best splits | rule µs | best µs | regret | fused/separate at rule |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| group | batch | kv | rule's splits | nearest measured | best splits | rule µs | best µs | regret | "
+          "fused/separate at rule |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fs = f"{r['fused_over_separate']:.3f}" if r["fused_over_separate"] else "—"
-        print(f"| {r['group']} | {r['batch']} | {r['kv']:,} | {r['rule']} | {r['best']} | {r['t_rule']:.1f} | "
+        print(f"| {r['group']} | {r['batch']} | {r['kv']:,} | {r['rule']} | {r['measured']} | {r['best']} | {r['t_rule']:.1f} | "
               f"{r['t_best']:.1f} | {r['regret']:.1%} | {fs} |")
     reg = [r["regret"] for r in rows]
     print(f"\n{len(rows)} points: mean regret {statistics.mean(reg):.2%}, worst {max(reg):.2%}, "
@@ -154,6 +157,12 @@ def measure(out: str, budget_s: float) -> None:  # pragma: no cover - needs a GP
         torch.cuda.empty_cache()
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit 2."""
+    print(f"decode_split_rule.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group(required=True)
@@ -163,23 +172,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.evaluate:
         if not os.path.isfile(args.evaluate):
-            ap.error(f"{args.evaluate}: not a file")
+            fail(f"{args.evaluate}: not a file")
         try:
             rows = evaluate(args.evaluate)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            print(f"{args.evaluate}: not an exploration file ({type(exc).__name__}: {exc})", file=sys.stderr)
-            raise SystemExit(2)
+            fail(f"{args.evaluate}: not an exploration file ({type(exc).__name__}: {exc})")
         if not rows:
-            print(f"{args.evaluate}: no decode points in it", file=sys.stderr)
-            raise SystemExit(2)
+            fail(f"{args.evaluate}: no decode points in it")
         print_evaluation(rows)
     else:
         import torch
 
         if not torch.cuda.is_available():
-            ap.error("--measure times CUDA kernels: no CUDA device here")
+            fail("--measure times CUDA kernels: no CUDA device here")
         if os.path.exists(args.measure):
-            ap.error(f"{args.measure} exists: the exploration writes a new directory")
+            fail(f"{args.measure} exists: the exploration writes a new directory")
         measure(args.measure, args.budget_s)
 
 

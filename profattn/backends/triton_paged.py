@@ -57,12 +57,12 @@ NUM_STAGES = 3
 #: fill more than a wave: 1.0–1.8 % faster than the 32-token, 4-stage launch at every such tuned point (B·Hkv ≥ 512),
 #: 2.5 % slower at kv 512 in a single wave (:func:`choose_launch`).
 DIRECT_BLOCK_N = 64
+DIRECT_NUM_STAGES = 2
+DIRECT_MIN_KV = 2048
 #: Stages of a split plan whose busy programs exceed a wave (a ragged batch's work list): 149.2–151.4 vs 182.6 µs
 #: with 3 stages on the lognormal batch (B=64, kv ≤ 8192, 7 splits, 1,036 programs), as 3 stages lost wherever
 #: programs exceeded a wave.
 MULTIWAVE_NUM_STAGES = 4
-DIRECT_NUM_STAGES = 2
-DIRECT_MIN_KV = 2048
 #: The split rule's model (:func:`choose_num_splits`), in tiles of streaming per program: a program's start-up (the
 #: dependent sequence-length → block-table → first K/V round trips), the combine's fixed cost and its cost per split.
 SPLIT_STARTUP_TILES = 2.0
@@ -74,8 +74,9 @@ SPLIT_COST_TIE = 0.015
 #: "separate" (a second kernel) or "fused" (the last-arriving split program combines; one launch). The backend
 #: reads ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review another schedule.
 COMBINE = "auto"
-#: Up to this many splits the fused combine was as fast or faster (0.90–1.00× the two-kernel path at 2 and 4
-#: splits); with 16 or more it was 1.0–4.8× slower (one program reads every split's partials).
+#: Up to this many splits the fused combine was as fast or within 1 % (0.90–1.01× the two-kernel path at 2 and 4
+#: splits over 16 points); above, 0.98–4.8× (more than 1 % slower at 14 of 20 points: one program reads every
+#: split's partials).
 FUSED_MAX_SPLITS = 4
 COMBINES = ("auto", "fused", "separate")
 #: An FP8 cache's tile and warps (:func:`choose_launch`): the codes are half the bytes, so a 64-token tile streams what
@@ -87,7 +88,8 @@ FP8_NUM_WARPS = 2
 FP8_NUM_STAGES = 3
 COMBINE_ENV = "PROFATTN_PAGED_COMBINE"
 #: The fused combine loads the partial outputs ``[group, chunk, d]`` at a time, at most this many fp32 elements
-#: (16 registers per thread at 4 warps; 4,096 took group 8 from 96 to 142 registers), the chunks unrolled so their loads are in flight together.
+#: (16 registers per thread at 4 warps; 4,096 took group 8 from 96 to 142 registers, compiled for sm_90), the chunks
+#: unrolled so their loads are in flight together.
 COMBINE_CHUNK_ELEMS = 2048
 
 
@@ -139,9 +141,9 @@ def choose_num_splits(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms
     B=256, Hkv=8, kv 32768 → 1 split (B·Hkv = 2,048 fills two waves by itself); B=1, Hkv=4, kv 100 → 4 splits of 32.
 
     ``kv_lens`` (each sequence's keys, host-side, as a serving engine's scheduler knows them; FlashInfer's
-    ``plan()`` reads them the same way): a ragged batch's programs past a short sequence's end exit at once, so
-    the waves count only the busy ones, ``P·s`` replaced by ``Hkv · Σ_b ceil(len_b / tokens per split)`` — a
-    batch of mostly short sequences is split further than its longest one alone would be.
+    ``plan()`` reads them the same way): a ragged batch launches only its busy programs (:func:`work_list`), so
+    the waves count those, ``P·s`` replaced by ``Hkv · Σ_b ceil(len_b / tokens per split)`` — a batch of mostly
+    short sequences is split further than its longest one alone would be.
 
     Raises:
         ValueError: a non-positive batch, head count, SM count, tile, CTAs per SM or split length; ``kv_lens``
@@ -169,8 +171,8 @@ def choose_num_splits(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms
             cost += COMBINE_FIXED_TILES + s * COMBINE_TILES_PER_SPLIT
         costs[s] = cost
     floor = min(costs.values()) * (1 + SPLIT_COST_TIE)
-    best = (0.0, min(s for s, c in costs.items() if c <= floor))
-    return split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=best[1],
+    splits = min(s for s, c in costs.items() if c <= floor)
+    return split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=splits,
                       block_n=block_n)
 
 
@@ -504,7 +506,7 @@ class TritonPagedDecode:
             + (" (the H200's count, assumed under the interpreter)" if device.type == "cpu" else "")
             + f" (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
             + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if lens else "")
-            + (f", {ctas_per_sm} CTAs per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
+            + (f", {ctas_per_sm} CTA{'s' * (ctas_per_sm != 1)} per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
             "split combine: " + {"direct": "none (one split writes the output)",
                                  "fused": "last-arriving split program (one launch)",
                                  "separate": "second kernel"}[ran]

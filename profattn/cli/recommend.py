@@ -34,7 +34,7 @@ def store_run(run_dir: Path, db: str | None = None) -> str:
         with open_store(db) as store:
             (row,) = import_runs(store, [run_dir])
             policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
-        return f"store: {row.cells} cells of {row.run_id} added to {store.path}"
+        return f"store: {row.cells} cell{'s' * (row.cells != 1)} of {row.run_id} added to {store.path}"
     except (ProfattnError, OSError) as exc:
         return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
 

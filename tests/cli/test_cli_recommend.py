@@ -80,7 +80,7 @@ def test_profile_adds_its_cells_and_a_store_failure_is_a_warning(tmp_path: Path)
     spec = "phase=decode,batch=2,q_len=1,kv_len=64,num_q_heads=4,num_kv_heads=2,head_dim=32,dtype=float32"
     res = invoke("profile", "--device", "cpu", "--workload", spec, "--backend", "eager", "--out", str(tmp_path / "a"),
                  "--profile-calls", "1")
-    assert res.exit_code == 0 and "store: 1 cells of run-" in res.output
+    assert res.exit_code == 0 and "store: 1 cell of run-" in res.output
     with open_store(os.environ["PROFATTN_DB"]) as s:
         assert len(s.runs()) == 1 and s.cells_on(s.runs()[0].gpu)[0].backend == "eager"
     blocked = tmp_path / "dir.sqlite"

@@ -128,8 +128,7 @@ def sweep(args) -> None:
         launch = tp.choose_launch(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=w.kv_len, num_sms=sms,
                                   kv_lens=lens)
         plan = launch.plan
-        ctas = plan.ctas if lens is None else len(tp.work_list(lens, plan)) * w.num_kv_heads
-        row["plan"] = dict(splits=plan.num_splits, ctas=ctas, combine=tp.combine_for(plan.num_splits),
+        row["plan"] = dict(splits=plan.num_splits, ctas=launch.programs, combine=tp.combine_for(plan.num_splits),
                            block_n=plan.block_n, stages=launch.num_stages)
         c, q3 = inp.paged, inp.q[:, :, 0]
         old = previous_plan(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=w.kv_len, num_sms=sms)

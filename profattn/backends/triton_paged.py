@@ -196,37 +196,47 @@ def work_list(kv_lens: tuple[int, ...], plan: SplitPlan, window: int | None = No
 
 @dataclass(frozen=True)
 class DecodeLaunch:
-    """The launch :func:`choose_launch` picks: the split plan (its ``block_n`` is the tile), warps, pipeline stages."""
+    """The launch :func:`choose_launch` picks: the split plan (its ``block_n`` is the tile), warps, pipeline stages,
+    the ragged batch's :func:`work_list` (None: the full ``(batch, Hkv, splits)`` grid) and the programs it launches."""
 
     plan: SplitPlan
     num_warps: int
     num_stages: int
+    work: tuple[int, ...] | None = None
+    programs: int = 0
 
 
 def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
                   ctas_per_sm: int = CTAS_PER_SM, kv_lens: tuple[int, ...] | None = None,
                   quantized: bool = False) -> DecodeLaunch:
     """The decode launch for a step: the split count of :func:`choose_num_splits` on 32-token tiles (4 warps, 3
-    stages, or :data:`MULTIWAVE_NUM_STAGES` when the busy programs exceed a wave); a plan that needs no split streams :data:`DIRECT_BLOCK_N`-token tiles in :data:`DIRECT_NUM_STAGES` stages
-    when each program walks a long sequence (``max_kv_len ≥`` :data:`DIRECT_MIN_KV`) or the programs fill more than a
-    wave. An FP8 cache keeps its own launch (:data:`FP8_BLOCK_N`, :data:`FP8_NUM_WARPS`, :data:`FP8_NUM_STAGES`).
+    stages, or :data:`MULTIWAVE_NUM_STAGES` when the busy programs exceed a wave); a plan that needs no split streams
+    :data:`DIRECT_BLOCK_N`-token tiles in :data:`DIRECT_NUM_STAGES` stages when each program walks a long sequence
+    (``max_kv_len ≥`` :data:`DIRECT_MIN_KV`) or the programs fill more than a wave. An FP8 cache keeps its own launch
+    (:data:`FP8_BLOCK_N`, :data:`FP8_NUM_WARPS`, :data:`FP8_NUM_STAGES`). With ``kv_lens`` (a ragged batch) the
+    launch runs the plan's :func:`work_list`.
 
     Raises:
         ValueError: as :func:`choose_num_splits`.
     """
+    wave = ctas_per_sm * num_sms
     if quantized:
         plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
                                  block_n=FP8_BLOCK_N, ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
-        return DecodeLaunch(plan, FP8_NUM_WARPS, FP8_NUM_STAGES)
-    plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
-                             ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
-    wave = ctas_per_sm * num_sms
-    if plan.num_splits == 1 and (max_kv_len >= DIRECT_MIN_KV or plan.ctas > wave):
-        plan = split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=1,
-                          block_n=DIRECT_BLOCK_N)
-        return DecodeLaunch(plan, NUM_WARPS, DIRECT_NUM_STAGES)
-    programs = plan.ctas if kv_lens is None else len(work_list(kv_lens, plan)) * num_kv_heads
-    return DecodeLaunch(plan, NUM_WARPS, NUM_STAGES if programs <= wave else MULTIWAVE_NUM_STAGES)
+        warps, stages = FP8_NUM_WARPS, FP8_NUM_STAGES
+    else:
+        plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
+                                 ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
+        warps, stages = NUM_WARPS, None
+        if plan.num_splits == 1 and (max_kv_len >= DIRECT_MIN_KV or plan.ctas > wave):
+            plan = split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=1,
+                              block_n=DIRECT_BLOCK_N)
+            stages = DIRECT_NUM_STAGES
+    work = None if kv_lens is None else tuple(work_list(kv_lens, plan))
+    programs = plan.ctas if work is None else len(work) * num_kv_heads
+    if stages is None:
+        stages = NUM_STAGES if programs <= wave else MULTIWAVE_NUM_STAGES
+    return DecodeLaunch(plan, warps, stages, work, programs)
 
 
 def combine_for(num_splits: int, combine: str = COMBINE) -> str:
@@ -463,8 +473,7 @@ class TritonPagedDecode:
         launch = choose_launch(batch=workload.batch, num_kv_heads=workload.num_kv_heads, max_kv_len=span,
                                num_sms=sms, ctas_per_sm=ctas_per_sm, kv_lens=lens, quantized=quant)
         plan, num_warps, num_stages = launch.plan, launch.num_warps, launch.num_stages
-        work_items = None if lens is None else work_list(lens, plan)
-        programs = plan.ctas if work_items is None else len(work_items) * workload.num_kv_heads
+        work_items, programs = launch.work, launch.programs
         workspace: dict = {}
 
         run_dtype = interpreter_dtype(device, workload.dtype)
@@ -479,7 +488,7 @@ class TritonPagedDecode:
                 if not workload.is_kv_quantized:
                     k_pages, v_pages = k_pages.to(cast), v_pages.to(cast)
 
-            work = None if lens is None else torch.tensor(work_items, dtype=torch.int32, device=q.device)
+            work = None if work_items is None else torch.tensor(work_items, dtype=torch.int32, device=q.device)
 
             def call() -> torch.Tensor:
                 return paged_decode(q, k_pages, v_pages, cache.block_table, cache.seq_lens,
@@ -505,7 +514,7 @@ class TritonPagedDecode:
             f"{programs} CTA{'s' * (programs != 1)} = {waves:.2f} waves of {ctas_per_sm} per SM on {sms} SMs"
             + (" (the H200's count, assumed under the interpreter)" if device.type == "cpu" else "")
             + f" (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
-            + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if lens else "")
+            + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if work_items else "")
             + (f", {ctas_per_sm} CTA{'s' * (ctas_per_sm != 1)} per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
             "split combine: " + {"direct": "none (one split writes the output)",
                                  "fused": "last-arriving split program (one launch)",

@@ -182,6 +182,122 @@ PRESETS["variants-small"] = Preset(
     _variants(batch=2, hq=4, hkv=2, d=32, docs=(48, 16, 32, 24, 8), window_decode=(512, 64, 64),
               window_prefill=(2, 128, 32), quant_kvs=(32, 128, 512)),
 )
+def halton(index: int, base: int) -> float:
+    """The ``index``-th term (1-based) of van der Corput's low-discrepancy sequence in ``base``, in ``[0, 1)``:
+    the digits of ``index`` in ``base`` mirrored behind the radix point (Halton, 1960, "On the efficiency of
+    certain quasi-random sequences of points in evaluating multi-dimensional integrals"). One prime base per
+    dimension makes a Halton point set: space-filling, deterministic, torch-free."""
+    f, r, i = 1.0, 0.0, index
+    while i > 0:
+        f /= base
+        r += f * (i % base)
+        i //= base
+    return r
+
+
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23)
+
+
+def _pick(u: float, values: tuple) -> object:
+    return values[min(int(u * len(values)), len(values) - 1)]
+
+
+def _log_int(u: float, lo: int, hi: int, multiple: int = 1) -> int:
+    """``lo·(hi/lo)^u`` rounded to a multiple of ``multiple`` (log-uniform between ``lo`` and ``hi``)."""
+    v = lo * (hi / lo) ** u
+    return max(lo, min(hi, int(round(v / multiple)) * multiple))
+
+
+def _selection(*, n_decode: int, n_prefill: int, n_train: int, n_chunk: int, batches: tuple[int, int],
+               kv: tuple[int, int], dense_len: tuple[int, int], head_dims: tuple[int, ...], groups: tuple[int, ...],
+               kv_heads: tuple[int, ...], dense_heads: tuple[int, ...], pages: tuple[int, ...],
+               dtypes: tuple[str, ...], alt_dtype_head_dim: int, min_heads: int, kv_bytes_cap: int,
+               dense_tokens: tuple[int, int], extras: tuple[Workload, ...]) -> tuple[Workload, ...]:
+    """A space-filling design over the fields that decide a kernel's time (Halton points, one prime per field):
+
+    * ``n_decode`` paged decode steps: batch log-uniform in ``batches``, kv_len log-uniform in ``kv`` (a
+      multiple of 64), head_dim, GQA group, Hkv, page size each from its list (Hq = group × Hkv, Hkv raised until
+      Hq ≥ ``min_heads``); the batch is halved until the K/V cache fits ``kv_bytes_cap`` bytes (the dense backends'
+      contiguous copy and the reference's chunks come on top);
+    * the dtype is drawn from ``dtypes`` only at ``head_dim == alt_dtype_head_dim`` (else ``dtypes[0]``): the
+      dtype's effect is measured at one head size, so kernels compiled per (dtype, head_dim) — FlashInfer JIT-compiles
+      each on first use, ~24 s on an H200 — stay few;
+    * ``n_prefill`` dense causal prefills and ``n_train`` dense causal training steps: q_len = kv_len
+      log-uniform in ``dense_len`` (a multiple of 128), Hq from ``dense_heads``, group, head_dim, dtype; the batch
+      brings B·L into ``dense_tokens`` (log-uniform);
+    * ``n_chunk`` chunked-prefill calls over a paged cache (a chunk of q_len 2^k ≤ kv_len/2 after a prefix),
+      appending their new K/V as a serving step does;
+    * ``extras``: the FP8-cache, sliding-window and ragged points.
+    """
+    out: list[Workload] = []
+    for i in range(1, n_decode + 1):
+        u = [halton(i, b) for b in _PRIMES]
+        d, g, hkv = _pick(u[2], head_dims), _pick(u[3], groups), _pick(u[4], kv_heads)
+        hkv = max(hkv, -(-min_heads // g))  # at least min_heads query heads
+        batch, n = _log_int(u[0], *batches), _log_int(u[1], *kv, multiple=64)
+        while batch > 1 and 2 * batch * n * hkv * d * 2 > kv_bytes_cap:
+            batch //= 2
+        out.append(Workload(phase=Phase.DECODE, batch=batch, q_len=1, kv_len=n, num_q_heads=g * hkv, num_kv_heads=hkv,
+                            head_dim=d, dtype=_pick(u[6], dtypes) if d == alt_dtype_head_dim else dtypes[0],
+                            mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=_pick(u[5], pages)))
+    for phase, count, offset in ((Phase.PREFILL, n_prefill, 101), (Phase.TRAIN, n_train, 201)):
+        for i in range(offset, offset + count):
+            u = [halton(i, b) for b in _PRIMES]
+            length = _log_int(u[0], *dense_len, multiple=128)
+            hq, d = _pick(u[1], dense_heads), _pick(u[2], head_dims)
+            g = min(_pick(u[3], groups), hq)
+            tokens = _log_int(u[4], *dense_tokens)
+            out.append(Workload(phase=phase, batch=max(1, tokens // length), q_len=length, kv_len=length, num_q_heads=hq,
+                                num_kv_heads=hq // g, head_dim=d,
+                                dtype=_pick(u[6], dtypes) if d == alt_dtype_head_dim else dtypes[0], mask=Mask.CAUSAL))
+    for i in range(301, 301 + n_chunk):
+        u = [halton(i, b) for b in _PRIMES]
+        n = _log_int(u[0], max(kv[0], 1024), kv[1] // 4, multiple=256)
+        chunk = 1 << max(6, min(11, int(round(6 + 5 * u[1]))))
+        chunk = min(chunk, n // 2)
+        hkv, g, d = _pick(u[4], kv_heads), _pick(u[3], groups[:4]), _pick(u[2], head_dims[:2])
+        out.append(Workload(phase=Phase.PREFILL, batch=_log_int(u[5], 1, 8), q_len=chunk, kv_len=n, num_q_heads=g * hkv,
+                            num_kv_heads=hkv, head_dim=d, dtype="bfloat16", mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED,
+                            page_size=16, append=True))
+    out += extras
+    seen: set[str] = set()
+    return tuple(w for w in out if not (w.tag in seen or seen.add(w.tag)))  # type: ignore[func-returns-value]
+
+
+def _selection_extras(*, batch: int, hq: int, hkv: int, d: int, kvs: tuple[int, ...], window: int,
+                      ragged_batch: int) -> tuple[Workload, ...]:
+    """The selection corpus's special points: FP8-cache decode at each of ``kvs``, sliding-window decode at the
+    longest with ``window``, and lognormal-ragged decode batches of ``ragged_batch`` sequences at each length."""
+    paged = dict(phase=Phase.DECODE, q_len=1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="bfloat16",
+                 mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=16)
+    out = [Workload(batch=batch, kv_len=n, kv_dtype="float8_e4m3fn", **paged) for n in kvs]
+    out.append(Workload(batch=batch, kv_len=kvs[-1], window=window, **paged))
+    out += [Workload(batch=ragged_batch, kv_len=n, kv_len_dist="lognormal", kv_len_seed=11, **paged) for n in kvs[1:]]
+    return tuple(out)
+
+
+PRESETS["selection"] = Preset(
+    "selection",
+    "the selection corpus: a space-filling (Halton) design over the fields that decide a kernel's time — 36 paged "
+    "decode steps (batch 1-256, kv 512-32768, head_dim 64/128/256, GQA group 1/2/4/8/16, Hkv 1-8 with Hq >= 4, page "
+    "16/64, fp16 beside bf16 at head_dim 128), 8 dense causal prefills and 6 training steps (512-8192 tokens, Hq 8-64, B·L 4k-64k), 4 chunked "
+    "prefills over a paged cache, FP8-cache decode at kv 2048/8192, a sliding-window decode and two ragged batches",
+    _selection(n_decode=36, n_prefill=8, n_train=6, n_chunk=4, batches=(1, 256), kv=(512, 32768), dense_len=(512, 8192),
+               head_dims=(64, 128, 256), groups=(1, 2, 4, 8, 16), kv_heads=(1, 2, 4, 8), dense_heads=(8, 16, 32, 64),
+               pages=(16, 64), dtypes=("bfloat16", "float16"), alt_dtype_head_dim=128, min_heads=4, kv_bytes_cap=4 << 30,
+               dense_tokens=(4096, 65536),
+               extras=_selection_extras(batch=16, hq=32, hkv=8, d=128, kvs=(2048, 8192), window=1024, ragged_batch=32)),
+)
+PRESETS["selection-small"] = Preset(
+    "selection-small",
+    "the selection corpus at CPU size: 6 paged decode steps (batch 1-8, kv 64-512, head_dim 16/32, group 1/2/4, "
+    "page 16), 2 dense prefills and 1 training step (64-256 tokens), 1 chunked prefill, an FP8-cache decode and a "
+    "ragged batch",
+    _selection(n_decode=6, n_prefill=2, n_train=1, n_chunk=1, batches=(1, 8), kv=(64, 512), dense_len=(64, 256),
+               head_dims=(16, 32), groups=(1, 2, 4), kv_heads=(1, 2), dense_heads=(2, 4), pages=(16,),
+               dtypes=("float32",), alt_dtype_head_dim=16, min_heads=2, kv_bytes_cap=1 << 22, dense_tokens=(128, 512),
+               extras=_selection_extras(batch=2, hq=4, hkv=2, d=16, kvs=(64, 256), window=32, ragged_batch=3)),
+)
 #: Presets ``profattn sweep decode`` uses by device.
 SWEEP_PRESETS = {"cuda": "decode-sweep", "cpu": "decode-sweep-small"}
 

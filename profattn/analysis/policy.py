@@ -1,86 +1,67 @@
-"""A kernel-selection policy learnt from stored measurements: a small decision tree over workload fields whose
-leaves name a backend, readable as rules ("decode, B·Hkv/SMs < 0.5, kv_len ≥ 4096 → triton-paged-decode"), and
-its leave-one-workload-out validation. Typed records only; :mod:`profattn.report.recommend` words them.
+"""The selection policy: which backend for a workload nobody measured, from per-backend cost models
+(:mod:`profattn.analysis.costmodel`) fitted on every stored cell of one GPU, and its validation on data it was not
+fitted to. Typed records only; :mod:`profattn.report.recommend` words them.
 
-The learner (hand-written: the rules being readable is the point, and a library tree optimizes impurity, not the
-latency a wrong choice loses):
+The pick (:meth:`Policy.choose`):
 
-* Each workload (one :func:`~profattn.store.workload_key` on one GPU) with its eligible backends' pooled times
-  (:func:`pooled_time`). The *cost* of choosing backend ``b`` for workload ``w`` is 0 when ``b`` is within noise of
-  ``w``'s best by the project's one rule (:func:`~profattn.analysis.verdict.judged_margin`), else its regret
-  ``t_b / t_best − 1``; :data:`UNRUNNABLE_COST` when ``b`` has no eligible cell on ``w`` (it did not run, or ran
-  wrong).
-* A leaf names the backend of least summed cost over its workloads. A node splits on the test — ``field ≥ t`` for
-  a number (``t`` the geometric mean of two neighbouring values seen), ``field == v`` for a category — that lowers
-  the summed cost most, while each side keeps :data:`MIN_LEAF` workloads and the depth stays within
-  :data:`MAX_DEPTH`; a split that saves nothing is not made.
-* Fields: the workload's (``phase``, ``batch``, ``q_len``, ``kv_len``, ``num_q_heads``, ``num_kv_heads``,
-  ``head_dim``, ``dtype``, ``mask``, ``kv_layout``, ``page_size`` (0: dense), ``kv_len_dist``,
-  ``shared_prefix_len``, ``append``, ``kv_dtype``, ``window`` (0: none), ``varlen``) and two derived ones:
-  ``group_size`` = Hq/Hkv and ``bhkv_per_sm`` = B·Hkv / the GPU's SM count (the work items a
-  one-CTA-per-(sequence, KV head) kernel launches, per SM: below 1 part of the GPU idles unless the kernel splits
-  the KV length).
-* A prediction is made only inside the policy's *domain*: the (phase, dtype, kv_layout, kv_dtype, kv_len_dist)
-  combinations it was learnt from (a dense call is not answered from paged measurements, a ragged batch not from
-  uniform ones: other kernels can run there); elsewhere the answer is "unknown".
+1. **Candidates**: every backend with a model in the regime the workload would be read in by that backend (a dense
+   backend reads a paged workload's contiguous copy: :func:`~profattn.interfaces.layout_read`), minus those the store
+   saw refuse the same kind of call (:func:`refusal_key`: same phase, layout, head_dim, GQA group, dtype, KV dtype,
+   window and length kind, and never ran one) and those **dominated** in that regime — slower beyond noise than one
+   other candidate on every one (≥ 2) of the regime's measured workloads where both ran. So importing fewer runs can
+   remove answers, never make a backend the store measured slower on every plain workload of a phase the answer.
+2. **Lowest predicted latency** (:class:`~profattn.analysis.costmodel.Estimate`), except that a model taught by
+   fewer than :data:`WEAK_WORKLOADS` workloads does not overrule the regime's **default** — the backend that won
+   most of the regime's measured workloads (the best constant choice there). Without any candidate model (a regime
+   no cell taught, a ragged batch) the default answers, else the defaults of regimes of the same phase and layout,
+   then of the same phase, then the backend that won most workloads overall — marked as not modelled.
+3. An answer whose chosen estimate lies outside its model's span is marked **extrapolated**.
 
-Validation (:func:`validate`): every workload with at least two eligible backends is held out in turn, the tree is
-learnt from the others, and its choice for the held-out workload is compared with what was measured there.
+Validation (:func:`validate`): whole slices are held out — every value of head_dim, GQA group, batch decade, kv
+decade, page size and phase in turn — the policy is learnt from the rest and scored on the slice against what was
+measured there, beside constant baselines learnt from the same rest (:data:`BASELINES`: the most frequent winner
+of the workload's regime, the best single backend, and a fixed priority list like vLLM's), plus leave one workload
+out. A pick *hits* when it is within :data:`HIT_FRACTION` of the measured best or within noise of it
+(:func:`~profattn.analysis.verdict.judged_margin`); regret is ``t_pick / t_best − 1``. Only backends measured on a
+held-out workload can be scored, so picks are made among those (for the policy and the baselines alike).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
+from profattn.analysis.costmodel import (
+    BANDWIDTH_OCTAVES, FEATURE_DOC, FEATURES, SHRINK, BackendModel, CostModels, Estimate, Regime, features, fit_all,
+    regime_of, sample,
+)
 from profattn.analysis.verdict import JudgedTime, judged_margin
-from profattn.store import Measurement, row_features
+from profattn.errors import WorkloadError
+from profattn.interfaces import Adoption, Layout, adoption_of, layout_read
+from profattn.store import Measurement
+from profattn.workload import Workload
 
 #: ``schema`` and ``version`` of the exported policy (``profattn recommend --export``).
 POLICY_SCHEMA = "profattn.policy"
-POLICY_VERSION = 1
-MAX_DEPTH = 4
-MIN_LEAF = 1
-#: The cost of choosing a backend that has no eligible cell on a workload (10× its time, as a regret).
+POLICY_VERSION = 2
+#: A model taught by fewer workloads than this does not overrule the regime's default (it can only rescale the one
+#: or two shapes it saw).
+WEAK_WORKLOADS = 3
+#: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
+HIT_FRACTION = 0.03
+#: The cost of choosing a backend with no eligible cell on a workload (as a regret: 10× its time).
 UNRUNNABLE_COST = 10.0
-#: Fields of the domain: a prediction is made only for a combination the policy saw.
-DOMAIN_FIELDS = ("phase", "dtype", "kv_layout", "kv_dtype", "kv_len_dist")
-NUMERIC_FIELDS = ("kv_len", "batch", "bhkv_per_sm", "q_len", "group_size", "head_dim", "num_q_heads", "num_kv_heads",
-                  "page_size", "window", "shared_prefix_len")
-CATEGORICAL_FIELDS = ("phase", "kv_layout", "dtype", "kv_dtype", "mask", "kv_len_dist", "append", "varlen")
-#: What each field a rule may test means (exported with the policy).
-FIELD_DOC: dict[str, str] = {
-    "phase": "train | prefill | decode | mixed", "batch": "sequences per call B", "q_len": "query rows per sequence",
-    "kv_len": "keys per sequence (the longest, for ragged or variable-length calls)",
-    "num_q_heads": "Hq", "num_kv_heads": "Hkv", "head_dim": "d", "dtype": "bfloat16 | float16 | float32",
-    "mask": "causal | none (a one-row call's none is stored as causal)", "kv_layout": "dense | paged",
-    "page_size": "tokens per KV page; 0 for a dense cache", "kv_len_dist": "uniform | ragged | lognormal",
-    "shared_prefix_len": "tokens shared by every sequence", "append": "the call also appends its new K/V",
-    "kv_dtype": "KV-cache storage dtype, 'none' when it is dtype", "window": "sliding window; 0 for none",
-    "varlen": "per-sequence lengths given (a serving step)", "group_size": "Hq / Hkv",
-    "bhkv_per_sm": "B·Hkv / streaming multiprocessors of the GPU",
-}
-
-
-def features(row: Mapping[str, Any], num_sms: int | None) -> dict[str, Any]:
-    """The fields a rule may test, from a workload's fields (:func:`~profattn.store.row_features` or the same
-    keys): categories as text, numbers as floats (``page_size``/``window`` None → 0; ``bhkv_per_sm`` None when
-    the SM count is unknown)."""
-    out: dict[str, Any] = {k: str(row[k]) if row[k] is not None else "none" for k in CATEGORICAL_FIELDS}
-    out["append"] = str(bool(row["append"])).lower()
-    out["varlen"] = str(bool(row["varlen"])).lower()
-    for k in ("kv_len", "batch", "q_len", "head_dim", "num_q_heads", "num_kv_heads", "shared_prefix_len"):
-        out[k] = float(row[k])
-    out["page_size"] = float(row["page_size"] or 0)
-    out["window"] = float(row["window"] or 0)
-    out["group_size"] = row["num_q_heads"] / row["num_kv_heads"]
-    out["bhkv_per_sm"] = row["batch"] * row["num_kv_heads"] / num_sms if num_sms else None
-    return out
+#: vLLM's attention-backend priority on Hopper as profattn's backends (FlashAttention first, then FlashInfer, then
+#: Triton; ``vllm/platforms/cuda.py``, ``get_attn_backend_cls``), then the rest: the fixed-list baseline.
+VLLM_PRIORITY = ("sdpa-flash", "flashinfer-decode-tc", "flashinfer-decode", "flashinfer-prefill-paged",
+                 "flashinfer-prefill-ragged", "triton-paged-decode", "triton-paged-prefill", "flex-paged-decode",
+                 "sdpa-cudnn", "sdpa-efficient", "flex", "sdpa-nested", "torch-paged-reference", "sdpa-math", "eager")
+#: The constant baselines every slice is scored for.
+BASELINES = ("most frequent winner", "best single backend", "fixed priority (vLLM-like)")
 
 
 def pooled_time(cells: Sequence[Measurement]) -> JudgedTime:
@@ -107,36 +88,49 @@ def pooled_time(cells: Sequence[Measurement]) -> JudgedTime:
 
 @dataclass(frozen=True)
 class WorkloadTimes:
-    """One workload's eligible backends on one GPU: ``times`` by backend (pooled, fastest first), ``features``
-    (:func:`features`), ``key`` its workload key and ``cells`` the stored cells behind ``times``."""
+    """One workload's eligible backends on one GPU: ``times`` by backend (pooled, fastest first), the ``workload``,
+    its ``key``, the ``cells`` behind ``times`` and ``regime``: its regime read in its own layout (None: ragged)."""
 
     key: str
-    features: dict[str, Any]
+    workload: Workload
     times: tuple[JudgedTime, ...]
     cells: int
+    regime: Regime | None
 
     @property
     def best(self) -> JudgedTime:
         """The fastest backend's time."""
         return self.times[0]
 
-    @property
-    def costs(self) -> dict[str, float]:
-        """:func:`choice_cost` of each backend measured here (computed once)."""
-        memo = self.__dict__.get("_costs")
-        if memo is None:
-            memo = {t.backend: choice_cost(self, t.backend) for t in self.times}
-            object.__setattr__(self, "_costs", memo)
-        return memo
-
     def time_of(self, backend: str) -> JudgedTime | None:
         """``backend``'s time here, or None when it has no eligible cell."""
         return next((t for t in self.times if t.backend == backend), None)
 
+    def cost(self, backend: str) -> float:
+        """The cost of choosing ``backend`` here: 0 within noise of the best, else its regret; :data:`UNRUNNABLE_COST`
+        without an eligible cell."""
+        t = self.time_of(backend)
+        if t is None:
+            return UNRUNNABLE_COST
+        if t.backend == self.best.backend or judged_margin(self.best, t).tie:
+            return 0.0
+        return t.median_us / self.best.median_us - 1.0
+
+    def hits(self, backend: str) -> bool:
+        """Whether ``backend`` is within :data:`HIT_FRACTION` or within noise of the best here."""
+        t = self.time_of(backend)
+        return t is not None and (t.median_us <= self.best.median_us * (1 + HIT_FRACTION)
+                                  or judged_margin(self.best, t).tie)
+
+    def regret(self, backend: str) -> float | None:
+        """``t_backend / t_best − 1`` (None: no eligible cell)."""
+        t = self.time_of(backend)
+        return None if t is None else t.median_us / self.best.median_us - 1.0
+
 
 def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
     """Group eligible cells (ineligible ones never rank) by workload key and backend, pooled (:func:`pooled_time`),
-    sorted by key."""
+    sorted by key; workloads whose stored fields no longer parse are left out."""
     by_key: dict[str, dict[str, list[Measurement]]] = {}
     for c in cells:
         if c.eligible and c.latency_us is not None and math.isfinite(c.latency_us):
@@ -145,377 +139,474 @@ def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
     for key in sorted(by_key):
         per = by_key[key]
         first = next(iter(per.values()))[0]
+        try:
+            w = first.workload()
+        except WorkloadError:
+            continue
         times = sorted((pooled_time(v) for v in per.values()), key=lambda t: (t.median_us, t.backend))
-        out.append(WorkloadTimes(key, features(row_features(first), first.num_sms), tuple(times),
-                                 sum(len(v) for v in per.values())))
+        out.append(WorkloadTimes(key, w, tuple(times), sum(len(v) for v in per.values()), regime_of(w, w.kv_layout.value)))
     return tuple(out)
 
 
-def choice_cost(w: WorkloadTimes, backend: str) -> float:
-    """The cost of choosing ``backend`` for ``w`` (see the module docstring): 0 within noise of the best, else its
-    regret, :data:`UNRUNNABLE_COST` without an eligible cell."""
-    t = w.time_of(backend)
-    if t is None:
-        return UNRUNNABLE_COST
-    if t.backend == w.best.backend or judged_margin(w.best, t).tie:
-        return 0.0
-    return t.median_us / w.best.median_us - 1.0
-
-
-def cost_matrix(ws: Sequence[WorkloadTimes], backends: Sequence[str]) -> np.ndarray:
-    """:func:`choice_cost` of every backend (columns) for every workload (rows), memoized per workload."""
-    return np.array([[w.costs.get(b, UNRUNNABLE_COST) for b in backends] for w in ws], dtype=float).reshape(len(ws), len(backends))
-
-
-def regret(w: WorkloadTimes, backend: str) -> float | None:
-    """Latency lost by choosing ``backend`` for ``w``: ``t_backend / t_best − 1`` (0 for the best), None when the
-    backend has no eligible cell there."""
-    t = w.time_of(backend)
-    return None if t is None else t.median_us / w.best.median_us - 1.0
+def refusal_key(w: Workload) -> tuple:
+    """What makes calls alike for "the store saw this backend refuse such a call": phase, layout, head_dim, GQA
+    group, dtype, KV dtype, window or not, per-sequence lengths or not, ragged or not."""
+    return (w.phase.value, w.kv_layout.value, w.head_dim, w.group_size, w.dtype, w.kv_dtype, w.window is not None,
+            bool(w.seqs), w.is_ragged)
 
 
 @dataclass(frozen=True)
-class Condition:
-    """One test of a rule: ``field op value`` with ``op`` one of ``<``, ``>=`` (numbers), ``==``, ``!=``
-    (categories, as text)."""
-
-    field: str
-    op: str
-    value: float | str
-
-    def holds(self, feats: Mapping[str, Any]) -> bool | None:
-        """Whether the test holds for ``feats`` (None: the field is unknown there, e.g. no SM count)."""
-        v = feats.get(self.field)
-        if v is None:
-            return None
-        if self.op == ">=":
-            return v >= self.value
-        if self.op == "<":
-            return v < self.value
-        if self.op == "==":
-            return v == self.value
-        return v != self.value
-
-
-@dataclass(frozen=True)
-class Node:
-    """A node of the tree: a leaf (``test`` None) names ``backend``; an inner node sends a workload to ``then`` when
-    ``test`` holds, else to ``otherwise``. ``support``: training workloads that reached it; ``within_noise``: those
-    where its leaf's backend was within noise of their best; ``mean_regret``: their mean :func:`regret` (unrunnable
-    ones counted at :data:`UNRUNNABLE_COST`)."""
+class Predicted:
+    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``."""
 
     backend: str
-    support: int
-    within_noise: int
-    mean_regret: float
-    test: Condition | None = None
-    then: "Node | None" = None
-    otherwise: "Node | None" = None
+    reads: Layout
+    estimate: Estimate
 
 
 @dataclass(frozen=True)
-class Rule:
-    """A leaf as a rule: every ``conditions`` holds → ``backend`` (the leaf's support and record alongside)."""
-
-    conditions: tuple[Condition, ...]
-    backend: str
-    support: int
-    within_noise: int
-    mean_regret: float
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The policy's choice for a workload: ``backend``, the ``rule`` that chose it, and its confidence: the
-    fraction of the rule's training workloads where that backend was within noise of the best
-    (``rule.within_noise / rule.support``)."""
+class Choice:
+    """The policy's answer for one workload: the chosen ``backend`` with its estimate (None: no model covered the
+    workload, the default or fallback answered), every candidate (fastest predicted first), the ``regime`` of the
+    workload as read in its own layout, its ``default`` backend, whether the default decided (``kept_default``), and
+    the candidates left out as ``dominated`` or ``refused``."""
 
     backend: str
-    rule: Rule
+    estimate: Estimate | None
+    candidates: tuple[Predicted, ...]
+    regime: Regime | None
+    default: str | None
+    kept_default: bool
+    dominated: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
 
     @property
-    def confidence(self) -> float:
-        """``rule.within_noise / rule.support`` (0..1)."""
-        return self.rule.within_noise / self.rule.support if self.rule.support else 0.0
+    def modelled(self) -> bool:
+        """Whether a cost model made the choice (False: the default or fallback, no model covered the workload)."""
+        return self.estimate is not None
 
+    @property
+    def extrapolated(self) -> bool:
+        """The chosen estimate lies outside its model's span, or no model covered the workload."""
+        return self.estimate is None or self.estimate.extrapolated
 
-def _leaf(ws: Sequence[WorkloadTimes], costs: np.ndarray, backends: Sequence[str]) -> Node:
-    total = costs.sum(axis=0)
-    b = int(np.argmin(total + 1e-9 * np.arange(len(backends))))
-    name = backends[b]
-    regrets = [regret(w, name) for w in ws]
-    within = sum(1 for c in costs[:, b] if c == 0.0)
-    mean = float(np.mean([UNRUNNABLE_COST if r is None else r for r in regrets])) if ws else 0.0
-    return Node(name, len(ws), within, mean)
-
-
-def _best_split(ws: Sequence[WorkloadTimes], costs: np.ndarray) -> tuple[float, Condition, np.ndarray] | None:
-    n = len(ws)
-    best: tuple[float, Condition, np.ndarray] | None = None
-    for name in (*CATEGORICAL_FIELDS, *NUMERIC_FIELDS):
-        vals = [w.features.get(name) for w in ws]
-        if any(v is None for v in vals):
-            continue
-        if name in CATEGORICAL_FIELDS:
-            for v in sorted(set(vals)):
-                mask = np.array([x == v for x in vals])
-                k = int(mask.sum())
-                if k < MIN_LEAF or n - k < MIN_LEAF:
-                    continue
-                cost = costs[mask].sum(axis=0).min() + costs[~mask].sum(axis=0).min()
-                if best is None or cost < best[0] - 1e-12:
-                    best = (float(cost), Condition(name, "==", v), mask)
-            continue
-        arr = np.array(vals, dtype=float)
-        order = np.argsort(arr, kind="stable")
-        sorted_vals = arr[order]
-        cum = np.cumsum(costs[order], axis=0)
-        # splitting after sorted position i (left: 0..i): every such cost at once
-        split_cost = cum[:-1].min(axis=1) + (cum[-1] - cum[:-1]).min(axis=1)
-        valid = sorted_vals[1:] != sorted_vals[:-1]
-        valid[: MIN_LEAF - 1] = False
-        valid[n - MIN_LEAF:] = False
-        if not valid.any():
-            continue
-        i = int(np.argmin(np.where(valid, split_cost, np.inf)))
-        cost = split_cost[i]
-        if best is None or cost < best[0] - 1e-12:
-            lo, hi = sorted_vals[i], sorted_vals[i + 1]
-            t = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
-            best = (float(cost), Condition(name, ">=", float(t)), arr >= t)
-    return best
-
-
-def _grow(ws: Sequence[WorkloadTimes], costs: np.ndarray, backends: Sequence[str], depth: int) -> Node:
-    """The subtree over ``ws`` (``costs``: their rows of the cost matrix, workloads × backends)."""
-    leaf = _leaf(ws, costs, backends)
-    if depth >= MAX_DEPTH or len(ws) < 2 * MIN_LEAF:
-        return leaf
-    split = _best_split(ws, costs)
-    if split is None or split[0] >= costs.sum(axis=0).min() - 1e-9:
-        return leaf
-    _, cond, mask = split
-    left = [w for w, m in zip(ws, mask) if m]
-    right = [w for w, m in zip(ws, mask) if not m]
-    return Node(leaf.backend, leaf.support, leaf.within_noise, leaf.mean_regret, cond,
-                _grow(left, costs[mask], backends, depth + 1), _grow(right, costs[~mask], backends, depth + 1))
+    def estimate_of(self, backend: str) -> Predicted | None:
+        """``backend``'s candidate entry (None: not a candidate)."""
+        return next((c for c in self.candidates if c.backend == backend), None)
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A selection policy for one GPU: the tree, the domain it may answer for, and where it came from.
-
-    ``workloads``: training workloads; ``cells``: the cells behind them; ``runs``: their run ids;
-    ``backends``: every backend it may choose; ``validation``: its :func:`validate` numbers when computed."""
+    """A selection policy for one GPU: its cost ``models``, each backend's ``adoptions``, the regimes' ``defaults``
+    and ``dominated`` backends, the calls the store saw refused (``refused``: backend → refusal keys), where it came
+    from (``workloads``, ``cells``, ``runs``) and its ``validation`` when computed."""
 
     gpu: str
     num_sms: int | None
-    root: Node
-    domain: tuple[tuple[str, ...], ...]
-    backends: tuple[str, ...]
-    workloads: int
-    cells: int
+    models: CostModels
+    adoptions: dict[str, Adoption]
+    defaults: dict[str, str]
+    dominated: dict[str, tuple[str, ...]]
+    refused: dict[str, frozenset] = field(default_factory=dict)
+    fallback: tuple[str, ...] = ()
+    workloads: int = 0
+    cells: int = 0
     runs: tuple[str, ...] = ()
     validation: "Validation | None" = None
 
-    def covers(self, feats: Mapping[str, Any]) -> bool:
-        """Whether ``feats`` fall inside the domain (a combination of :data:`DOMAIN_FIELDS` it was learnt from)."""
-        return tuple(str(feats[f]) for f in DOMAIN_FIELDS) in self.domain
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Every backend with a model."""
+        return tuple(sorted({b for b, _ in self.models.models}))
 
-    def predict(self, feats: Mapping[str, Any]) -> Prediction | None:
-        """The backend for ``feats`` (:func:`features`), or None outside the domain."""
-        if not self.covers(feats):
-            return None
-        node, conds = self.root, []
-        while node.test is not None:
-            holds = node.test.holds(feats)
-            if holds is None:
-                break  # a field this workload lacks: answer from this node
-            conds.append(node.test if holds else _negate(node.test))
-            node = node.then if holds else node.otherwise  # type: ignore[assignment]
-        return Prediction(node.backend, Rule(tuple(conds), node.backend, node.support, node.within_noise, node.mean_regret))
+    @property
+    def regimes(self) -> tuple[str, ...]:
+        """Every regime key some model covers."""
+        return tuple(sorted({r for _, r in self.models.models}))
 
-    def rules(self) -> tuple[Rule, ...]:
-        """Every leaf as a :class:`Rule`, in tree order (then-branch first)."""
-        out: list[Rule] = []
+    def covers(self, w: Workload) -> bool:
+        """Whether some backend has a model for ``w`` (in the layout it would read it)."""
+        return bool(self._candidates(w, None)[0])
 
-        def walk(node: Node, conds: tuple[Condition, ...]) -> None:
-            if node.test is None:
-                out.append(Rule(conds, node.backend, node.support, node.within_noise, node.mean_regret))
-                return
-            walk(node.then, (*conds, node.test))  # type: ignore[arg-type]
-            walk(node.otherwise, (*conds, _negate(node.test)))  # type: ignore[arg-type]
+    def _candidates(self, w: Workload, among: Iterable[str] | None) -> tuple[list[Predicted], list[str], list[str]]:
+        names = sorted(set(among) if among is not None else {b for b, _ in self.models.models})
+        out: list[Predicted] = []
+        dominated: list[str] = []
+        refused: list[str] = []
+        rk = refusal_key(w)
+        for b in names:
+            adoption = self.adoptions.get(b) or adoption_of(b)
+            reads = layout_read(adoption, w.kv_layout.value, packed=w.is_packed)
+            reg = regime_of(w, reads)
+            model = self.models.model(b, reg) if reg is not None else None
+            if model is None:
+                continue
+            if b in self.dominated.get(reg.key, ()):  # type: ignore[union-attr]
+                dominated.append(b)
+                continue
+            if rk in self.refused.get(b, frozenset()):
+                refused.append(b)
+                continue
+            x, shape = features(w, reads, self.num_sms)
+            out.append(Predicted(b, reads, model.predict(x, shape)))
+        out.sort(key=lambda p: (p.estimate.us, p.backend))
+        return out, dominated, refused
 
-        walk(self.root, ())
-        return tuple(out)
+    def choose(self, w: Workload, among: Iterable[str] | None = None) -> Choice | None:
+        """The :class:`Choice` for ``w`` among ``among`` (default: every backend the policy knows), or None when
+        it knows none of them. Without a candidate model (a regime no cell taught, a ragged batch) the answer is the
+        regime's default or a nearby regime's (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None)."""
+        names = set(among) if among is not None else None
+        cands, dominated, refused = self._candidates(w, names)
+        reg = regime_of(w, w.kv_layout.value)
+        default = self.defaults.get(reg.key) if reg is not None else None
+        if not cands:
+            pick = next((b for b in self.fallback_order(w, default) if names is None or b in names), None)
+            if pick is None:
+                return None
+            return Choice(pick, None, (), reg, default, True, tuple(dominated), tuple(refused))
+        fastest = cands[0]
+        pick, kept = fastest, False
+        d = next((c for c in cands if c.backend == default), None)
+        model = self.models.model(fastest.backend, regime_of(w, fastest.reads))  # type: ignore[arg-type]
+        if d is not None and d is not fastest and model is not None and model.workloads < WEAK_WORKLOADS:
+            pick, kept = d, True
+        return Choice(pick.backend, pick.estimate, tuple(cands), reg, default, kept, tuple(dominated), tuple(refused))
+
+    def fallback_order(self, w: Workload, default: str | None) -> list[str]:
+        """Without a candidate model: the regime's default, then the defaults of the regimes of the same phase and
+        layout, then of the same phase, then :attr:`fallback` (most workloads won overall)."""
+        phase, layout = w.phase.value, w.kv_layout.value
+        same = [b for k, b in sorted(self.defaults.items()) if k.split("/")[:2] == [phase, layout]]
+        phased = [b for k, b in sorted(self.defaults.items()) if k.split("/")[0] == phase]
+        return list(dict.fromkeys(([default] if default else []) + same + phased + list(self.fallback)))
 
 
-def _negate(c: Condition) -> Condition:
-    return Condition(c.field, {">=": "<", "<": ">=", "==": "!=", "!=": "=="}[c.op], c.value)
+def _defaults(ws: Sequence[WorkloadTimes]) -> dict[str, str]:
+    """Per regime (of the workloads read in their own layout), the backend that won most of its workloads (ties:
+    least summed cost)."""
+    by: dict[str, list[WorkloadTimes]] = {}
+    for w in ws:
+        if w.regime is not None:
+            by.setdefault(w.regime.key, []).append(w)
+    out = {}
+    for key, group in by.items():
+        names = sorted({t.backend for w in group for t in w.times})
+        wins = {b: sum(w.best.backend == b for w in group) for b in names}
+        out[key] = min(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in group), b))
+    return out
 
 
-def learn(ws: Sequence[WorkloadTimes], gpu: str, num_sms: int | None, *, cells: int | None = None,
-          runs: Sequence[str] = ()) -> Policy | None:
-    """Learn a :class:`Policy` from ``ws`` (one GPU's workloads), or None when there is none."""
-    if not ws:
+def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption]) -> dict[str, tuple[str, ...]]:
+    """Per regime a backend reads in, the backends slower beyond noise than one other on every one (≥ 2) of the
+    workloads where both ran (workloads of that regime as the backend read them)."""
+    by: dict[str, list[tuple[WorkloadTimes, set[str]]]] = {}
+    for w in ws:
+        for t in w.times:
+            reads = layout_read(adoptions.get(t.backend) or adoption_of(t.backend), w.workload.kv_layout.value,
+                                packed=w.workload.is_packed)
+            reg = regime_of(w.workload, reads)
+            if reg is not None:
+                by.setdefault(reg.key, []).append((w, {t.backend}))
+    out: dict[str, tuple[str, ...]] = {}
+    for key, entries in by.items():
+        members: dict[str, list[WorkloadTimes]] = {}
+        for w, names in entries:
+            for b in names:
+                members.setdefault(b, []).append(w)
+        dom = []
+        for b, wls in members.items():
+            for c in members:
+                if c == b:
+                    continue
+                both = [w for w in wls if w.time_of(c) is not None]
+                if len(both) >= 2 and all(_beats(w, c, b) for w in both):
+                    dom.append(b)
+                    break
+        if dom:
+            out[key] = tuple(sorted(dom))
+    return out
+
+
+def _beats(w: WorkloadTimes, a: str, b: str) -> bool:
+    ta, tb = w.time_of(a), w.time_of(b)
+    return ta is not None and tb is not None and ta.median_us < tb.median_us and not judged_margin(ta, tb).tie
+
+
+def _refused(cells: Iterable[Measurement]) -> dict[str, frozenset]:
+    """Per backend, the refusal keys of calls it was unsupported on and never ran."""
+    refused: dict[str, set] = {}
+    ran: dict[str, set] = {}
+    for c in cells:
+        try:
+            k = refusal_key(c.workload())
+        except WorkloadError:
+            continue
+        if c.status == "unsupported":
+            refused.setdefault(c.backend, set()).add(k)
+        elif c.eligible:
+            ran.setdefault(c.backend, set()).add(k)
+    return {b: frozenset(ks - ran.get(b, set())) for b, ks in refused.items() if ks - ran.get(b, set())}
+
+
+def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = ()) -> Policy | None:
+    """The :class:`Policy` for ``gpu`` from its stored ``cells`` (every status: eligible ones teach the models,
+    unsupported ones the refusals), or None when none is eligible."""
+    mine = [c for c in cells if c.gpu == gpu]
+    samples = [s for s in (sample(c) for c in mine) if s is not None]
+    if not samples:
         return None
-    backends = tuple(sorted({t.backend for w in ws for t in w.times}))
-    root = _grow(ws, cost_matrix(ws, backends), backends, 0)
-    domain = tuple(sorted({tuple(str(w.features[f]) for f in DOMAIN_FIELDS) for w in ws}))
-    return Policy(gpu, num_sms, root, domain, backends, len(ws), cells if cells is not None else sum(w.cells for w in ws),
-                  tuple(runs))
+    sms = next((c.num_sms for c in mine if c.num_sms), None)
+    adoptions: dict[str, Adoption] = {}
+    for c in mine:
+        if c.adoption_json and c.backend not in adoptions:
+            try:
+                adoptions[c.backend] = Adoption.from_dict(json.loads(c.adoption_json))
+            except (ValueError, KeyError, TypeError):
+                pass
+        elif c.backend not in adoptions and adoption_of(c.backend) is not None:
+            adoptions[c.backend] = adoption_of(c.backend)  # type: ignore[assignment]
+    ws = workload_times(mine)
+    names = sorted({t.backend for w in ws for t in w.times})
+    wins = {b: sum(w.best.backend == b for w in ws) for b in names}
+    fallback = tuple(sorted(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in ws), b)))
+    return Policy(gpu, sms, fit_all(samples, sms), adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
+                  fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})))
 
 
+# ---- validation -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class HeldOut:
-    """One held-out workload: ``key``, its ``phase``, the measured ``best`` backend, the ``predicted`` one (None:
-    outside the domain learnt from the others), ``within_noise`` (the predicted backend ties the best by the one
-    noise rule), ``regret`` (:func:`regret`; None when the predicted backend has no eligible cell there)."""
+class Scored:
+    """One held-out workload scored: the ``pick`` (None: no prediction), whether it ``hit``, its ``regret``."""
 
-    key: str
-    phase: str
-    best: str
-    predicted: str | None
-    within_noise: bool
+    pick: str | None
+    hit: bool
     regret: float | None
 
 
 @dataclass(frozen=True)
-class Validation:
-    """Leave-one-workload-out numbers over ``held_out`` (workloads with ≥ 2 eligible backends), optionally of one
-    phase: ``within_noise`` count (the predicted kernel ties the measured best), ``exact`` (it is the best),
-    ``uncovered`` (no prediction: outside the domain the others span), ``unrunnable`` (predicted a backend with no
-    eligible cell there), ``mean_regret`` and ``worst`` over the held-out workloads with a regret."""
+class HeldOut:
+    """One held-out workload: its ``key`` and ``phase``, the measured ``best``, the policy's score (``policy``)
+    and whether its answer was ``extrapolated``, and each baseline's score (:data:`BASELINES` order)."""
 
-    phase: str | None
+    key: str
+    phase: str
+    best: str
+    policy: Scored
+    extrapolated: bool
+    baselines: tuple[Scored, ...]
+
+
+@dataclass(frozen=True)
+class Score:
+    """Hit count, mean and worst regret of one chooser over ``n`` held-out workloads (``answered``: those it gave an
+    answer for; the means are over those)."""
+
+    n: int
+    answered: int
+    hits: int
+    mean_regret: float | None
+    worst_regret: float | None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """``hits / answered``."""
+        return self.hits / self.answered if self.answered else None
+
+    @classmethod
+    def of(cls, scores: Sequence[Scored]) -> "Score":
+        """Summarise ``scores``."""
+        rs = [s.regret for s in scores if s.regret is not None]
+        return cls(len(scores), len(rs), sum(s.hit for s in scores if s.regret is not None),
+                   sum(rs) / len(rs) if rs else None, max(rs) if rs else None)
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """One held-out slice: ``field`` and ``value`` (text: ``"64"``, ``"10–99"``), its ``held_out`` workloads."""
+
+    field: str
+    value: str
     held_out: tuple[HeldOut, ...]
 
     @property
-    def n(self) -> int:
-        """Held-out workloads."""
-        return len(self.held_out)
+    def policy(self) -> Score:
+        """The policy's :class:`Score` on the slice."""
+        return Score.of([h.policy for h in self.held_out])
+
+    def baseline(self, i: int) -> Score:
+        """Baseline ``i``'s :class:`Score` (:data:`BASELINES` order)."""
+        return Score.of([h.baselines[i] for h in self.held_out])
 
     @property
-    def within_noise(self) -> int:
-        return sum(h.within_noise for h in self.held_out)
+    def best_baseline(self) -> int:
+        """The index of the best baseline on this slice: most hits, then least worst regret, then least mean."""
+        def rank(i: int) -> tuple:
+            s = self.baseline(i)
+            return (-(s.hit_rate or 0.0), s.worst_regret if s.worst_regret is not None else math.inf,
+                    s.mean_regret if s.mean_regret is not None else math.inf)
+        return min(range(len(BASELINES)), key=rank)
 
     @property
-    def exact(self) -> int:
-        return sum(h.predicted == h.best for h in self.held_out)
+    def extrapolated(self) -> int:
+        """Held-out workloads whose answer was extrapolated."""
+        return sum(h.extrapolated for h in self.held_out)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Leave-one-slice-out ``slices`` and leave-one-workload-out ``lowo`` (a :class:`SliceResult` with field
+    ``workload``) of one policy's data."""
+
+    slices: tuple[SliceResult, ...]
+    lowo: SliceResult | None
 
     @property
-    def uncovered(self) -> int:
-        return sum(h.predicted is None for h in self.held_out)
-
-    @property
-    def unrunnable(self) -> int:
-        return sum(h.predicted is not None and h.regret is None for h in self.held_out)
-
-    @property
-    def within_noise_fraction(self) -> float | None:
-        """``within_noise / n`` (None when nothing was held out)."""
-        return self.within_noise / self.n if self.n else None
-
-    @property
-    def mean_regret(self) -> float | None:
-        """Mean regret over held-out workloads with one (None without any)."""
-        rs = [h.regret for h in self.held_out if h.regret is not None]
-        return sum(rs) / len(rs) if rs else None
-
-    @property
-    def worst(self) -> HeldOut | None:
-        """The held-out workload of largest regret (None without any)."""
-        rs = [h for h in self.held_out if h.regret is not None]
-        return max(rs, key=lambda h: h.regret) if rs else None  # type: ignore[arg-type, return-value]
-
-    def of_phase(self, phase: str) -> "Validation":
-        """The same numbers over one phase's held-out workloads."""
-        return Validation(phase, tuple(h for h in self.held_out if h.phase == phase))
+    def pooled(self) -> Score:
+        """The policy's score over every held-out workload of every slice (a workload counts once per slice field)."""
+        return Score.of([h.policy for s in self.slices for h in s.held_out])
 
 
-def validate(ws: Sequence[WorkloadTimes], gpu: str, num_sms: int | None) -> Validation:
-    """Leave-one-workload-out validation (see the module docstring)."""
-    held: list[HeldOut] = []
-    for i, w in enumerate(ws):
-        if len(w.times) < 2:
-            continue
-        policy = learn([x for j, x in enumerate(ws) if j != i], gpu, num_sms)
-        pred = policy.predict(w.features) if policy else None
-        name = pred.backend if pred else None
-        t = w.time_of(name) if name else None
-        within = t is not None and (t.backend == w.best.backend or judged_margin(w.best, t).tie)
-        held.append(HeldOut(w.key, str(w.features["phase"]), w.best.backend, name, within,
-                            regret(w, name) if name else None))
-    return Validation(None, tuple(held))
+def _decade(v: int, unit: str) -> str:
+    if v < 10:
+        return f"1–9{unit}"
+    lo = 10 ** int(math.log10(v))
+    return f"{lo:,}–{10 * lo - 1:,}{unit}"
 
 
-def derive(cells: Sequence[Measurement], gpu: str, *, with_validation: bool = True) -> Policy | None:
-    """The policy for ``gpu`` from its stored ``cells`` (other GPUs' cells ignored), with its validation; None when
-    no workload on that GPU has an eligible cell."""
+def _kv_decade(v: int) -> str:
+    return "< 1k" if v < 1000 else "1k–10k" if v < 10_000 else "≥ 10k"
+
+
+#: The slice fields (name → the slice value of a workload).
+SLICES: dict[str, Any] = {
+    "head_dim": lambda w: str(w.head_dim),
+    "gqa_group": lambda w: str(w.group_size),
+    "batch_decade": lambda w: _decade(w.batch, ""),
+    "kv_decade": lambda w: _kv_decade(w.kv_len),
+    "page_size": lambda w: str(w.page_size) if w.page_size else "dense",
+    "phase": lambda w: w.phase.value,
+}
+
+
+def _baseline_picks(train: Sequence[WorkloadTimes]) -> tuple[dict[str, list[str]], list[str]]:
+    """Per regime the backends in order of wins (then summed cost) on ``train``; and the global order by summed cost."""
+    by: dict[str, list[WorkloadTimes]] = {}
+    for w in train:
+        by.setdefault(w.regime.key if w.regime else "ragged", []).append(w)
+    names = sorted({t.backend for w in train for t in w.times})
+    per = {}
+    for key, group in by.items():
+        wins = {b: sum(w.best.backend == b for w in group) for b in names}
+        per[key] = sorted(names, key=lambda b: (-wins[b], sum(x.cost(b) for x in group), b))
+    overall = sorted(names, key=lambda b: (sum(x.cost(b) for x in train), b))
+    return per, overall
+
+
+def _score(w: WorkloadTimes, pick: str | None) -> Scored:
+    if pick is None:
+        return Scored(None, False, None)
+    return Scored(pick, w.hits(pick), w.regret(pick))
+
+
+def _first(order: Sequence[str], measured: Sequence[str]) -> str | None:
+    return next((b for b in order if b in measured), None) or (measured[0] if measured else None)
+
+
+def _held_out(policy: Policy | None, w: WorkloadTimes, per: Mapping[str, list[str]], overall: Sequence[str]) -> HeldOut:
+    measured = [t.backend for t in w.times]
+    choice = policy.choose(w.workload, among=measured) if policy is not None else None
+    reg = w.regime.key if w.regime else "ragged"
+    freq = _first(per.get(reg, overall), measured)
+    return HeldOut(w.key, w.workload.phase.value, w.best.backend, _score(w, choice.backend if choice else None),
+                   bool(choice is None or choice.extrapolated),
+                   (_score(w, freq), _score(w, _first(overall, measured)), _score(w, _first(VLLM_PRIORITY, measured))))
+
+
+def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any] = SLICES,
+             lowo: bool = True) -> Validation:
+    """Leave each slice out in turn (and, with ``lowo``, each workload), learn from the rest, score the held-out
+    workloads with two or more eligible backends (see the module docstring)."""
     mine = [c for c in cells if c.gpu == gpu]
-    ws = workload_times(mine)
-    sms = next((c.num_sms for c in mine if c.num_sms), None)
-    policy = learn(ws, gpu, sms, cells=sum(w.cells for w in ws), runs=sorted({c.run_id for c in mine}))
+    ws = [w for w in workload_times(mine) if len(w.times) >= 2]
+    out: list[SliceResult] = []
+
+    def fold(held: list[WorkloadTimes]) -> list[HeldOut]:
+        keys = {w.key for w in held}
+        rest = [c for c in mine if c.workload_key not in keys]
+        policy = learn(rest, gpu)
+        per, overall = _baseline_picks([w for w in ws if w.key not in keys])
+        return [_held_out(policy, w, per, overall) for w in held]
+
+    for name, of in slices.items():
+        values = sorted({of(w.workload) for w in ws})
+        if len(values) < 2:
+            continue
+        for v in values:
+            held = [w for w in ws if of(w.workload) == v]
+            out.append(SliceResult(name, v, tuple(fold(held))))
+    loo = SliceResult("workload", "each", tuple(h for w in ws for h in fold([w]))) if lowo and len(ws) > 1 else None
+    return Validation(tuple(out), loo)
+
+
+def derive(cells: Sequence[Measurement], gpu: str, *, with_validation: bool = True, lowo: bool = True) -> Policy | None:
+    """The policy for ``gpu`` from its stored ``cells`` (other GPUs' cells ignored), with its validation; None when
+    no cell on that GPU is eligible."""
+    policy = learn(cells, gpu)
     if policy is None or not with_validation:
         return policy
-    from dataclasses import replace
-
-    return replace(policy, validation=validate(ws, gpu, sms))
+    return replace(policy, validation=validate(cells, gpu, lowo=lowo))
 
 
 # ---- the exported format ------------------------------------------------------------------------------------
-def _cond_dict(c: Condition) -> dict[str, Any]:
-    return {"field": c.field, "op": c.op, "value": c.value}
+def _score_dict(s: Score) -> dict[str, Any]:
+    return {"n": s.n, "answered": s.answered, "hits": s.hits, "hit_rate": s.hit_rate, "mean_regret": s.mean_regret,
+            "worst_regret": s.worst_regret}
 
 
-def _node_dict(n: Node) -> dict[str, Any]:
-    d: dict[str, Any] = {"backend": n.backend, "support": n.support, "within_noise": n.within_noise,
-                         "mean_regret": round(n.mean_regret, 6)}
-    if n.test is not None:
-        d.update({"test": _cond_dict(n.test), "then": _node_dict(n.then), "else": _node_dict(n.otherwise)})  # type: ignore[arg-type]
-    return d
-
-
-def _node(d: Mapping[str, Any]) -> Node:
-    test = d.get("test")
-    return Node(d["backend"], int(d["support"]), int(d["within_noise"]), float(d["mean_regret"]),
-                Condition(test["field"], test["op"], test["value"]) if test else None,
-                _node(d["then"]) if test else None, _node(d["else"]) if test else None)
+def _slice_dict(s: SliceResult) -> dict[str, Any]:
+    return {"field": s.field, "value": s.value, "policy": _score_dict(s.policy), "extrapolated": s.extrapolated,
+            "baselines": {name: _score_dict(s.baseline(i)) for i, name in enumerate(BASELINES)},
+            "best_baseline": BASELINES[s.best_baseline]}
 
 
 def validation_dict(v: Validation | None) -> dict[str, Any] | None:
-    """The validation numbers as plain JSON values (None stays None)."""
+    """The validation numbers as plain JSON values (regrets as fractions: 0.01 = 1 % slower than the best)."""
     if v is None:
         return None
-    worst = v.worst
-    return {"method": "leave one workload out", "held_out": v.n, "within_noise": v.within_noise, "exact": v.exact,
-            "uncovered": v.uncovered, "unrunnable": v.unrunnable, "within_noise_fraction": v.within_noise_fraction,
-            "mean_regret": v.mean_regret, "worst_regret": worst.regret if worst else None,
-            "worst_workload": worst.key if worst else None,
-            "by_phase": {p: validation_dict(v.of_phase(p)) for p in sorted({h.phase for h in v.held_out})}
-            if v.phase is None else None}
+    return {"method": "leave one slice out (and one workload out)", "hit": f"within {HIT_FRACTION:.0%} or within noise",
+            "slices": [_slice_dict(s) for s in v.slices], "pooled": _score_dict(v.pooled),
+            "leave_one_workload_out": _slice_dict(v.lowo) if v.lowo else None}
 
 
 def policy_to_dict(p: Policy) -> dict[str, Any]:
     """The exported, versioned policy (``schema`` :data:`POLICY_SCHEMA`, ``version`` :data:`POLICY_VERSION`)::
 
-        {"schema": "profattn.policy", "version": 1, "gpu": "NVIDIA H200", "num_sms": 132,
-         "fields": {name: meaning},               # what a condition may test (two derived: group_size, bhkv_per_sm)
-         "domain": [{"phase":…, "dtype":…, "kv_layout":…, "kv_dtype":…, "kv_len_dist":…}],  # answer only there
-         "rules": [{"when": [{"field": "kv_len", "op": ">=", "value": 4096.0}, …],
-                    "backend": "…", "support": 12, "within_noise": 11, "mean_regret": 0.004}],
-         "tree": {"backend", "support", "within_noise", "mean_regret", ["test", "then", "else"]},
-         "backends": [...], "derived_from": {"workloads", "cells", "runs"}, "validation": {...} | null}
+        {"schema": "profattn.policy", "version": 2, "gpu": "NVIDIA H200", "num_sms": 132,
+         "features": {name: meaning},                  # the terms, in the order of every model's coef_us
+         "correction": {"bandwidth_octaves", "shrink"}, # the local residual correction
+         "models": [{"backend", "regime", "coef_us": {feature: µs per unit}, "sigma", "cells", "workloads",
+                     "span": {...}, "anchors": [{"at": [coords], "log_residual"}]}],
+         "defaults": {regime: backend}, "dominated": {regime: [backend]}, "refused": {backend: [[refusal key]]},
+         "adoptions": {backend: {"interface", "reads", "plan_run", "how"}},
+         "fallback": [backend], "selection": {"weak_workloads", "hit_fraction"},
+         "derived_from": {"workloads", "cells", "runs"},
+         "validation": {...} | null}
 
-    A selector takes the first rule whose every condition holds (the rules are the tree's leaves: exactly one
-    holds inside the domain). ``mean_regret`` is a fraction (0.01 = 1 % slower than the best)."""
+    To apply it without profattn: a candidate is a backend with a model in the regime of the workload as that
+    backend reads it; its time is ``Σ coef · feature`` times the correction, σ grown outside its span as
+    :mod:`profattn.analysis.costmodel` says; take the lowest, unless its model has fewer than ``weak_workloads``
+    workloads and the regime's default is a candidate."""
     return {
         "schema": POLICY_SCHEMA, "version": POLICY_VERSION, "gpu": p.gpu, "num_sms": p.num_sms,
-        "fields": dict(FIELD_DOC),
-        "domain": [dict(zip(DOMAIN_FIELDS, d)) for d in p.domain],
-        "rules": [{"when": [_cond_dict(c) for c in r.conditions], "backend": r.backend, "support": r.support,
-                   "within_noise": r.within_noise, "mean_regret": round(r.mean_regret, 6)} for r in p.rules()],
-        "tree": _node_dict(p.root), "backends": list(p.backends),
+        "features": {f: FEATURE_DOC[f] for f in FEATURES},
+        "correction": {"bandwidth_octaves": BANDWIDTH_OCTAVES, "shrink": SHRINK,
+                       "coords": "log2 batch, kv_len, q_len, group, bytes_mb; 2·log2 head_dim"},
+        "models": [m.to_dict() for m in p.models.models.values()],
+        "defaults": dict(sorted(p.defaults.items())), "dominated": {k: list(v) for k, v in sorted(p.dominated.items())},
+        "refused": {b: sorted([list(k) for k in ks], key=str) for b, ks in sorted(p.refused.items())},
+        "adoptions": {b: a.to_dict() for b, a in sorted(p.adoptions.items())},
+        "fallback": list(p.fallback), "selection": {"weak_workloads": WEAK_WORKLOADS, "hit_fraction": HIT_FRACTION},
         "derived_from": {"workloads": p.workloads, "cells": p.cells, "runs": list(p.runs)},
         "validation": validation_dict(p.validation),
     }
@@ -525,10 +616,23 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
     """Inverse of :func:`policy_to_dict` (the validation is not read back).
 
     Raises:
-        ValueError: not a policy of a version this code reads.
+        ValueError: not a policy of a version this code reads, or a malformed entry.
     """
     if d.get("schema") != POLICY_SCHEMA or d.get("version") != POLICY_VERSION:
         raise ValueError(f"not a {POLICY_SCHEMA} version {POLICY_VERSION} document")
-    return Policy(d["gpu"], d.get("num_sms"), _node(d["tree"]),
-                  tuple(tuple(str(x[f]) for f in DOMAIN_FIELDS) for x in d["domain"]), tuple(d["backends"]),
-                  int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]))
+    try:
+        models = [BackendModel.from_dict(m) for m in d["models"]]
+        return Policy(
+            d["gpu"], d.get("num_sms"), CostModels({(m.backend, m.regime.key): m for m in models}, d.get("num_sms")),
+            {b: Adoption.from_dict(a) for b, a in d.get("adoptions", {}).items()}, dict(d.get("defaults", {})),
+            {k: tuple(v) for k, v in d.get("dominated", {}).items()},
+            {b: frozenset(tuple(k) for k in ks) for b, ks in d.get("refused", {}).items()},
+            tuple(d.get("fallback", ())), int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {POLICY_SCHEMA} document: {exc}") from None
+
+
+__all__ = ["BASELINES", "HIT_FRACTION", "WEAK_WORKLOADS", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice",
+           "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
+           "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "validate", "validation_dict",
+           "workload_times"]

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import Prepared
 from profattn.backends.masks import dense_mask, padded_pairs, padding_note
 from profattn.backends.memory import fit_reason
@@ -73,6 +74,8 @@ class EagerBackend:
     """Explicit matmul/softmax in PyTorch eager mode; K/V materialized at Hq heads (rereads for GQA)."""
 
     name = "eager"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['eager']
     family = DENSE
     description = "explicit matmul + masked softmax + matmul in eager PyTorch (K/V repeated to Hq heads)"
     #: Takes variable-length calls: padded to the longest sequence, with a per-sequence boolean mask.

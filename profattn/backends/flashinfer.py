@@ -31,6 +31,7 @@ from typing import Callable
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
 from profattn.families import FLASHINFER
@@ -198,6 +199,11 @@ class FlashInferDecode:
         self.description = ("FlashInfer batch decode over the paged cache, "
                             + ("tensor-core (prefill-kernel) path" if tensor_cores else "CUDA-core path") + " (optional)")
 
+    @property
+    def adoption(self):  # noqa: ANN201
+        """The interface it implements and the layout it reads (:data:`profattn.interfaces.ADOPTIONS`)."""
+        return ADOPTIONS[self.name]
+
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         reason = flashinfer_reason(device) or paged_decode_reason(workload) or shape_reason(workload)
         if reason is None and not self.tensor_cores and workload.group_size not in DECODE_GROUP_SIZES:
@@ -281,6 +287,11 @@ class FlashInferPrefill:
         self.name = "flashinfer-prefill-paged" if paged else "flashinfer-prefill-ragged"
         self.description = ("FlashInfer batch prefill over the " + ("paged cache" if paged else "packed (ragged) K/V")
                             + ", causal bottom-right (optional)")
+
+    @property
+    def adoption(self):  # noqa: ANN201
+        """The interface it implements and the layout it reads (:data:`profattn.interfaces.ADOPTIONS`)."""
+        return ADOPTIONS[self.name]
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         w = workload

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import (AttentionInputs, Prepared, TrainLeaves, Unsupported, paged_decode_reason,
                                     paged_only_forward)
 from profattn.families import FLEX
@@ -49,6 +50,8 @@ class FlexBackend:
     """FlexAttention, compiled; GQA via ``enable_gqa=True``; causal via a block mask."""
 
     name = "flex"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['flex']
     family = FLEX
     description = "FlexAttention compiled by Inductor into Triton (CPU: C++, forward only) with a causal block mask"
     #: Takes variable-length calls: a block mask from the per-sequence lengths (padding tiles skipped).
@@ -215,6 +218,8 @@ class FlexPagedDecode:
     """
 
     name = "flex-paged-decode"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['flex-paged-decode']
     family = FLEX
     description = "FlexAttention over the physical page pool, with a mask_mod built from the block table"
     #: Takes per-sequence KV lengths of a decode step (its mask reads ``seq_lens``) and appending calls.

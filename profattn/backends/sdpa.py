@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, KernelFamily, Prepared, TrainLeaves, Unsupported
 from profattn.families import CUDNN, DENSE, EFFICIENT, FLASH, NESTED
 from profattn.backends.eager import dense_path_bytes, dense_path_reason
@@ -59,6 +60,11 @@ class SdpaBackend:
     #: Takes variable-length calls (padded to the longest sequence, an explicit boolean mask; kernels that
     #: refuse an arbitrary mask are unsupported with PyTorch's reason from the trial call) and appending ones.
     varlen = True
+
+    @property
+    def adoption(self):  # noqa: ANN201
+        """The interface it implements and the layout it reads (:data:`profattn.interfaces.ADOPTIONS`)."""
+        return ADOPTIONS[self.name]
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
         if workload.is_ragged:
@@ -225,6 +231,8 @@ class SdpaNestedBackend:
     (:func:`nested_call_reason`)."""
 
     name = "sdpa-nested"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['sdpa-nested']
     family = NESTED
     description = ("SDPA on jagged nested tensors (torch.nested, layout=torch.jagged): FlashAttention-2's "
                    "variable-length kernel on CUDA, the math path on a CPU (K/V expanded to Hq heads)")

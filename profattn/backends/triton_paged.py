@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.triton_append import bind_paged_append, kernel_launch
 from profattn.families import TRITON
@@ -441,6 +442,8 @@ class TritonPagedDecode:
     step writes its new K/V with our Triton append (:func:`~profattn.backends.triton_append.bind_paged_append`)."""
 
     name = "triton-paged-decode"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['triton-paged-decode']
     family = TRITON
     description = "ours: Triton split-KV flash-decoding over the paged cache, one program per (seq, KV head, split) for the whole GQA group"
     #: Takes per-sequence KV lengths of a decode step (one query each; it reads ``seq_lens``) and appending calls.
@@ -535,6 +538,8 @@ class TorchPagedReference:
     """
 
     name = "torch-paged-reference"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['torch-paged-reference']
     description = "gathers pages through the block table with torch indexing, then SDPA on the dense copy"
     #: Takes variable-length and appending calls (per-sequence gather and attention).
     varlen = True

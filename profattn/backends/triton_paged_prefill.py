@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_only_forward
 from profattn.backends.triton_append import bind_paged_append, kernel_launch
 from profattn.families import TRITON
@@ -247,6 +248,8 @@ class TritonPagedPrefill:
     paged cache (see module docstring)."""
 
     name = "triton-paged-prefill"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS['triton-paged-prefill']
     family = TRITON
     description = ("ours: Triton varlen attention over the paged cache in one launch — 128-row query tiles per "
                    "head for prefill chunks, whole-GQA-group rows for decoding sequences, heaviest first")

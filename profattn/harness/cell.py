@@ -16,6 +16,7 @@ from profattn.harness.inputs import (GRAD_TOLERANCE, NONDETERMINISM_SLACK, Atten
                                      document_changes, isolation_error, perturb_document)
 from profattn.harness.profiler import ProfiledCall
 from profattn.harness.timing import peak_memory, time_cpu, time_cuda, time_cuda_graph
+from profattn.interfaces import adoption_of
 from profattn.results import CellResult, CellStatus, Correctness
 from profattn.workload import Phase, Workload
 
@@ -158,7 +159,8 @@ def run_cell(workload: Workload, backend: Backend, inputs: AttentionInputs, ref:
     through the block table, unused slots still the fill); a wrong cache makes the cell ``incorrect``. The
     profiler pass and ``--repeat`` take the attention call alone."""
     cid = cell_id(workload, backend.name)
-    base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name)
+    base = dict(cell_id=cid, workload=workload, backend=backend.name, family=backend.family.name,
+                adoption=adoption_of(backend.name, getattr(backend, "adoption", None)))
     who = _plugin_prefix(backend)
     try:
         reason = call_shape_reason(backend, workload) or backend.unsupported_reason(workload, device)

@@ -18,6 +18,7 @@ from profattn.results.records import (
     CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, Timing,
     TraceSummary,
 )
+from profattn.interfaces import Adoption
 from profattn.workload import Workload
 
 
@@ -128,6 +129,7 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
         append_timing=Timing(**d["append_timing"]) if d.get("append_timing") else None,
         executed_pairs=_opt_int(d.get("executed_pairs"), "executed_pairs"),
         ranks=tuple(RankRecord(**r) for r in d.get("ranks", ())),
+        adoption=Adoption.from_dict(d["adoption"]) if d.get("adoption") else None,
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Iterable
 
+from profattn.interfaces import Adoption
 from profattn.workload import Workload
 
 SCHEMA = "profattn.results"
@@ -283,6 +284,10 @@ class CellResult:
     executed_pairs: int | None = None
     #: Context-parallel cells: one record per rank (empty otherwise, and in files written before).
     ranks: tuple[RankRecord, ...] = ()
+    #: The interface the backend implements, the K/V layout its kernel read and how a caller switches to it
+    #: (:class:`~profattn.interfaces.Adoption`, declared by the backend); None in files written before it was
+    #: recorded (readers then use :func:`profattn.interfaces.adoption_of`).
+    adoption: Adoption | None = None
 
     def __post_init__(self) -> None:
         """Coerce ``status`` to :class:`CellStatus`; raises ValueError for a string outside the closed set."""

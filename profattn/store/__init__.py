@@ -6,12 +6,12 @@ from profattn.store.db import (
     DB_ENV, SCHEMA_VERSION, ResultsStore, StoreError, default_db_path, import_runs, migrate, open_store, stored_version,
 )
 from profattn.store.records import (
-    Measurement, StoredRun, canonical_workload, measurement, measurements, row_features, run_id, stored_run, workload_fields,
-    workload_key,
+    Measurement, StoredRun, canonical_workload, measurement, measurements, read_workload, row_features, run_id, stored_run,
+    workload_fields, workload_key,
 )
 
 __all__ = [
     "DB_ENV", "SCHEMA_VERSION", "Measurement", "ResultsStore", "StoreError", "StoredRun", "canonical_workload",
-    "default_db_path", "import_runs", "measurement", "measurements", "migrate", "open_store", "row_features", "run_id",
+    "default_db_path", "import_runs", "measurement", "measurements", "migrate", "open_store", "read_workload", "row_features", "run_id",
     "stored_run", "stored_version", "workload_fields", "workload_key",
 ]

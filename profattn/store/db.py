@@ -34,11 +34,14 @@ from pathlib import Path
 
 from profattn.errors import ProfattnError
 from profattn.results import RunResult, read_results
-from profattn.store.records import Measurement, StoredRun, measurements, requested_bytes, stored_run
+from profattn.interfaces import adoption_of, layout_read
+from profattn.store.records import (
+    Measurement, StoredRun, measurements, read_workload, requested_bytes, stored_run, workload_key,
+)
 from profattn.workload import Workload
 
 #: The schema this code writes; :data:`MIGRATIONS` lead from 0 (an empty file) up to it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 #: Environment variable that overrides :func:`default_db_path`.
@@ -99,8 +102,31 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE policy_cache (gpu TEXT PRIMARY KEY, generation INTEGER NOT NULL, policy_json TEXT NOT NULL)")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    """Version 3: what the selection's cost model and the drop-in ranking read — each cell's executed pairs, the
+    backend's declared interface and the layout its kernel read (back-filled from the built-in declarations,
+    :data:`profattn.interfaces.ADOPTIONS`; a plugin's stays empty until its run is imported again), the key of the
+    workload as read (a dense backend on a paged workload: the dense workload), kernels per call; each run's
+    measured ceilings (empty until re-imported). The policy cache is cleared (its format changed)."""
+    for col in ("executed_pairs INTEGER", "interface TEXT", "read_layout TEXT", "read_key TEXT", "adoption_json TEXT",
+                "kernels_per_call REAL"):
+        conn.execute(f"ALTER TABLE cells ADD COLUMN {col}")
+    for col in ("read_gbps REAL", "copy_gbps REAL", "matmul_tflops REAL"):
+        conn.execute(f"ALTER TABLE runs ADD COLUMN {col}")
+    for rowid, backend, text in conn.execute("SELECT rowid, backend, workload_json FROM cells").fetchall():
+        w = Workload.from_dict(json.loads(text))
+        adoption = adoption_of(backend)
+        read = layout_read(adoption, w.kv_layout.value, packed=w.is_packed)
+        conn.execute("UPDATE cells SET interface = ?, read_layout = ?, read_key = ?, adoption_json = ? WHERE rowid = ?",
+                     (adoption.interface.value if adoption else None, read.value,
+                      workload_key(read_workload(w, read)),
+                      json.dumps(adoption.to_dict(), sort_keys=True) if adoption else None, rowid))
+    conn.execute("CREATE INDEX cells_read ON cells (gpu, read_key)")
+    conn.execute("DELETE FROM policy_cache")
+
+
 #: ``MIGRATIONS[i]`` takes a store at version ``i`` to version ``i + 1`` (inside one transaction).
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 
 
 def stored_version(conn: sqlite3.Connection) -> int:
@@ -256,10 +282,16 @@ class ResultsStore:
         rows = self.conn.execute("SELECT DISTINCT gpu FROM runs WHERE device = 'cuda' ORDER BY gpu").fetchall()
         return tuple(r[0] for r in rows)
 
-    def cells_for(self, gpu: str, key: str) -> tuple[Measurement, ...]:
-        """The cells of workload ``key`` (:func:`~profattn.store.records.workload_key`) on ``gpu`` (index lookup)."""
-        rows = self.conn.execute(f"SELECT {', '.join(_CELL_COLS)} FROM cells WHERE gpu = ? AND workload_key = ?",
-                                 (gpu, key)).fetchall()
+    def cells_for(self, gpu: str, key: str, *, as_read: bool = False) -> tuple[Measurement, ...]:
+        """The cells of workload ``key`` (:func:`~profattn.store.records.workload_key`) on ``gpu`` (index lookup);
+        with ``as_read`` also the cells whose kernel read that workload on another's data (``read_key``: a dense
+        decode call is answered by the dense backends' cells on the contiguous copy of a paged workload)."""
+        cols = ", ".join(_CELL_COLS)
+        if as_read:
+            rows = self.conn.execute(f"SELECT {cols} FROM cells WHERE gpu = ? AND workload_key = ? UNION "
+                                     f"SELECT {cols} FROM cells WHERE gpu = ? AND read_key = ?", (gpu, key, gpu, key)).fetchall()
+        else:
+            rows = self.conn.execute(f"SELECT {cols} FROM cells WHERE gpu = ? AND workload_key = ?", (gpu, key)).fetchall()
         return tuple(_measurement(r) for r in rows)
 
     def cells_on(self, gpu: str, *, eligible_only: bool = False) -> tuple[Measurement, ...]:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from profattn.results import CellResult, RunResult, dominant_launch
-from profattn.workload import Mask, Workload
+from profattn.errors import WorkloadError
+from profattn.interfaces import Layout, adoption_of, layout_read
+from profattn.workload import KVLayout, Mask, Workload
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class StoredRun:
     driver: str | None
     profattn: str | None
     repeat: int
+    read_gbps: float | None = None
+    copy_gbps: float | None = None
+    matmul_tflops: float | None = None
     cells: int = 0
 
 
@@ -60,7 +65,11 @@ class Measurement:
     ``eager_us`` / ``graph_us`` both medians; ``gpu_time_us``: kernel time per call from the trace; the dominant
     kernel's name, ``grid``/``block`` (``"x,y,z"``), CTAs per launch and per SM; ``dram_bytes`` (Nsight Compute,
     None without counters) against ``requested_bytes`` (the workload's byte ledger; None for a ragged batch:
-    :func:`requested_bytes`).
+    :func:`requested_bytes`). ``executed_pairs``: the pairs a padding backend computed (None: it computed the
+    required ones). ``interface``, ``read_layout``: the backend's declared :class:`~profattn.interfaces.Adoption`
+    (the layout its kernel read — a dense backend on a paged workload reads the contiguous copy) and
+    ``adoption_json`` the whole declaration; ``read_key``: the key of the workload as the kernel read it
+    (:func:`read_workload`), which a dense call is looked up by; ``kernels_per_call`` from the trace.
     """
 
     run_id: str
@@ -107,6 +116,12 @@ class Measurement:
     ctas_per_sm: float | None
     dram_bytes: float | None
     requested_bytes: int | None
+    executed_pairs: int | None = None
+    interface: str | None = None
+    read_layout: str | None = None
+    read_key: str | None = None
+    adoption_json: str | None = None
+    kernels_per_call: float | None = None
 
     def workload(self) -> Workload:
         """The stored workload (parsed from ``workload_json``).
@@ -130,6 +145,19 @@ def canonical_workload(w: Workload) -> Workload:
 def workload_key(w: Workload) -> str:
     """The exact-lookup key of ``w``: the tag of :func:`canonical_workload` (every field that changes the call)."""
     return canonical_workload(w).tag
+
+
+def read_workload(w: Workload, layout: Layout | str) -> Workload:
+    """``w`` as a kernel reading ``layout`` saw it: a paged workload of uniform lengths read by a dense kernel is
+    the dense workload of the same shape (the contiguous copy: every sequence's keys, a shared prefix once per
+    sequence); anything else is ``w`` itself (a ragged batch has no contiguous copy, a packed read of a dense call
+    reads its tokens)."""
+    if str(layout) != Layout.DENSE.value or w.kv_layout is not KVLayout.PAGED or w.is_ragged:
+        return w
+    try:
+        return replace(w, kv_layout=KVLayout.DENSE, page_size=None, shared_prefix_len=0)
+    except WorkloadError:
+        return w
 
 
 def run_id(run: RunResult) -> str:
@@ -169,6 +197,8 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
     ctas = k.ctas if k else None
     per_sm = k.blocks_per_sm if k and k.blocks_per_sm is not None else (
         ctas / e.num_sms if ctas is not None and e.num_sms else None)
+    adoption = adoption_of(cell.backend, cell.adoption)
+    read = layout_read(adoption, w.kv_layout.value, packed=w.is_packed)
     return Measurement(
         run_id=rid, cell_id=cell.cell_id, gpu=e.device_name, num_sms=e.num_sms, workload_key=w.tag,
         workload_json=_workload_json(w), phase=w.phase.value, batch=w.batch, q_len=w.q_len, kv_len=w.kv_len,
@@ -187,6 +217,10 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
         dominant_kernel=cell.trace.dominant_kernel if cell.trace else None,
         grid=_shape(k.grid) if k else None, block=_shape(k.block) if k else None, ctas=ctas, ctas_per_sm=per_sm,
         dram_bytes=cell.counters.dram_bytes if cell.counters else None, requested_bytes=requested_bytes(w),
+        executed_pairs=cell.executed_pairs, interface=adoption.interface.value if adoption else None,
+        read_layout=read.value, read_key=workload_key(read_workload(w, read)),
+        adoption_json=json.dumps(adoption.to_dict(), sort_keys=True) if adoption else None,
+        kernels_per_call=cell.trace.kernels_per_call if cell.trace else None,
     )
 
 
@@ -202,7 +236,10 @@ def stored_run(run: RunResult, path: str, imported_utc: str, cells: int) -> Stor
     return StoredRun(run_id=run_id(run), path=path, created_utc=e.created_utc, imported_utc=imported_utc,
                      preset=run.preset, gpu=e.device_name, device=e.device, num_sms=e.num_sms, torch=e.torch,
                      cuda=e.cuda, cudnn=e.cudnn, triton=e.triton, flashinfer=None, driver=e.driver,
-                     profattn=e.profattn, repeat=run.repeat, cells=cells)
+                     profattn=e.profattn, repeat=run.repeat,
+                     read_gbps=run.ceilings.read_gbps if run.ceilings else None,
+                     copy_gbps=run.ceilings.copy_gbps if run.ceilings else None,
+                     matmul_tflops=run.ceilings.matmul_tflops if run.ceilings else None, cells=cells)
 
 
 def workload_fields(w: Workload) -> dict[str, Any]:
@@ -223,5 +260,5 @@ def row_features(m: Measurement) -> dict[str, Any]:
             "varlen": m.varlen, "num_sms": m.num_sms}
 
 
-__all__ = ["Measurement", "StoredRun", "canonical_workload", "measurement", "measurements", "row_features", "run_id",
-           "requested_bytes", "stored_run", "workload_fields", "workload_key"]
+__all__ = ["Measurement", "StoredRun", "canonical_workload", "measurement", "measurements", "read_workload",
+           "row_features", "run_id", "requested_bytes", "stored_run", "workload_fields", "workload_key"]

@@ -108,11 +108,15 @@ def test_a_version_1_store_migrates(tmp_path: Path):
     assert stored_version(conn) == 1
     conn.close()
     with open_store(path) as store:
-        assert stored_version(store.conn) == SCHEMA_VERSION == 2
+        assert stored_version(store.conn) == SCHEMA_VERSION == 3
         (m,) = store.cells_for("NVIDIA H200", workload_key(W))
         assert m.latency_us == 36.8 and m.ctas_per_sm is None and m.dram_bytes is None
         assert m.requested_bytes == 2 * 32_768 + 2 * 67_108_864  # back-filled from the stored workload
         assert store.runs()[0].flashinfer is None and store.generation() == 0
+        # v3 back-fills the built-in backend's declared interface and read layout; run ceilings stay empty
+        assert (m.interface, m.read_layout, m.read_key) == ("sdpa", "dense", workload_key(W))
+        assert json.loads(m.adoption_json)["how"][1] == "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):"
+        assert store.runs()[0].read_gbps is None and m.executed_pairs is None
 
 
 def test_forget_and_refusals(tmp_path: Path):

@@ -1,37 +1,47 @@
-"""Which backend for this workload on this GPU: ranked from the results store, or predicted by the selection
-policy (:mod:`profattn.analysis.policy`), or unknown; and the same for every attention call of a trace. Typed
-records only; :mod:`profattn.report.recommend` words them.
+"""Which backend for this workload on this GPU — an answer the caller can act on: measured from the results store,
+or predicted by the selection policy (:mod:`profattn.analysis.policy`), ranked drop-ins first; and the same for every
+attention call of a trace. Typed records only; :mod:`profattn.report.recommend` words them.
 
 The rule (TransformerEngine's benchmark procedure, with profattn's noise rule): look the exact workload up
-(:func:`~profattn.store.workload_key`) among the GPU's stored cells; only eligible cells rank (timed, correct,
-their trace confirming their family — incorrect and NaN cells never do). The fastest is the *measured winner*
-unless another backend is within :data:`NEAR_TIE_FRACTION` of it or ties it by
-:func:`~profattn.analysis.verdict.judged_margin` — then a *near tie*, naming the kernels. Never measured there:
-the policy's choice, *predicted* with its confidence, inside the domain it was learnt from; else *unknown* (the
+(:func:`~profattn.store.workload_key`) among the GPU's stored cells — for a dense workload also the cells whose kernel
+read it on another workload's data (a dense backend on a paged workload reads its contiguous copy: the store's
+``read_key``); only eligible cells rank (timed, correct, their trace confirming their family — incorrect and NaN
+cells never do). The fastest is the *measured winner* unless another backend is within :data:`NEAR_TIE_FRACTION` of
+it or ties it by :func:`~profattn.analysis.verdict.judged_margin` — then a *near tie*. Never measured there: the
+policy's choice, *predicted*, with its estimate and whether it extrapolates; outside every model, *unknown* (the
 report prints the ``profattn profile --workload …`` that measures it).
+
+Every answer is ranked for the caller's :class:`~profattn.interfaces.Interface` (the workload's own — a paged cache,
+dense SDPA tensors, packed documents — or the traced call's): **drop-in** options first (same interface: for SDPA the
+``sdpa_kernel`` line), then options that need a change, each with its :class:`~profattn.interfaces.Change` list and
+what the change costs per call where it has one (:class:`ChangeCost`: a page gather into a contiguous cache, packing
+the tokens), measured where a cell has it and estimated from bytes at the copy bandwidth otherwise.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from profattn.analysis.call_records import TraceCalls
-from profattn.analysis.policy import (
-    Policy, Prediction, derive, features, policy_from_dict, policy_to_dict, pooled_time,
-)
+from profattn.analysis.call_records import AttentionCall, TraceCalls
+from profattn.analysis.policy import Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time
 from profattn.analysis.verdict import JudgedTime, judged_margin
 from profattn.errors import ProfattnError
-from profattn.store import Measurement, ResultsStore, StoredRun, canonical_workload, workload_fields, workload_key
-from profattn.workload import Workload
+from profattn.interfaces import Adoption, Change, Interface, adoption_of, caller_interface, changes
+from profattn.store import Measurement, ResultsStore, StoredRun, canonical_workload, workload_key
+from profattn.workload import KVLayout, Workload
 
 #: Another backend within this fraction of the winner's median makes a near tie (TransformerEngine's 3 %).
 NEAR_TIE_FRACTION = 0.03
 #: The attention backends a trace names (:attr:`AttentionCall.backend`) → the kernel family of the stored cells
 #: that ran the same kernels (a trace's ``math`` is the ``dense`` family: SDPA's math path and eager).
 TRACE_FAMILY = {"math": "dense", "flash-cpu": "dense"}
+#: Device copy bandwidth (GB/s, read + write) assumed for a change's estimated cost when no stored run of the GPU
+#: measured one (the H200's, NOTES.md).
+DEFAULT_COPY_GBPS = 4260.0
 
 
 class Status(enum.Enum):
@@ -70,6 +80,53 @@ class RankedBackend:
 
 
 @dataclass(frozen=True)
+class ChangeCost:
+    """What one :class:`~profattn.interfaces.Change` costs per call: ``us`` (None: no per-call cost — e.g. keeping the
+    cache paged — or none known, e.g. FlashInfer's host-side ``plan()``), ``measured`` (a stored cell timed it) and
+    ``basis``: for a gather, ``bytes`` (K/V read and written once at the copy bandwidth ``gbps``) or the measured
+    gather + SDPA path (``torch-paged-reference``, ``path_us``)."""
+
+    change: Change
+    us: float | None
+    measured: bool
+    bytes: int | None = None
+    gbps: float | None = None
+    path_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One backend as the caller could adopt it: its ``changes`` from the caller's interface (empty: a drop-in;
+    None: a backend whose interface nobody declared), their ``costs``, its ``adoption`` (the lines that switch to it),
+    the kernel's time — ``measured`` on the workload, or ``predicted`` — and ``total_us``: that time plus the
+    changes' per-call costs (what the caller would pay)."""
+
+    backend: str
+    changes: tuple[Change, ...] | None
+    costs: tuple[ChangeCost, ...]
+    adoption: Adoption | None
+    measured: RankedBackend | None = None
+    predicted: Predicted | None = None
+
+    @property
+    def drop_in(self) -> bool:
+        """Same interface as the caller's."""
+        return self.changes == ()
+
+    @property
+    def kernel_us(self) -> float:
+        """The kernel's time (µs): measured where it was, else predicted."""
+        if self.measured is not None:
+            return self.measured.time.median_us
+        return self.predicted.estimate.us  # type: ignore[union-attr]
+
+    @property
+    def total_us(self) -> float:
+        """:attr:`kernel_us` plus every known per-call change cost (µs)."""
+        return self.kernel_us + sum(c.us for c in self.costs if c.us is not None)
+
+
+@dataclass(frozen=True)
 class Excluded:
     """A stored cell of the workload that does not rank: its backend, status and why (correctness failed, NaN,
     its trace showed another family, unsupported, error)."""
@@ -99,27 +156,46 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The answer for one workload on one GPU: ``status``; ``ranked`` (fastest first; empty unless measured);
-    ``tied``: the backends in a near tie with the winner; ``excluded`` cells; the winner's ``evidence``;
-    ``prediction`` (status predicted) with the ``policy`` it came from; the ``runs`` behind the ranked cells."""
+    """The answer for one workload on one GPU: ``status``; the caller's ``interface``; ``ranked`` (measured, fastest
+    first; empty unless measured); ``tied``: the backends in a near tie with the winner; ``excluded`` cells; the
+    winner's ``evidence``; ``options`` — every backend as the caller could adopt it, drop-ins first, each group by
+    :attr:`Option.total_us`; ``choice`` (status predicted) with the ``policy`` it came from; the ``runs`` behind the
+    ranked cells."""
 
     workload: Workload
     gpu: str
     status: Status
+    interface: Interface
     ranked: tuple[RankedBackend, ...] = ()
     tied: tuple[str, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     evidence: Evidence | None = None
-    prediction: Prediction | None = None
+    options: tuple[Option, ...] = ()
+    choice: Choice | None = None
     policy: Policy | None = None
     runs: tuple[StoredRun, ...] = ()
 
     @property
     def best(self) -> str | None:
-        """The recommended backend (measured or predicted), or None when unknown."""
+        """The fastest backend (measured, else predicted), or None when unknown."""
         if self.ranked:
             return self.ranked[0].backend
-        return self.prediction.backend if self.prediction else None
+        return self.choice.backend if self.choice else None
+
+    @property
+    def best_drop_in(self) -> Option | None:
+        """The fastest option with the caller's interface (None: none measured or predicted)."""
+        return next((o for o in self.options if o.drop_in), None)
+
+    @property
+    def fastest(self) -> Option | None:
+        """The option of least :attr:`Option.total_us`, changes included (None: no option)."""
+        return min(self.options, key=lambda o: o.total_us, default=None)
+
+    @property
+    def extrapolated(self) -> bool:
+        """A predicted answer outside its model's span (or from no model: the regime's default)."""
+        return self.status is Status.PREDICTED and self.choice is not None and self.choice.extrapolated
 
 
 def resolve_gpu(store: ResultsStore, name: str | None) -> str:
@@ -153,9 +229,12 @@ def policy_for(store: ResultsStore, gpu: str) -> Policy | None:
     or forget (the cached copy carries no validation; :func:`~profattn.analysis.policy.derive` computes it)."""
     cached = store.cached_policy(gpu)
     if cached is not None:
-        return policy_from_dict(json.loads(cached))
+        try:
+            return policy_from_dict(json.loads(cached))
+        except ValueError:  # a cache written by another version: derive it again
+            pass
     generation = store.generation()
-    policy = derive(store.cells_on(gpu, eligible_only=True), gpu, with_validation=False)
+    policy = learn(store.cells_on(gpu), gpu)
     if policy is not None:
         store.cache_policy(gpu, json.dumps(policy_to_dict(policy)), generation)
     return policy
@@ -187,40 +266,208 @@ def _evidence(r: RankedBackend, runs: dict[str, StoredRun]) -> Evidence:
                     c.requested_bytes)
 
 
-def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Policy | None = None) -> Recommendation:
-    """The :class:`Recommendation` for ``workload`` on ``gpu`` (a name the store holds: :func:`resolve_gpu`);
-    ``policy`` given saves deriving it (:func:`policy_for`)."""
+def _copy_gbps(runs: Sequence[StoredRun], gpu: str) -> float:
+    """The median copy bandwidth the GPU's stored runs measured (GB/s), else :data:`DEFAULT_COPY_GBPS`."""
+    vals = sorted(r.copy_gbps for r in runs if r.gpu == gpu and r.copy_gbps)
+    return vals[len(vals) // 2] if vals else DEFAULT_COPY_GBPS
+
+
+def _change_costs(w: Workload, chg: tuple[Change, ...] | None, gbps: float,
+                  gather_path: RankedBackend | None) -> tuple[ChangeCost, ...]:
+    """Per-call costs of ``chg`` on ``w``: a gather moves the K/V once each way (estimated at ``gbps``; the measured
+    gather + SDPA path beside it when ``gather_path`` ran); packing moves Q, K and V once each way; the rest have no
+    per-call cost profattn measures."""
+    out = []
+    for c in chg or ():
+        if c is Change.GATHER and not w.is_ragged:
+            nbytes = 2 * w.logical_kv_bytes
+            out.append(ChangeCost(c, nbytes / (gbps * 1e3), False, nbytes, gbps,
+                                  gather_path.time.median_us if gather_path else None))
+        elif c in (Change.PACK, Change.NESTED) and not w.is_ragged:
+            nbytes = 2 * w.input_bytes
+            out.append(ChangeCost(c, nbytes / (gbps * 1e3), False, nbytes, gbps))
+        else:
+            out.append(ChangeCost(c, None, False))
+    return tuple(out)
+
+
+def _adoptions(cells: Sequence[Measurement]) -> dict[str, Adoption]:
+    out: dict[str, Adoption] = {}
+    for c in cells:
+        if c.adoption_json and c.backend not in out:
+            try:
+                out[c.backend] = Adoption.from_dict(json.loads(c.adoption_json))
+            except (ValueError, KeyError, TypeError):
+                pass
+    return out
+
+
+def _order(options: Sequence[Option]) -> tuple[Option, ...]:
+    """Drop-ins first, then the rest, each by :attr:`Option.total_us` (then name)."""
+    return tuple(sorted(options, key=lambda o: (not o.drop_in, o.total_us, o.backend)))
+
+
+def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Policy | None = None,
+              interface: Interface | None = None) -> Recommendation:
+    """The :class:`Recommendation` for ``workload`` on ``gpu`` (a name the store holds: :func:`resolve_gpu`) for a
+    caller of ``interface`` (default: :func:`~profattn.interfaces.caller_interface` of the workload's layout);
+    ``policy`` given saves deriving it (:func:`policy_for`). The options hold every measured backend and, beside
+    them, the policy's prediction for each modelled backend that was not measured on the workload (a paged kernel
+    for a dense call, say), so the caller sees what each interface would give."""
     w = canonical_workload(workload)
-    cells = store.cells_for(gpu, workload_key(w))
+    caller = interface or caller_interface(w.kv_layout.value, packed=w.is_packed)
+    cells = store.cells_for(gpu, workload_key(w), as_read=w.kv_layout is KVLayout.DENSE)
     ranked, excluded = rank(cells)
+    runs_all = store.runs()
+    gbps = _copy_gbps(runs_all, gpu)
+    adoptions = _adoptions(cells)
+    policy = policy if policy is not None else policy_for(store, gpu)
+    gather = next((r for r in ranked if r.backend == "torch-paged-reference"), None)
+    options = []
+    for r in ranked:
+        a = adoption_of(r.backend, adoptions.get(r.backend))
+        chg = changes(caller, a)
+        options.append(Option(r.backend, chg, _change_costs(w, chg, gbps, gather), a, measured=r))
+    measured = {r.backend for r in ranked}
+    choice = policy.choose(w) if policy is not None else None
+    for p in choice.candidates if choice is not None else ():
+        if p.backend in measured:
+            continue
+        a = adoption_of(p.backend, policy.adoptions.get(p.backend))  # type: ignore[union-attr]
+        chg = changes(caller, a)
+        options.append(Option(p.backend, chg, _change_costs(w, chg, gbps, gather), a, predicted=p))
     if ranked:
-        runs = {r.run_id: r for r in store.runs()}
+        runs = {r.run_id: r for r in runs_all}
         used = tuple(runs[i] for i in sorted({c.run_id for r in ranked for c in r.cells}) if i in runs)
         tied = tuple(r.backend for r in ranked if r.tie)
-        return Recommendation(workload, gpu, Status.NEAR_TIE if tied else Status.MEASURED_WINNER, ranked, tied,
-                              excluded, _evidence(ranked[0], runs), runs=used)
+        return Recommendation(workload, gpu, Status.NEAR_TIE if tied else Status.MEASURED_WINNER, caller, ranked, tied,
+                              excluded, _evidence(ranked[0], runs), _order(options), choice, policy, used)
+    status = Status.UNKNOWN if choice is None else Status.PREDICTED
+    return Recommendation(workload, gpu, status, caller, excluded=excluded, options=_order(options), choice=choice,
+                          policy=policy)
+
+
+# ---- what to measure next ---------------------------------------------------------------------------------------
+def _phi(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _cdf(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
+def expected_regret(choice: Choice | None) -> float:
+    """The regret a choice risks (a fraction, 0.05 = 5 % slower than the best): with each candidate's latency
+    lognormal around its estimate (σ from its model), ``E[max(0, log t_pick − log t_c)]`` for the closest
+    competitor ``c`` — ``m Φ(m/s) + s φ(m/s)`` with ``m = log(μ_pick / μ_c)``, ``s = √(σ_pick² + σ_c²)`` (the mean of a
+    normal's positive part). 1.0 for a choice no model made (the default's guess) or none at all."""
+    if choice is None or choice.estimate is None:
+        return 1.0
+    pick = choice.estimate
+    worst = 0.0
+    for c in choice.candidates:
+        if c.backend == choice.backend:
+            continue
+        m = math.log(pick.us / c.estimate.us)
+        s = math.hypot(pick.sigma, c.estimate.sigma)
+        worst = max(worst, m * _cdf(m / s) + s * _phi(m / s))
+    return worst if choice.candidates[1:] else pick.sigma * _phi(0.0)
+
+
+@dataclass(frozen=True)
+class PlannedMeasurement:
+    """A workload worth measuring: its ``workload``, the ``expected_regret`` of today's answer there, the ``weight``
+    it is ranked by (the regret times the GPU time it answers for, µs, or the regret alone) and the workloads it
+    answers for (``answers``: the traced calls or the asked workload)."""
+
+    workload: Workload
+    expected_regret: float
+    weight: float
+    answers: int
+
+
+def neighbours(w: Workload) -> tuple[Workload, ...]:
+    """``w`` and the workloads one step away in batch and kv_len (×2, ÷2) and GQA group (Hkv ×2, ÷2): where a
+    measurement would also narrow the answer for ``w``. Invalid neighbours are left out."""
+    from profattn.errors import WorkloadError
+
+    out = [w]
+    steps = [dict(batch=w.batch * 2), dict(batch=w.batch // 2), dict(kv_len=w.kv_len * 2), dict(kv_len=w.kv_len // 2),
+             dict(num_kv_heads=w.num_kv_heads * 2), dict(num_kv_heads=w.num_kv_heads // 2)]
+    if w.q_len == w.kv_len:
+        steps[2:4] = [dict(q_len=w.q_len * 2, kv_len=w.kv_len * 2), dict(q_len=w.q_len // 2, kv_len=w.kv_len // 2)]
+    for ch in steps:
+        if any(v < 1 for v in ch.values()) or w.seqs:
+            continue
+        try:
+            n = w.with_(**ch)
+        except (WorkloadError, ValueError):
+            continue
+        if n.num_q_heads % n.num_kv_heads == 0:
+            out.append(n)
+    return tuple(dict.fromkeys(out))
+
+
+def plan(store: ResultsStore, gpu: str, asked: Sequence[tuple[Workload, float]], n: int, *,
+         policy: Policy | None = None) -> tuple[PlannedMeasurement, ...]:
+    """The ``n`` unmeasured workloads whose measurement would most reduce the uncertainty of the answers asked for:
+    ``asked`` pairs each workload with the GPU time it stands for (µs; 0 for a workload asked for itself, which then
+    also brings its :func:`neighbours`). Each candidate is ranked by :func:`expected_regret` of today's answer
+    there, times that GPU time when known. A measured workload is never proposed (its answer is exact)."""
     policy = policy if policy is not None else policy_for(store, gpu)
-    if policy is not None:
-        pred = policy.predict(features(workload_fields(w), policy.num_sms))
-        if pred is not None:
-            return Recommendation(workload, gpu, Status.PREDICTED, excluded=excluded, prediction=pred, policy=policy)
-    return Recommendation(workload, gpu, Status.UNKNOWN, excluded=excluded, policy=policy)
+    pool: dict[str, list] = {}
+    for w, us in asked:
+        for cand in (neighbours(w) if us == 0 else (w,)):
+            key = workload_key(cand)
+            if key in pool:
+                pool[key][1] += us
+                pool[key][2] += 1
+                continue
+            pool[key] = [cand, us, 1]
+    out = []
+    for key, (cand, us, count) in pool.items():
+        c = canonical_workload(cand)
+        if rank(store.cells_for(gpu, key, as_read=c.kv_layout is KVLayout.DENSE))[0]:
+            continue
+        er = expected_regret(policy.choose(c) if policy is not None else None)
+        out.append(PlannedMeasurement(cand, er, er * us if us else er, count))
+    out.sort(key=lambda p: (-p.weight, p.workload.tag))
+    return tuple(out[:n])
 
 
 # ---- a trace's calls --------------------------------------------------------------------------------------------
+def call_interface(call: AttentionCall) -> Interface:
+    """The interface a traced call used: a serving engine's op reads a paged cache, a packed variable-length call
+    packed tokens, FlashInfer's its wrapper, FlexAttention's flex, anything else SDPA's dense tensors."""
+    if call.engine is not None:
+        return Interface.PAGED
+    if call.backend == "flashinfer":
+        return Interface.FLASHINFER
+    if call.varlen:
+        return Interface.PACKED_VARLEN
+    if call.backend == "flex":
+        return Interface.FLEX
+    return Interface.SDPA
+
+
 @dataclass(frozen=True)
 class CallAdvice:
-    """One group of a trace's attention calls (same workload, same backend that ran): ``calls`` of them with
-    ``gpu_time_us`` summed (µs); ``ran`` the trace's backend name and ``ran_backend`` the stored backend of that
-    family measured on the workload (the fastest, when several: a conservative saving), with its time; the
-    ``recommendation``; ``saving_us`` = ``gpu_time_us × (1 − best / ran)`` when both the best and the backend that ran
-    were measured there (None otherwise; 0 when the one that ran is the best or ties it)."""
+    """One group of a trace's attention calls (the same workload but for its KV length, the same backend that ran):
+    ``calls`` of them with ``gpu_time_us`` summed (µs), the ``kv_lens`` they span; ``ran`` the trace's backend name
+    and ``interface`` the caller's; ``ran_backend`` the stored backend of that family measured on the workload (the
+    fastest, when several: a conservative saving), with its time; the ``recommendation`` for the group's longest KV
+    length (``workload``), ``per_kv``: each KV length's status; ``saving_us`` = ``gpu_time_us × (1 − best / ran)``
+    when both the best drop-in and the backend that ran were measured there (None otherwise; 0 when the one that ran
+    is the best or ties it)."""
 
     workload: Workload
     ran: str
+    interface: Interface
     calls: int
     gpu_time_us: float
+    kv_lens: tuple[int, ...]
     recommendation: Recommendation
+    per_kv: tuple[tuple[int, Status, str | None], ...]
     ran_backend: str | None
     ran_us: float | None
     saving_us: float | None
@@ -230,7 +477,8 @@ class CallAdvice:
 class TraceAdvice:
     """:class:`CallAdvice` for one trace file: ``label``/``path`` of the file, the ``gpu`` looked up (None: no GPU
     named — then ``advice`` is empty), ``steps`` (``ProfilerStep`` windows; 0 when none), ``unshaped`` calls
-    without a workload, and the totals: ``saving_us`` over the file, ``saving_per_step_us`` (None without steps)."""
+    without a workload, the ``plan`` (workloads worth measuring, with ``--plan``), and the totals: ``saving_us`` over
+    the file, ``saving_per_step_us`` (None without steps)."""
 
     label: str
     path: str
@@ -238,6 +486,7 @@ class TraceAdvice:
     advice: tuple[CallAdvice, ...]
     steps: int
     unshaped: int
+    plan: tuple[PlannedMeasurement, ...] = ()
 
     @property
     def saving_us(self) -> float:
@@ -250,32 +499,56 @@ class TraceAdvice:
         return self.saving_us / self.steps if self.steps else None
 
 
-def advise_trace(store: ResultsStore, calls: TraceCalls, gpu: str | None) -> TraceAdvice:
+def _group_key(w: Workload) -> str:
+    """A workload's key with its KV length left out: decode calls of one sequence growing step by step group."""
+    if w.seqs:
+        return workload_key(w)
+    return workload_key(w.with_(kv_len=max(w.q_len, 1), window=None)) + f"|w{w.window}"
+
+
+def advise_trace(store: ResultsStore, calls: TraceCalls, gpu: str | None, *, plan_n: int = 0) -> TraceAdvice:
     """Advice for every attention call of one analyzed trace on ``gpu`` (the trace's device name resolved against
-    the store, or the ``--gpu`` given; None: no advice)."""
-    groups: dict[tuple[str, str], list] = {}
+    the store, or the ``--gpu`` given; None: no advice), calls grouped by workload but for the KV length (one line
+    per group, its KV range); with ``plan_n`` the workloads whose measurement would most sharpen these answers."""
+    groups: dict[tuple[str, str], list[AttentionCall]] = {}
     unshaped = 0
     for c in calls.calls:
         if c.workload is None:
             unshaped += 1
             continue
-        groups.setdefault((workload_key(c.workload), c.backend), []).append(c)
+        groups.setdefault((_group_key(c.workload), c.backend), []).append(c)
     out: list[CallAdvice] = []
     policy = policy_for(store, gpu) if gpu is not None else None
-    for (key, ran), group in groups.items() if gpu is not None else ():
-        w = group[0].workload
-        rec = recommend(store, w, gpu, policy=policy)
-        family = TRACE_FAMILY.get(ran, ran)
-        mine = [r for r in rec.ranked if any(c.family == family for c in r.cells)]
-        gpu_us = sum(c.gpu_time_us for c in group)
-        ran_r = mine[0] if mine else None
-        saving = None
-        if ran_r is not None and rec.ranked:
-            best = rec.ranked[0]
-            saving = 0.0 if (ran_r is best or ran_r.tie) else gpu_us * (1.0 - best.time.median_us / ran_r.time.median_us)
-        out.append(CallAdvice(w, ran, len(group), gpu_us, rec, ran_r.backend if ran_r else None,
-                              ran_r.time.median_us if ran_r else None, saving))
-    return TraceAdvice(calls.label, calls.path, gpu, tuple(out), len(calls.steps), unshaped)
+    asked: list[tuple[Workload, float]] = []
+    for (_, ran), group in groups.items() if gpu is not None else ():
+        caller = call_interface(group[0])
+        by_kv: dict[int, list[AttentionCall]] = {}
+        for c in group:
+            by_kv.setdefault(c.workload.kv_len, []).append(c)  # type: ignore[union-attr]
+        per_kv = []
+        saving_total: float | None = None
+        ran_r = None
+        for kv in sorted(by_kv):
+            w = by_kv[kv][0].workload
+            rec = recommend(store, w, gpu, policy=policy, interface=caller)  # type: ignore[arg-type]
+            per_kv.append((kv, rec.status, (rec.best_drop_in or rec.fastest).backend if rec.options else rec.best))
+            gpu_us = sum(c.gpu_time_us for c in by_kv[kv])
+            asked.append((w, gpu_us))  # type: ignore[arg-type]
+            family = TRACE_FAMILY.get(ran, ran)
+            mine = [r for r in rec.ranked if any(c.family == family for c in r.cells)]
+            if mine:
+                ran_r = mine[0]
+                best = rec.best_drop_in.measured if rec.best_drop_in and rec.best_drop_in.measured else rec.ranked[0]
+                s = 0.0 if (ran_r is best or ran_r.tie or best.time.median_us >= ran_r.time.median_us) else \
+                    gpu_us * (1.0 - best.time.median_us / ran_r.time.median_us)
+                saving_total = (saving_total or 0.0) + s
+        longest = by_kv[max(by_kv)][0].workload
+        rec = recommend(store, longest, gpu, policy=policy, interface=caller)  # type: ignore[arg-type]
+        out.append(CallAdvice(longest, ran, caller, len(group), sum(c.gpu_time_us for c in group),  # type: ignore[arg-type]
+                              tuple(sorted(by_kv)), rec, tuple(per_kv), ran_r.backend if ran_r else None,
+                              ran_r.time.median_us if ran_r else None, saving_total))
+    planned = plan(store, gpu, asked, plan_n, policy=policy) if plan_n and gpu is not None else ()
+    return TraceAdvice(calls.label, calls.path, gpu, tuple(out), len(calls.steps), unshaped, planned)
 
 
 def trace_gpu(store: ResultsStore, calls: TraceCalls, override: str | None) -> str | None:
@@ -295,5 +568,6 @@ def trace_gpu(store: ResultsStore, calls: TraceCalls, override: str | None) -> s
     return None
 
 
-__all__ = ["NEAR_TIE_FRACTION", "CallAdvice", "Evidence", "Excluded", "RankedBackend", "Recommendation", "Status",
-           "TraceAdvice", "advise_trace", "policy_for", "rank", "recommend", "resolve_gpu", "trace_gpu"]
+__all__ = ["NEAR_TIE_FRACTION", "CallAdvice", "ChangeCost", "Evidence", "Excluded", "Option", "PlannedMeasurement",
+           "RankedBackend", "Recommendation", "Status", "TraceAdvice", "advise_trace", "call_interface",
+           "expected_regret", "neighbours", "plan", "policy_for", "rank", "recommend", "resolve_gpu", "trace_gpu"]

@@ -20,6 +20,7 @@ import click
 
 from profattn.cli.main import main, output_file
 from profattn.errors import ProfattnError
+from profattn.interfaces import Interface
 
 _DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results.sqlite under $XDG_CACHE_HOME)."
 
@@ -75,21 +76,29 @@ def pick_gpu(store, name: str | None) -> str:
 @click.option("--export", "export_path", default=None, metavar="FILE", help="Write the GPU's selection policy (schema profattn.policy, with its validation) to FILE.")
 @click.option("--measure", is_flag=True, help="When the store has not measured the workload on this GPU (predicted or unknown), run "
                                               "`profattn profile --workload SPEC` now (needs a CUDA GPU here), then answer from the new cells.")
+@click.option("--interface", "interface", default=None, type=click.Choice([i.value for i in Interface]),
+              help="The interface your call uses (default: from the workload's layout: paged → paged, dense → sdpa, "
+                   "packed documents → packed-varlen): options of that interface rank first, as drop-ins.")
+@click.option("--plan", "plan_n", default=0, type=click.IntRange(0, 1000), metavar="N",
+              help="Also print the N workloads (the asked one and its neighbours) whose measurement would most reduce the "
+                   "answer's uncertainty, as `profattn profile --workload` lines.")
 @click.pass_context
 def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | None, as_json: bool,
-              export_path: str | None, measure: bool) -> None:
-    """Which backend for this workload on this GPU: measured winner, near tie, predicted (with confidence) or
+              export_path: str | None, measure: bool, interface: str | None, plan_n: int) -> None:
+    """Which backend for this workload on this GPU — drop-ins for your interface first, then what a change would
+    buy: measured winner, near tie, predicted (from per-backend cost models, marked when it extrapolates) or
     unknown (with the `profattn profile` command that measures it), from the results store.
 
     With --measure an unmeasured workload is profiled here first (a new run directory; its cells join the store)."""
-    from profattn.analysis.policy import derive, policy_to_dict
-    from profattn.analysis.recommend import recommend as answer
-    from profattn.report.recommend import policy_text, recommend_json, recommend_text
+    from profattn.analysis.recommend import plan as plan_measurements, recommend as answer
+    from profattn.report.recommend import plan_lines, recommend_json, recommend_text
     from profattn.store import open_store
     from profattn.workload import parse_workload_spec
 
     if spec is None and export_path is None:
         raise ProfattnError("give --workload SPEC (and/or --export FILE)")
+    if plan_n and spec is None:
+        raise ProfattnError("--plan needs --workload SPEC: the answer to sharpen")
     if measure and spec is None:
         raise ProfattnError("--measure needs --workload SPEC: the workload to measure")
     workload = parse_workload_spec(spec) if spec is not None else None
@@ -99,10 +108,20 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
     with open_store(db, create=False) as store:
         name = pick_gpu(store, gpu)
         if workload is not None:
-            rec = answer(store, workload, name)
-            click.echo(json.dumps(recommend_json(rec), indent=1) if as_json else recommend_text(rec), nl=not not as_json)
+            rec = answer(store, workload, name, interface=Interface(interface) if interface else None)
+            planned = plan_measurements(store, name, [(workload, 0.0)], plan_n, policy=rec.policy) if plan_n else ()
+            if as_json:
+                doc = recommend_json(rec)
+                if plan_n:
+                    doc["plan"] = [{"workload": p.workload.tag, "expected_regret": p.expected_regret} for p in planned]
+                click.echo(json.dumps(doc, indent=1))
+            else:
+                click.echo(recommend_text(rec) + ("\n".join(plan_lines(planned)) + "\n" if plan_n else ""), nl=False)
         if target is not None:
-            policy = derive(store.cells_on(name, eligible_only=True), name)
+            from profattn.analysis.policy import derive, policy_to_dict
+            from profattn.report.recommend import policy_text
+
+            policy = derive(store.cells_on(name), name, lowo=False)
             if policy is None:
                 raise ProfattnError(f"no eligible cell on {name} in {store.path}: no policy to export")
             from profattn.files import write_text_atomic

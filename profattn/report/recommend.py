@@ -4,60 +4,83 @@ JSON and template rows."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from profattn.analysis.policy import (
-    Condition, Policy, Rule, Validation, derive, policy_to_dict, validation_dict,
+    BASELINES, Policy, Score, SliceResult, Validation, derive, policy_to_dict, validation_dict,
 )
 from profattn.analysis.recommend import (
-    NEAR_TIE_FRACTION, CallAdvice, RankedBackend, Recommendation, Status, TraceAdvice,
+    NEAR_TIE_FRACTION, CallAdvice, ChangeCost, Option, PlannedMeasurement, RankedBackend, Recommendation, Status,
+    TraceAdvice,
 )
+from profattn.interfaces import Change, Interface
 from profattn.report.format import MISSING, fmt_bytes, fmt_sig, fmt_span, fmt_us, short_kernel_name
 from profattn.results import RunResult
 from profattn.store import StoredRun, measurements
 from profattn.workload import workload_spec
 
-#: Numeric fields whose thresholds are shown as integers (lengths, counts).
-_INTEGER_FIELDS = {"kv_len", "batch", "q_len", "head_dim", "num_q_heads", "num_kv_heads", "page_size", "window",
-                   "shared_prefix_len"}
-_FIELD_NAMES = {"bhkv_per_sm": "B·Hkv/SMs", "group_size": "GQA group", "kv_len": "kv_len", "batch": "batch"}
-
-
-def condition_text(c: Condition) -> str:
-    """``kv_len ≥ 2,290``, ``B·Hkv/SMs < 0.485``, ``phase = decode``, ``kv_layout ≠ dense``."""
-    name = _FIELD_NAMES.get(c.field, c.field)
-    op = {">=": "≥", "<": "<", "==": "=", "!=": "≠"}[c.op]
-    if isinstance(c.value, str):
-        return f"{name} {op} {c.value}"
-    value = f"{round(c.value):,}" if c.field in _INTEGER_FIELDS else fmt_sig(c.value)
-    return f"{name} {op} {value}"
-
-
-def rule_text(r: Rule) -> str:
-    """``phase = decode, batch ≥ 3 → sdpa-cudnn`` (``always → X`` for a one-leaf policy)."""
-    return f"{', '.join(condition_text(c) for c in r.conditions) or 'always'} → {r.backend}"
+#: What each interface is, for a reader.
+INTERFACE_TEXT = {
+    Interface.SDPA: "torch SDPA on dense [B, H, L, d] tensors",
+    Interface.SDPA_NESTED: "torch SDPA on jagged nested tensors",
+    Interface.FLEX: "FlexAttention (compiled, a block mask)",
+    Interface.EAGER: "eager matmul + softmax",
+    Interface.PAGED: "a paged KV cache with a block table",
+    Interface.FLASHINFER: "a FlashInfer plan/run wrapper over a paged cache (CSR page lists)",
+    Interface.PACKED_VARLEN: "packed varlen tokens with cu_seqlens",
+}
+#: What each change asks of the caller.
+CHANGE_TEXT = {
+    Change.GATHER: "a contiguous cache (gather the pages per call, or keep a contiguous copy)",
+    Change.PAGED_CACHE: "a paged KV cache with a block table",
+    Change.PACK: "pack the sequences' tokens and build cu_seqlens",
+    Change.NESTED: "build jagged nested tensors",
+    Change.PLAN_RUN: "a wrapper whose plan() runs on the host once per step",
+    Change.BLOCK_MASK: "a FlexAttention block mask and torch.compile",
+    Change.API: "another attention call",
+}
 
 
 def _pct(v: float | None) -> str:
     return MISSING if v is None else f"{fmt_sig(100 * v, 2)} %"
 
 
-def validation_text(v: Validation) -> str:
-    """One sentence of leave-one-workload-out numbers."""
-    if not v.n:
-        return "no workload with two or more eligible backends to hold out"
-    worst = v.worst
-    parts = [f"{v.within_noise}/{v.n} held-out workloads ({_pct(v.within_noise_fraction)}) within noise of the measured best "
-             f"({v.exact} exactly the best)",
-             f"mean regret {_pct(v.mean_regret)}",
-             (f"worst {_pct(worst.regret)} ({worst.key}: {worst.predicted} instead of {worst.best})"
-              if worst and worst.regret else "worst 0 %" if worst else "worst –")]
-    if v.uncovered:
-        parts.append(f"{v.uncovered} outside the domain the others span (no prediction)")
-    if v.unrunnable:
-        parts.append(f"{v.unrunnable} predicted a backend that did not run there")
-    return "; ".join(parts)
+def cost_text(c: ChangeCost) -> str:
+    """``gather ≈ 31.5 µs per call (134 MB at 4,263 GB/s; gather + SDPA measured 74.6 µs)``, ``plan-run: no per-call
+    cost measured``."""
+    if c.us is None:
+        what = "no per-call cost" if c.change in (Change.PAGED_CACHE, Change.BLOCK_MASK) else "not measured"
+        return f"{c.change.value}: {what}"
+    basis = f" ({fmt_bytes(c.bytes)} at {fmt_sig(c.gbps)} GB/s"
+    basis += f"; gather + SDPA measured {fmt_us(c.path_us)})" if c.path_us is not None else ")"
+    return f"{c.change.value} ≈ {fmt_us(c.us)} per call{basis}"
+
+
+def option_text(o: Option) -> str:
+    """``drop-in`` or ``needs: a paged KV cache with a block table`` with its costs."""
+    if o.changes is None:
+        return "interface not declared (a plugin)"
+    if not o.changes:
+        return "drop-in"
+    costs = [cost_text(c) for c in o.costs if c.us is not None]
+    return "needs " + "; ".join(CHANGE_TEXT[c] for c in o.changes) + (f" — {', '.join(costs)}" if costs else "")
+
+
+def _time_text(o: Option) -> str:
+    if o.measured is not None:
+        return f"{fmt_us(o.measured.time.median_us)} measured"
+    e = o.predicted.estimate  # type: ignore[union-attr]
+    return (f"{fmt_us(e.us)} predicted (±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %"
+            + (", extrapolated" if e.extrapolated else "") + ")")
+
+
+def how_lines(o: Option, indent: str = "    ") -> list[str]:
+    """The lines that switch a call to ``o``'s backend (its declared adoption), indented."""
+    if o.adoption is None or not o.adoption.how:
+        return [f"{indent}(no adoption declared for {o.backend})"]
+    return [indent + line for line in o.adoption.how]
 
 
 def _timing_kind(r: RankedBackend) -> str:
@@ -70,10 +93,12 @@ def _runs_text(rec: Recommendation, r: RankedBackend) -> str:
 
 
 def recommend_text(rec: Recommendation) -> str:
-    """The human answer of ``profattn recommend``: the status line, the ranked table, the winner's evidence, the
-    runs and versions behind it; for a prediction its rule and confidence; for unknown the command that measures it."""
+    """The human answer of ``profattn recommend``: the status line; what to use with the caller's interface (the
+    ``how`` lines) and, when faster, what to change for; the ranked options (drop-ins first); the winner's evidence;
+    the runs and versions behind it; for a prediction its estimate, and whether it extrapolates; for unknown the
+    command that measures it."""
     w = rec.workload
-    lines = [f"workload: {w.tag} on {rec.gpu}"]
+    lines = [f"workload: {w.tag} on {rec.gpu}", f"caller: {INTERFACE_TEXT[rec.interface]}"]
     if rec.status is Status.MEASURED_WINNER:
         r = rec.ranked[1] if len(rec.ranked) > 1 else None
         after = f", {fmt_sig((r.ratio - 1) * 100, 2)} % ahead of {r.backend}" if r else " (the only backend measured)"
@@ -82,25 +107,47 @@ def recommend_text(rec: Recommendation) -> str:
         lines.append(f"near tie: {rec.best} ~ {', '.join(rec.tied)} (within {NEAR_TIE_FRACTION:.0%} or the measured "
                      "noise; benchmark both in your setting)")
     elif rec.status is Status.PREDICTED:
-        p = rec.prediction
-        assert p is not None
-        lines.append(f"predicted: {p.backend} (not measured for this workload; confidence {_pct(p.confidence)}: "
-                     f"within noise of the best on {p.rule.within_noise} of the {p.rule.support} measured workloads "
-                     f"this rule covers)")
-        lines.append(f"  rule: {rule_text(p.rule)}")
+        c = rec.choice
+        assert c is not None
+        if c.estimate is None:
+            lines.append(f"predicted: {c.backend} — no cost model covers this workload; the default of the most similar "
+                         "measured workloads (extrapolated)")
+        else:
+            e = c.estimate
+            why = "the default of this regime (its model's own pick rests on too few workloads)" if c.kept_default else \
+                "the lowest predicted latency"
+            lines.append(f"predicted: {c.backend}, {fmt_us(e.us)} (±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %), "
+                         f"{why}" + ("; EXTRAPOLATED beyond the measured shapes" if e.extrapolated else ""))
     else:
-        why = ("no measurement of this workload on this GPU, and no policy learnt from a similar one "
-               "(same phase, dtype, layout, KV dtype and length distribution)")
-        lines.append(f"unknown: {why}")
+        lines.append("unknown: no measurement of this workload on this GPU and no cost model for its kind of call")
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
         lines.append(f"  measure it: profattn profile --workload {workload_spec(w)}")
+    drop, fast = rec.best_drop_in, rec.fastest
+    if drop is not None:
+        lines += ["", f"use (drop-in for {INTERFACE_TEXT[rec.interface]}): {drop.backend}, {_time_text(drop)}"]
+        lines += how_lines(drop)
+    if fast is not None and fast is not drop and (drop is None or fast.total_us < drop.total_us):
+        gain = f", {fmt_sig((drop.total_us / fast.total_us - 1) * 100, 2)} % faster than the drop-in" if drop else ""
+        lines += ["", f"faster with a change: {fast.backend}, {_time_text(fast)}{gain}", f"  {option_text(fast)}"]
+        lines += how_lines(fast)
+    if rec.options:
+        lines.append("")
+        lines.append(f"  {'#':>2} {'backend':<26} {'time':>11} {'vs first':>9}  {'with your cache':>15}  adoption")
+        first = rec.options[0].total_us
+        for i, o in enumerate(rec.options, 1):
+            kind = "" if o.measured is not None else "*"
+            vs = "–" if i == 1 else f"{'+' if o.kernel_us >= first else ''}{fmt_sig((o.kernel_us / first - 1) * 100, 2)} %"
+            lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {vs:>9}  {fmt_us(o.total_us):>15}  "
+                         f"{option_text(o)}")
+        lines.append("  (*: predicted, not measured on this workload; 'with your cache': the kernel plus the per-call "
+                     "cost of the changes it needs)")
     if rec.ranked:
         lines.append("")
-        lines.append(f"  {'#':>2} {'backend':<24} {'latency':>11} {'vs best':>8}  {'p10–p90':<22} {'n':>3}  timing       runs")
+        lines.append(f"  measured: {'backend':<24} {'latency':>11} {'vs best':>8}  {'p10–p90':<22} {'n':>3}  timing       runs")
         for i, r in enumerate(rec.ranked, 1):
             vs = "best" if i == 1 else f"+{fmt_sig((r.ratio - 1) * 100, 2)} %"
             mark = " ~" if r.tie else ""
-            lines.append(f"  {i:>2} {r.backend + mark:<24} {fmt_us(r.time.median_us):>11} {vs:>8}  "
+            lines.append(f"  {i:>8}. {r.backend + mark:<24} {fmt_us(r.time.median_us):>11} {vs:>8}  "
                          f"{fmt_span(r.time.p10_us, r.time.p90_us, r.time.median_us):<22} {r.samples:>3}  "
                          f"{_timing_kind(r):<12} {_runs_text(rec, r)}")
         lines.append("  (~: within noise of the best or 3 %; n: independent samples; latency: the CUDA-graph replay "
@@ -134,13 +181,30 @@ def recommend_text(rec: Recommendation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _option_json(o: Option) -> dict[str, Any]:
+    e = o.predicted.estimate if o.predicted is not None else None
+    return {"backend": o.backend, "drop_in": o.drop_in,
+            "changes": None if o.changes is None else [c.value for c in o.changes],
+            "change_costs": [{"change": c.change.value, "us": c.us, "measured": c.measured, "bytes": c.bytes,
+                              "gbps": c.gbps, "gather_sdpa_measured_us": c.path_us} for c in o.costs],
+            "kernel_us": o.kernel_us, "total_us": o.total_us, "measured": o.measured is not None,
+            "sigma": e.sigma if e else None, "extrapolated": e.extrapolated if e else None,
+            "interface": o.adoption.interface.value if o.adoption else None,
+            "reads": o.adoption.reads.value if o.adoption else None, "how": list(o.adoption.how) if o.adoption else []}
+
+
 def recommend_json(rec: Recommendation) -> dict[str, Any]:
-    """The ``--json`` document of ``profattn recommend`` (``schema`` ``profattn.recommend``, version 1; times µs,
-    ``ratio`` = latency / best latency, ``confidence`` 0..1)."""
+    """The ``--json`` document of ``profattn recommend`` (``schema`` ``profattn.recommend``, version 2; times µs,
+    ``ratio`` = latency / best latency, ``sigma`` a relative standard deviation; ``options`` drop-ins first)."""
     e = rec.evidence
+    c = rec.choice
     return {
-        "schema": "profattn.recommend", "version": 1, "gpu": rec.gpu, "workload": workload_spec(rec.workload),
-        "workload_tag": rec.workload.tag, "status": rec.status.value, "best": rec.best, "near_tie_with": list(rec.tied),
+        "schema": "profattn.recommend", "version": 2, "gpu": rec.gpu, "workload": workload_spec(rec.workload),
+        "workload_tag": rec.workload.tag, "status": rec.status.value, "interface": rec.interface.value,
+        "best": rec.best, "best_drop_in": rec.best_drop_in.backend if rec.best_drop_in else None,
+        "fastest": rec.fastest.backend if rec.fastest else None, "extrapolated": rec.extrapolated,
+        "near_tie_with": list(rec.tied),
+        "options": [_option_json(o) for o in rec.options],
         "ranked": [{"backend": r.backend, "latency_us": r.time.median_us, "p10_us": r.time.p10_us, "p90_us": r.time.p90_us,
                     "ratio": r.ratio, "tie": r.tie, "samples": r.samples, "timing": r.timing_kind,
                     "runs": list(r.runs)} for r in rec.ranked],
@@ -149,24 +213,77 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
             "run": e.run_id, "dominant_kernel": e.dominant_kernel, "grid": e.grid, "block": e.block, "ctas": e.ctas,
             "ctas_per_sm": e.ctas_per_sm, "gpu_time_us": e.gpu_time_us, "dram_bytes": e.dram_bytes,
             "requested_bytes": e.requested_bytes},
-        "prediction": None if rec.prediction is None else {
-            "backend": rec.prediction.backend, "confidence": rec.prediction.confidence,
-            "rule": rule_text(rec.prediction.rule), "support": rec.prediction.rule.support},
+        "prediction": None if c is None or rec.status is not Status.PREDICTED else {
+            "backend": c.backend, "us": c.estimate.us if c.estimate else None,
+            "sigma": c.estimate.sigma if c.estimate else None, "extrapolated": c.extrapolated, "modelled": c.modelled,
+            "kept_default": c.kept_default, "default": c.default},
         "measure": f"profattn profile --workload {workload_spec(rec.workload)}" if rec.status in (Status.PREDICTED, Status.UNKNOWN) else None,
         "runs": [{"run": r.run_id, "created_utc": r.created_utc, "preset": r.preset, "path": r.path, "torch": r.torch,
                   "cuda": r.cuda, "cudnn": r.cudnn, "triton": r.triton, "flashinfer": r.flashinfer} for r in rec.runs],
     }
 
 
+def score_text(s: Score) -> str:
+    """``38/40 hit, mean 0.41 %, worst 6.2 %`` (– without answers)."""
+    if not s.answered:
+        return "no answer"
+    return f"{s.hits}/{s.answered} hit, mean {_pct(s.mean_regret)}, worst {_pct(s.worst_regret)}"
+
+
+def slice_rows(v: Validation) -> list[dict[str, Any]]:
+    """One row per held-out slice: its field and value, workloads, the policy's and the best constant's scores, and
+    whether the policy is at least as good (hit rate and worst regret)."""
+    rows = []
+    for sl in (*v.slices, *((v.lowo,) if v.lowo else ())):
+        p, i = sl.policy, sl.best_baseline
+        b = sl.baseline(i)
+        ok = (p.hit_rate or 0.0) >= (b.hit_rate or 0.0) - 1e-12 and (p.worst_regret or 0.0) <= (b.worst_regret or 0.0) + 1e-12
+        rows.append({"field": sl.field.replace("_", " "), "value": sl.value, "n": p.n, "policy": score_text(p),
+                     "baseline": BASELINES[i], "baseline_score": score_text(b), "ok": ok,
+                     "extrapolated": sl.extrapolated})
+    return rows
+
+
+def validation_table(v: Validation) -> str:
+    """The leave-one-slice-out table as GitHub Markdown (the README's and the benchmark's)."""
+    lines = ["| held out | workloads | policy | best constant | its score | policy ≥ constant |", "|---|---|---|---|---|---|"]
+    for r in slice_rows(v):
+        lines.append(f"| {r['field']} = {r['value']} | {r['n']} | {r['policy']} | {r['baseline']} | "
+                     f"{r['baseline_score']} | {'yes' if r['ok'] else '**no**'} |")
+    p = v.pooled
+    lines.append(f"| every slice, pooled | {p.n} | {score_text(p)} | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def model_rows(p: Policy) -> list[dict[str, Any]]:
+    """One row per cost model: backend, regime, cells/workloads, σ, and its coefficients as rates (µs per MB as
+    GB/s, µs per GFLOP as TFLOP/s: the efficiency the fit found) and its launch floor."""
+    rows = []
+    for m in sorted(p.models.models.values(), key=lambda m: (m.regime.key, m.backend)):
+        launch, per_mb, idle_mb, per_gf, idle_gf = m.coef
+        rows.append({"backend": m.backend, "regime": m.regime.key, "cells": m.cells, "workloads": m.workloads,
+                     "sigma": f"{fmt_sig(100 * m.sigma, 2)} %", "launch": fmt_us(launch),
+                     "gbps": f"{fmt_sig(1e3 / per_mb)} GB/s" if per_mb > 0 else MISSING,
+                     "tflops": f"{fmt_sig(1e3 / per_gf)} TFLOP/s" if per_gf > 0 else MISSING,
+                     "idle": "yes" if idle_mb > 0 or idle_gf > 0 else "no"})
+    return rows
+
+
 def policy_text(p: Policy) -> str:
-    """The policy's rules, one a line, and its validation when computed."""
-    lines = [f"selection policy for {p.gpu} ({p.workloads} workloads, {p.cells} cells, {len(p.runs)} runs):"]
-    for r in p.rules():
-        lines.append(f"  {rule_text(r)}    [{r.within_noise}/{r.support} within noise, mean regret {_pct(r.mean_regret)}]")
+    """The policy's models (one a line), regime defaults, and its validation when computed."""
+    lines = [f"selection policy for {p.gpu} ({p.workloads} workloads, {p.cells} cells, {len(p.runs)} runs): "
+             f"{len(p.models.models)} cost models"]
+    for r in model_rows(p):
+        lines.append(f"  {r['backend']:<26} {r['regime']:<46} {r['workloads']:>4} wl  σ {r['sigma']:>6}  launch "
+                     f"{r['launch']:>9}  {r['gbps']:>14}  {r['tflops']:>16}")
+    lines.append("defaults (most workloads won): " + ", ".join(f"{k} → {b}" for k, b in sorted(p.defaults.items())))
+    if p.dominated:
+        lines.append("dominated (never a pick there): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(p.dominated.items())))
     if p.validation is not None:
-        lines.append(f"leave one workload out: {validation_text(p.validation)}")
-        for phase in sorted({h.phase for h in p.validation.held_out}):
-            lines.append(f"  {phase}: {validation_text(p.validation.of_phase(phase))}")
+        lines.append("held out (leave one slice out; hit = within 3 % or noise of the measured best):")
+        for r in slice_rows(p.validation):
+            lines.append(f"  {r['field'] + ' = ' + r['value']:<28} n {r['n']:>4}  policy {r['policy']:<40} "
+                         f"best constant ({r['baseline']}) {r['baseline_score']}{'' if r['ok'] else '  ← worse'}")
     return "\n".join(lines) + "\n"
 
 
@@ -180,38 +297,68 @@ def runs_text(runs: Sequence[StoredRun], gpus: dict[str, int], path: str) -> str
     return "\n".join(lines) + "\n"
 
 
-def _advice_line(a: CallAdvice) -> str:
+def kv_range(kvs: Sequence[int]) -> str:
+    """``kv 512`` or ``kv 17–76 (60 lengths)``."""
+    if len(kvs) == 1:
+        return f"kv {kvs[0]:,}"
+    return f"kv {min(kvs):,}–{max(kvs):,} ({len(kvs)} lengths)"
+
+
+def _advice_line(a: CallAdvice) -> list[str]:
     rec = a.recommendation
-    head = f"  {a.calls}× {a.workload.tag} ran {a.ran}"
-    head += f" ({a.ran_backend}, {fmt_us(a.ran_us)})" if a.ran_backend else " (not measured in the store)"
-    if rec.status in (Status.MEASURED_WINNER, Status.NEAR_TIE):
-        best = rec.ranked[0]
-        tie = f" ~ {', '.join(rec.tied)}" if rec.tied else ""
-        what = f"{rec.status.value}: {best.backend}{tie} {fmt_us(best.time.median_us)}"
-    elif rec.status is Status.PREDICTED:
-        what = f"predicted: {rec.best} (confidence {_pct(rec.prediction.confidence)})"  # type: ignore[union-attr]
-    else:
-        what = f"unknown — measure it: profattn profile --workload {workload_spec(a.workload)}"
-    save = "" if a.saving_us is None else f"; saves {fmt_us(a.saving_us)} of {fmt_us(a.gpu_time_us)} GPU time"
-    return f"{head} → {what}{save}"
+    w = a.workload
+    shape = f"{w.phase.value} b{w.batch} q{w.q_len} hq{w.num_q_heads}/hkv{w.num_kv_heads} d{w.head_dim} {w.dtype}"
+    head = f"  {a.calls}× {shape}, {kv_range(a.kv_lens)}: ran {a.ran} ({INTERFACE_TEXT[a.interface]})"
+    head += f" = {a.ran_backend}, {fmt_us(a.ran_us)} at kv {max(a.kv_lens):,}" if a.ran_backend else ""
+    statuses = sorted({st.value for _, st, _ in a.per_kv})
+    drop = rec.best_drop_in
+    lines = [head]
+    if drop is not None:
+        lines.append(f"    use: {drop.backend} (drop-in; {_time_text(drop)} at kv {max(a.kv_lens):,}; "
+                     f"{' / '.join(statuses)} across the lengths)")
+        lines += how_lines(drop, "      ")
+    fast = rec.fastest
+    if fast is not None and fast is not drop and (drop is None or fast.total_us < drop.total_us):
+        lines.append(f"    faster with a change: {fast.backend}, {_time_text(fast)} — {option_text(fast)}")
+    if drop is None and fast is None:
+        lines.append(f"    unknown — measure it: profattn profile --workload {workload_spec(w)}")
+    if a.saving_us is not None:
+        lines.append(f"    saves {fmt_us(a.saving_us)} of {fmt_us(a.gpu_time_us)} GPU time (measured lengths only)")
+    return lines
+
+
+def plan_lines(plan: Sequence[PlannedMeasurement]) -> list[str]:
+    """``--plan``: one ``profattn profile --workload …`` line per workload worth measuring, with why."""
+    if not plan:
+        return ["plan: nothing to measure (every answer asked for is measured)"]
+    out = [f"plan: the {len(plan)} measurement(s) that would most sharpen these answers (expected regret of today's answer"
+           + (", weighted by the GPU time it stands for)" if any(p.weight != p.expected_regret for p in plan) else ")")]
+    for p in plan:
+        out.append(f"  profattn profile --workload {workload_spec(p.workload)}    # risks {_pct(p.expected_regret)}"
+                   + (f", {p.answers} call(s)" if p.answers > 1 else ""))
+    return out
 
 
 def trace_advice_text(advice: Sequence[TraceAdvice]) -> str:
-    """``analyze --recommend``: per trace file, its calls grouped by workload and backend, and the saving."""
+    """``analyze --recommend``: per trace file, its calls grouped by workload but for the KV length (one entry per
+    group, with its KV range), the drop-in to use and the saving, and with ``--plan`` what to measure next."""
     lines = []
     for t in advice:
         if t.gpu is None:
             lines.append(f"recommend: {t.label}: the trace's GPU is not in the store (give --gpu NAME)")
             continue
         lines.append(f"recommend: {t.label} on {t.gpu}")
-        lines.extend(_advice_line(a) for a in t.advice)
+        for a in t.advice:
+            lines.extend(_advice_line(a))
         if t.unshaped:
             lines.append(f"  {t.unshaped} call(s) without a workload (shapes not recorded): no advice")
         if not any(a.saving_us is not None for a in t.advice):
             lines.append("  estimated saving: none to estimate (no call whose backend and best were both measured on this GPU)")
-            continue
-        per_step = f", {fmt_us(t.saving_per_step_us)} per step ({t.steps} steps)" if t.saving_per_step_us is not None else ""
-        lines.append(f"  estimated saving: {fmt_us(t.saving_us)} of GPU time over the trace{per_step}")
+        else:
+            per_step = f", {fmt_us(t.saving_per_step_us)} per step ({t.steps} steps)" if t.saving_per_step_us is not None else ""
+            lines.append(f"  estimated saving: {fmt_us(t.saving_us)} of GPU time over the trace{per_step}")
+        if t.plan:
+            lines.extend(plan_lines(t.plan))
     return "\n".join(lines) + "\n"
 
 
@@ -219,26 +366,33 @@ def trace_advice_json(advice: Sequence[TraceAdvice]) -> list[dict[str, Any]]:
     """``analyze --recommend`` as JSON: per file its advice (times µs)."""
     return [{"file": t.label, "gpu": t.gpu, "steps": t.steps, "saving_us": t.saving_us,
              "saving_per_step_us": t.saving_per_step_us,
-             "calls": [{"workload": workload_spec(a.workload), "ran": a.ran, "ran_backend": a.ran_backend, "ran_us": a.ran_us,
+             "calls": [{"workload": workload_spec(a.workload), "kv_lens": list(a.kv_lens), "ran": a.ran,
+                        "interface": a.interface.value, "ran_backend": a.ran_backend, "ran_us": a.ran_us,
                         "calls": a.calls, "gpu_time_us": a.gpu_time_us, "status": a.recommendation.status.value,
-                        "best": a.recommendation.best, "saving_us": a.saving_us} for a in t.advice]} for t in advice]
+                        "per_kv": [{"kv_len": kv, "status": st.value, "use": b} for kv, st, b in a.per_kv],
+                        "best": a.recommendation.best,
+                        "best_drop_in": a.recommendation.best_drop_in.backend if a.recommendation.best_drop_in else None,
+                        "how": list(a.recommendation.best_drop_in.adoption.how)
+                        if a.recommendation.best_drop_in and a.recommendation.best_drop_in.adoption else [],
+                        "saving_us": a.saving_us} for a in t.advice],
+             "plan": [{"workload": workload_spec(p.workload), "expected_regret": p.expected_regret, "weight": p.weight}
+                      for p in t.plan]} for t in advice]
 
 
 # ---- the run report's section -----------------------------------------------------------------------------------
 def policy_section(run: RunResult) -> dict[str, Any] | None:
-    """Rows of the run report's "Selection policy" section: the policy learnt from this run's own cells, its rules
-    and its leave-one-workload-out validation; None when fewer than three workloads have an eligible cell (no rule
-    to learn or check)."""
-    policy = derive(measurements(run), run.environment.device_name)
-    if policy is None or policy.workloads < 3:
+    """Rows of the run report's "Selection policy" section: the cost models learnt from this run's own cells and
+    their leave-one-workload-out validation beside the constant baselines; None when fewer than three workloads
+    have an eligible cell (nothing to learn or check)."""
+    cells = measurements(run)
+    policy = derive(cells, run.environment.device_name, lowo=True)
+    if policy is None or policy.workloads < 3 or policy.validation is None:
         return None
     v = policy.validation
+    lowo = v.lowo
     return {
-        "gpu": policy.gpu, "workloads": policy.workloads, "cells": policy.cells,
-        "rules": [{"when": ", ".join(condition_text(c) for c in r.conditions) or "always", "backend": r.backend,
-                   "record": f"{r.within_noise}/{r.support}", "regret": _pct(r.mean_regret)} for r in policy.rules()],
-        "validation": validation_text(v) if v else None,
-        "by_phase": [{"phase": p, "text": validation_text(v.of_phase(p))} for p in sorted({h.phase for h in v.held_out})]
-        if v else [],
+        "gpu": policy.gpu, "workloads": policy.workloads, "cells": policy.cells, "models": model_rows(policy),
+        "defaults": [{"regime": k, "backend": b} for k, b in sorted(policy.defaults.items())],
+        "slices": slice_rows(Validation((), lowo)) if lowo else [],
         "json": policy_to_dict(policy), "validation_numbers": validation_dict(v),
     }

@@ -165,6 +165,16 @@ def read_engine_call(group: Sequence[Mapping[str, Any]], cache_ops: Sequence[Map
         if q is not None and len(q) == 3 and k is not None and len(k) >= 3 and k[-1] == q[2]:
             found = (q[0], q[1], k[-2], q[2], None)
             q_row, q_index = backend_row, bsig.q_index
+    if found is None:  # V0: q [T, Hq·d] and k [T, Hkv·d] beside a 5-D kv_cache input, which names Hkv and d
+        q, k = _dims(outer, sig.q_index), _dims(outer, sig.k_index)
+        for index in sig.cache_indices:
+            cache = _dims(outer, index)
+            if q is None or k is None or cache is None or len(q) != 2 or len(k) != 2 or len(cache) != 5:
+                continue
+            hkv, d = cache[3], cache[4]
+            if k[1] == hkv * d and q[1] % d == 0:
+                found, kv_new = (q[0], q[1] // d, hkv, d, k[0]), k[0]
+                break
     shape = None
     tokens = None
     if found is not None:

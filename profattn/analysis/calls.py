@@ -41,7 +41,14 @@ calls of one thread never overlap, so each kernel belongs to at most one call.
 thread: :meth:`~profattn.trace.windows.IntervalIndex.outermost`) whose window holds its launch on the
 launching thread; kernels without a launcher go through their
 ``External id`` to the op that launched them, then to that op's top-level op. Kernels replayed from a CUDA
-graph are charged to the op around the graph launch.
+graph are charged to the op around the graph launch, or — matched to their capture (:mod:`profattn.analysis.graphs`)
+— to the top-level op around their capture-time launch, as an eager run would charge them.
+
+**Engine calls and graph replays.** Serving engines' attention ops (:mod:`profattn.analysis.engine_ops`) are calls
+too, read token-major; replayed kernels matched to capture-time launches inside a captured attention op become
+calls with that op's name and shapes (``source="graph"``); calls inside an annotated serving step get its ledger
+(:mod:`profattn.analysis.steps`). Op calls made while their stream was capturing a graph are marked
+(``captured_in``): their kernels ran at replay.
 
 **ProfilerStep windows.** Kernels launched inside a ``ProfilerStep#N`` range from any thread of its
 process, and the attention calls that start inside it (a time on the boundary of two steps counts in both).
@@ -107,13 +114,13 @@ def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()
     family_of = {name: attention_family(name) for name in set(names)}  # names repeat: match each once
     families = [family_of[n] for n in names]
     records = _KernelRecords(kernels, families, num_sms)
-    notes = _file_notes(trace)
-
     steps, malformed = read_steps(trace)
     sources = list(captures)
     if not trace.captures.empty and all(c.trace is not trace for c in sources):
         sources.insert(0, CaptureSource(trace.path, trace))
     merged = merge_graphs(trace, sources, steps)
+    notes = _file_notes(trace, merged.merge.placed_kernels if merged else 0)
+
     attention = _attention_op_groups(trace.ops)
     calls, used = _op_calls(trace, attention, records)
     calls = _mark_captured(trace, calls)
@@ -139,7 +146,7 @@ def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()
         gpu_busy_us=_busy_us(kernels),
         kernels=_kernel_times(kernels, families, total_us),
         launch_shapes=_launch_shapes(kernels, num_sms),
-        ops=_op_times(trace),
+        ops=_op_times(trace, merged, sources),
         steps=_steps(trace, calls),
         calls=tuple(calls),
         notes=tuple(notes),
@@ -184,7 +191,7 @@ def _warnings(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[TraceWarnin
     return tuple(out)
 
 
-def _file_notes(trace: Trace) -> list[str]:
+def _file_notes(trace: Trace, merged: int = 0) -> list[str]:
     notes: list[str] = []
     k = trace.kernels
     if k.empty:
@@ -194,8 +201,9 @@ def _file_notes(trace: Trace) -> list[str]:
     if k["grid_x"].isna().all():
         notes.append("kernel events carry no grid/block (as in ROCm traces): launch shapes are n/a")
     graph = int(k["graph_launched"].sum())
-    if graph:
-        notes.append(f"{graph} kernel(s) were replayed from CUDA graphs: they are attributed to the graph launch")
+    if graph > merged:
+        notes.append(f"{graph - merged} kernel(s) were replayed from CUDA graphs"
+                     + (" and not matched to a capture" if merged else "") + ": they are attributed to the graph launch")
     return notes
 
 
@@ -724,7 +732,8 @@ def _merge_warnings(merge: GraphMerge | None) -> tuple[TraceWarning, ...]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _op_times(trace: Trace) -> tuple[OpTime, ...]:
+def _op_times(trace: Trace, merged: MergeResult | None = None,
+              sources: Sequence[CaptureSource] = ()) -> tuple[OpTime, ...]:
     kernels, ops = trace.kernels, trace.ops
     if kernels.empty:
         return ()
@@ -750,6 +759,13 @@ def _op_times(trace: Trace) -> tuple[OpTime, ...]:
         "dur_us": kernels["dur_us"].to_numpy(),
         "graph": kernels["graph_launched"].to_numpy(dtype=bool),
     })
+    if merged is not None and merged.placements:
+        captured = _captured_top_ops(merged, sources)
+        if captured:
+            rows = list(captured)
+            keys = {key: len(ops) + i for i, key in enumerate(dict.fromkeys(k for _, k in captured.values()))}
+            frame.loc[rows, "op"] = [captured[r][0] for r in rows]
+            frame.loc[rows, "instance"] = [keys[captured[r][1]] for r in rows]
     grouped = frame.groupby("op", sort=False).agg(
         op_calls=("instance", "nunique"), kernels=("dur_us", "size"), total_us=("dur_us", "sum"), graph_kernels=("graph", "sum")
     ).sort_values("total_us", ascending=False, kind="stable")
@@ -759,6 +775,32 @@ def _op_times(trace: Trace) -> tuple[OpTime, ...]:
         mean = float(r.total_us) / op_calls if op_calls else None
         out.append(OpTime(str(name), op_calls, int(r.kernels), float(r.total_us), mean, int(r.graph_kernels)))
     return tuple(out)
+
+
+def _captured_top_ops(merged: MergeResult, sources: Sequence[CaptureSource]
+                      ) -> dict[int, tuple[str, tuple[int, int, int]]]:
+    """Replayed kernel row → (name of the top-level CPU op around its capture-time launch, key of that op instance per
+    graph launch): GPU time by op for kernels a graph replayed, charged as an eager run would charge them."""
+    out: dict[int, tuple[str, tuple[int, int, int]]] = {}
+    by_source: dict[int, list[int]] = {}
+    for row, p in merged.placements.items():
+        by_source.setdefault(p.source, []).append(row)
+    for si, rows in by_source.items():
+        src = sources[si].trace
+        ops, launches = src.ops, src.capture_launches
+        if ops.empty:
+            continue
+        start = ops["ts_us"].to_numpy(dtype="float64")
+        index = IntervalIndex(start, start + np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0),
+                              group_keys(ops["pid"], ops["tid"]))
+        lrows = [merged.placements[r].launch_row for r in rows]
+        top = index.outermost([(launches.at[i, "pid"], launches.at[i, "tid"]) for i in lrows],
+                              launches["ts_us"].to_numpy(dtype="float64")[lrows])
+        names = ops["name"].to_numpy(dtype=object)
+        for row, t in zip(rows, top):
+            if t >= 0:
+                out[row] = (str(names[t]), (merged.placements[row].graph_launch, si, int(t)))
+    return out
 
 
 def _steps(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[StepWindow, ...]:

@@ -104,16 +104,22 @@ class _Launch:
     graph_ids: set
     node_ids: list[int] | None  # per row; None when any kernel lacks one
     attention: list[bool]
+    _order: object = None  # ordered()'s answer, computed once
 
-    def ordered(self) -> tuple[list[int], list[str]] | None:
+    def ordered(self) -> tuple[list[int], tuple[str, ...]] | None:
         """Rows and names in creation order: node-id order, or GPU order on one stream; None when neither."""
+        if self._order is None:
+            self._order = self._ordered() or False
+        return self._order or None  # type: ignore[return-value]
+
+    def _ordered(self) -> tuple[list[int], tuple[str, ...]] | None:
         if self.node_ids is not None:
             order = sorted(range(len(self.rows)), key=lambda i: (self.node_ids[i] & _LOW32, self.node_ids[i]))
         elif len(set(self.row_streams)) <= 1:
             order = list(range(len(self.rows)))
         else:
             return None
-        return [self.rows[i] for i in order], [self.names[i] for i in order]
+        return [self.rows[i] for i in order], tuple(self.names[i] for i in order)
 
 
 @dataclass
@@ -126,7 +132,7 @@ class _Window:
     range: str | None
     key: int | None
     rows: list[int]  # capture_launches rows in position order
-    names: list[str | None]
+    names: tuple[str | None, ...]
     in_attention: list[bool]
 
     @property
@@ -135,7 +141,11 @@ class _Window:
 
     @property
     def named(self) -> bool:
-        return bool(self.names) and all(n is not None for n in self.names)
+        return bool(self.names) and None not in self.names
+
+    @property
+    def unnamed(self) -> bool:
+        return all(n is None for n in self.names)
 
 
 def _launches(trace: Trace) -> list[_Launch]:
@@ -184,18 +194,24 @@ def _windows(sources: Sequence[CaptureSource]) -> list[_Window]:
             out.append(_Window(
                 source=si, capture=int(row.capture), pid=row.pid, begin=float(row.begin_ts_us), end=float(row.end_ts_us),
                 range=rng, key=int(m.group(1)) if m else None, rows=[int(r) for r in rows],
-                names=[launches.at[r, "kernel"] if isinstance(launches.at[r, "kernel"], str) else None for r in rows],
+                names=tuple(launches.at[r, "kernel"] if isinstance(launches.at[r, "kernel"], str) else None for r in rows),
                 in_attention=[bool(inside[r]) for r in rows],
             ))
     return out
 
 
 def _compatible(L: _Launch, W: _Window) -> bool:
+    """Whether capture ``W`` can have built the graph ``L`` replayed: as many kernel launches as replayed kernels,
+    and the same kernel names in creation order where the capture records names."""
     if len(W.rows) != len(L.rows):
         return False
     ordered = L.ordered()
     if ordered is None:
         return W.named and _stream_order(L, W) is not None
+    if W.unnamed:
+        return True
+    if W.named:
+        return W.names == ordered[1]
     return all(w is None or w == n for w, n in zip(W.names, ordered[1]))
 
 

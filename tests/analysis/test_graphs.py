@@ -188,3 +188,15 @@ def test_the_capture_traces_mark_their_captured_calls(name: str) -> None:
     assert len(capture.calls) == 24 and capture.captures == (1 if name == "vllm_decode_full" else 25)
     held = [c for c in capture.calls if c.captured_in is not None]
     assert len(held) == (24 if name == "vllm_decode_full" else 0)  # piecewise: attention runs between the pieces
+
+
+def test_gpu_time_by_op_charges_replayed_kernels_to_their_captured_ops() -> None:
+    """The 421 kernels under one hipGraphLaunch go to the top-level ops that launched them at capture time."""
+    replay = next(f for f in analyze_paths([DATA / "vllm_decode_full"]).files if f.path == "graph_execution.json.gz")
+    ops = {o.name: o for o in replay.ops}
+    moe, attn = ops["vllm::moe_forward"], ops["vllm::unified_attention_with_output"]
+    assert (moe.op_calls, moe.kernels, moe.graph_kernels) == (24, 168, 168)
+    assert (attn.op_calls, attn.kernels, attn.graph_kernels) == (24, 36, 36)
+    assert attn.total_us == pytest.approx(sum(c.gpu_time_us for c in replay.calls))
+    assert "(no enclosing CPU op)" not in ops  # the eager kernels' ops are in the replay trace itself
+    assert not any("attributed to the graph launch" in n for n in replay.notes)

@@ -22,7 +22,10 @@ from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_flops_rate
 from profattn.results import Ceilings
 
 __all__ = [
+    "ABOVE_ROOF",
     "RECIPE",
+    "ROOF_NOTE",
+    "above_roof",
     "achieved_text",
     "call_engine_dict",
     "engine_call_text",
@@ -101,9 +104,28 @@ def _sums_text(s: PhaseSums) -> str:
     return text
 
 
+#: A rate this far above the measured roof cannot be the call's own: the ledger counts more work than it did.
+ABOVE_ROOF = 1.05
+
+
+def above_roof(tflops: float | None, gbps: float | None, ceilings: Ceilings | None) -> bool:
+    """Whether an achieved rate exceeds the measured roof by more than :data:`ABOVE_ROOF` (so the step ledger
+    overcounts this call: a layer with a sliding window, say, which the trace does not record)."""
+    if ceilings is None:
+        return False
+    return bool((tflops is not None and tflops > ABOVE_ROOF * ceilings.matmul_tflops)
+                or (gbps is not None and gbps > ABOVE_ROOF * ceilings.bandwidth_gbps))
+
+
+#: Said of a call whose achieved rate is above the roof.
+ROOF_NOTE = ("above the measured roof: this call did less work than the step ledger counts (a layer with a sliding "
+             "window, say: the window is not in the trace)")
+
+
 def achieved_text(share: CallStepShare | None, ceilings: Ceilings | None = None) -> str:
     """A call's step ledger against its GPU time: ``0.903 GFLOP, 113.3 MB → 19.3 TFLOP/s, 2,418 GB/s``; with
-    ``ceilings`` each rate with its fraction of the run's GEMM / read roof. "–" without a ledger."""
+    ``ceilings`` each rate with its fraction of the run's GEMM / read roof (and :data:`ROOF_NOTE` above it). "–"
+    without a ledger."""
     if share is None or share.ledger is None:
         return MISSING
     led = share.ledger
@@ -111,7 +133,8 @@ def achieved_text(share: CallStepShare | None, ceilings: Ceilings | None = None)
     roof_b = ceilings.bandwidth_gbps if ceilings else None
     rates = (f" → {fmt_flops_rate(share.tflops, roof_f)}, {fmt_rate(share.gbps, 'GB/s', roof_b)}"
              if share.tflops is not None else "")
-    return f"{fmt_count(led.flops)}FLOP, {fmt_bytes(led.total_bytes)} minimum{rates}"
+    over = f" — {ROOF_NOTE}" if above_roof(share.tflops, share.gbps, ceilings) else ""
+    return f"{fmt_count(led.flops)}FLOP, {fmt_bytes(led.total_bytes)} minimum{rates}{over}"
 
 
 def _spread(values: Sequence[float], fmt, fmt_range=None) -> str:  # type: ignore[no-untyped-def]
@@ -249,6 +272,9 @@ def engine_lines(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int
                          f"{fmt_bytes(c.step.ledger.total_bytes)} minimum → "
                          f"{_spread(tf, lambda v: fmt_flops_rate(v, roof_f), fmt_flops_rate)}, "
                          f"{_spread(gb, lambda v: fmt_rate(v, 'GB/s', roof_b), lambda v: fmt_rate(v, 'GB/s'))}")
+            over = sum(above_roof(m.step.tflops, m.step.gbps, ceilings) for m in members if m.step)
+            if over:
+                lines.append(f"    {over} of these {len(members)} call(s) {ROOF_NOTE}")
         lines.append(f"    {c.profile_hint}")
     for text in graph_text(fa.graph_merge):
         lines.append(f"  graphs: {text}")

@@ -92,3 +92,15 @@ def test_cli_on_the_directory_merges_the_capture(tmp_path: Path) -> None:
     assert "12 × vllm::unified_attention_with_output → vllm-triton, decode" in done.stdout
     assert "skipped capture_traces/execution_details.json" in done.stderr
     assert "profile the graphs' capture too" not in done.stdout
+
+
+def test_a_rate_above_the_roof_says_the_ledger_overcounts() -> None:
+    """The 2d-kernel layers of the decode step would read 113 MB at ~8.4 TB/s: above a 5 TB/s roof, so the ledger
+    (all Σk keys) overcounts them — the model alternates sliding-window layers, whose window the trace lacks."""
+    _, fa = _replay("vllm_decode_full")
+    roof = Ceilings(copy_gbps=4000.0, copy_bytes=1, matmul_tflops=1300.0, matmul_n=1, dtype="bfloat16", method="",
+                    read_gbps=5000.0)
+    lines = engine_lines(fa, roof)
+    flagged = [line for line in lines if "above the measured roof" in line]
+    assert flagged == ["    12 of these 12 call(s) above the measured roof: this call did less work than the step "
+                       "ledger counts (a layer with a sliding window, say: the window is not in the trace)"]

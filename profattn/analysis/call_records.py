@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -475,20 +476,12 @@ class GraphMerge:
         return sum(m.attention_kernels for m in self.launches if m.rule is None)
 
     def rule_counts(self) -> dict[GraphMatchRule, int]:
-        """Graph launches placed per rule."""
-        out: dict[GraphMatchRule, int] = {}
-        for m in self.launches:
-            if m.rule is not None:
-                out[m.rule] = out.get(m.rule, 0) + 1
-        return out
+        """Graph launches placed per rule, in first-seen order."""
+        return dict(Counter(m.rule for m in self.launches if m.rule is not None))
 
     def gap_counts(self) -> dict[GraphGap, int]:
-        """Graph launches not placed, per reason."""
-        out: dict[GraphGap, int] = {}
-        for m in self.launches:
-            if m.gap is not None:
-                out[m.gap] = out.get(m.gap, 0) + 1
-        return out
+        """Graph launches not placed, per reason, in first-seen order."""
+        return dict(Counter(m.gap for m in self.launches if m.gap is not None))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ __all__ = [
     "ATTENTION_OPS",
     "ENGINE_OPS",
     "EngineOpSignature",
+    "concrete_int",
     "FLASHINFER",
     "OpSignature",
     "SHAPE_LIMITS",
@@ -340,7 +341,7 @@ def _pos_ints(values: list[Any]) -> bool:
     return all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values)
 
 
-def _concrete_int(concrete: Any, index: int | None) -> int | None:
+def concrete_int(concrete: Any, index: int | None) -> int | None:
     """The integer scalar at ``index`` of ``Concrete Inputs`` (``"4096"``, ``"-1"``), or None when not
     recorded (``""``: a tensor, None, or an older trace) or not an integer of at most 18 digits."""
     if not isinstance(concrete, list) or index is None or index >= len(concrete):
@@ -374,7 +375,7 @@ def op_packed(op: Mapping[str, Any], sig: OpSignature) -> tuple[AttentionShape, 
     (tq, hq, d), (tk, hkv, _) = pq, pk
     n = cu[0] - 1
     concrete = op.get("concrete_inputs")
-    mq, mk = (_concrete_int(concrete, i) for i in (sig.max_index or (None, None)))
+    mq, mk = (concrete_int(concrete, i) for i in (sig.max_index or (None, None)))
     mq, mk = (m if m is not None and m > 0 else None for m in (mq, mk))
     seqs = None
     if n <= SHAPE_LIMITS["batch"] and not paged and not seqused:
@@ -394,9 +395,9 @@ def read_window(concrete: Any, sig: OpSignature) -> RecordedWindow | None:
     if sig.window_index is None:
         return None
     if sig.window_kind == "keys":
-        w = _concrete_int(concrete, sig.window_index[0])
+        w = concrete_int(concrete, sig.window_index[0])
         return RecordedWindow(w - 1, 0, "window_size") if w is not None and w > 0 else None
-    left, right = (_concrete_int(concrete, i) for i in sig.window_index)
+    left, right = (concrete_int(concrete, i) for i in sig.window_index)
     if left is None and right is None:
         return None
     left, right = (-1 if v is None or v < 0 else v for v in (left, right))

@@ -423,20 +423,23 @@ def _group_call(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...], ca
     return _call_from_ops(group, kernels)
 
 
+def _backend_of(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> tuple[str, str | None, list[str]]:
+    """(backend, the op naming it, notes): the first op of the group that commits to a backend, else the family of
+    the call's kernels (with a note), else ``unknown``."""
+    backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
+    if backend_row is not None:
+        return signature(backend_row["name"]).backend or "unknown", backend_row["name"], []
+    family = next((k.family for k in kernels if k.family), None)
+    return family or "unknown", None, [f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}"]
+
+
 def _call_from_engine_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...],
                           cache_ops: list[dict[str, Any]], views: list[dict[str, Any]]) -> AttentionCall:
     """The call of a serving engine's attention op (:mod:`profattn.analysis.engine_ops`): token-major shapes, the
     paged cache, no per-sequence lengths (those come from the step annotation: :mod:`profattn.analysis.steps`)."""
     outer = group[0]
     read = read_engine_call(group, cache_ops, views)
-    backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
-    notes: list[str] = []
-    if backend_row is not None:
-        backend, backend_op = signature(backend_row["name"]).backend or "unknown", backend_row["name"]
-    else:
-        family = next((k.family for k in kernels if k.family), None)
-        backend, backend_op = family or "unknown", None
-        notes.append(f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}")
+    backend, backend_op, notes = _backend_of(group, kernels)
     return AttentionCall(
         index=0, source="op", op_name=outer["name"], backend=backend, backend_op=backend_op, direction="forward",
         ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
@@ -450,14 +453,7 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
     """The call of one op group (outermost attention op first) and the kernels attributed to it."""
     outer = group[0]
     sig = signature(outer["name"])
-    backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
-    notes: list[str] = []
-    if backend_row is not None:
-        backend, backend_op = signature(backend_row["name"]).backend or "unknown", backend_row["name"]
-    else:
-        family = next((k.family for k in kernels if k.family), None)
-        backend, backend_op = family or "unknown", None
-        notes.append(f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}")
+    backend, backend_op, notes = _backend_of(group, kernels)
 
     # Shapes from the outer op; failing that, from the first nested op that has them. A packed
     # variable-length op (cu_seqlens recorded) is read as packed.

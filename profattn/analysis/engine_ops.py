@@ -30,7 +30,6 @@ Torch-free; no display text beyond the notes that explain what a call lacks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +41,10 @@ from profattn.analysis.call_records import (
     AttentionShape, CausalAlignment, EngineCall, KVCacheLayout, KVCacheShape, RecordedWindow,
 )
 from profattn.analysis.call_shapes import (
-    ENGINE_OPS, SHAPE_LIMITS, EngineOpSignature, OpSignature, read_window, recorded_dtype,
+    ENGINE_OPS, SHAPE_LIMITS, OpSignature, concrete_int, op_dims, read_causal, read_window, recorded_dtype,
 )
+
+_BR = CausalAlignment.BOTTOM_RIGHT
 
 __all__ = ["CACHE_WRITE_OPS", "CacheOpIndex", "EngineRead", "kv_cache_shape", "read_engine_call"]
 
@@ -57,7 +58,6 @@ CACHE_WRITE_OPS: dict[str, int] = {
 #: Ops nested in an attention op whose first input may be the whole paged cache (vLLM's backends split
 #: ``[2, num_blocks, ...]`` with ``kv_cache.unbind(0)``; FlashInfer's ``[num_blocks, 2, ...]`` with a select).
 _CACHE_VIEW_OPS = frozenset({"aten::unbind", "aten::select", "aten::chunk", "aten::split"})
-_INT18 = re.compile(r"-?\d{1,18}")
 
 
 @dataclass(frozen=True)
@@ -75,36 +75,14 @@ class EngineRead:
 
 
 def _dims(op: Mapping[str, Any], index: int | None) -> list[int] | None:
-    """Input ``index``'s dims when recorded as a list of positive ints, else None."""
-    if index is None:
-        return None
-    dims = op.get("input_dims")
-    if not isinstance(dims, list) or index >= len(dims) or not isinstance(dims[index], list):
-        return None
-    d = dims[index]
-    return d if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in d) else None
+    """Input ``index``'s dims (:func:`~profattn.analysis.call_shapes.op_dims`) when they are positive ints, else None."""
+    d = op_dims(op, index) if index is not None else None
+    return d if d is not None and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in d) else None
 
 
 def _type(op: Mapping[str, Any], index: int) -> str | None:
     types = op.get("input_types")
     return recorded_dtype(types[index]) if isinstance(types, list) and index < len(types) else None
-
-
-def _scalar(op: Mapping[str, Any], index: int | None) -> int | None:
-    """An integer scalar recorded in ``Concrete Inputs`` at ``index`` (``"8192"``), else None."""
-    concrete = op.get("concrete_inputs")
-    if index is None or not isinstance(concrete, list) or index >= len(concrete):
-        return None
-    text = str(concrete[index]).strip()
-    return int(text) if _INT18.fullmatch(text) else None
-
-
-def _bool(op: Mapping[str, Any], index: int | None) -> bool | None:
-    concrete = op.get("concrete_inputs")
-    if index is None or not isinstance(concrete, list) or index >= len(concrete):
-        return None
-    text = str(concrete[index]).strip()
-    return {"True": True, "False": False}.get(text)
 
 
 def kv_cache_shape(dims: Sequence[int] | None, num_kv_heads: int, head_dim: int, *, dtype: str | None,
@@ -212,7 +190,7 @@ def read_engine_call(group: Sequence[Mapping[str, Any]], cache_ops: Sequence[Map
             if bt is not None and (len(bt) != 2 or bt[0] != sequences):
                 sequences = None  # the positions do not fit this build's signature: read nothing from them
         if bsig.max_index is not None:
-            max_q, max_k = (_scalar(backend_row, i) for i in bsig.max_index)
+            max_q, max_k = (concrete_int(backend_row.get("concrete_inputs"), i) for i in bsig.max_index)
             max_q, max_k = (m if m is not None and m > 0 else None for m in (max_q, max_k))
     elif backend_row is None and bsig is None and sig.block_table_index is not None:
         bt = _dims(outer, sig.block_table_index)
@@ -220,7 +198,10 @@ def read_engine_call(group: Sequence[Mapping[str, Any]], cache_ops: Sequence[Map
     if sequences is not None and sequences > SHAPE_LIMITS["batch"]:
         sequences = None
     # causal mask and window
-    causal = _bool(backend_row, bsig.causal_index) if backend_row is not None and bsig is not None else None
+    causal = None
+    if backend_row is not None and bsig is not None:
+        causal, _ = read_causal(backend_row.get("concrete_inputs"),
+                                OpSignature(None, "forward", causal_index=bsig.causal_index, causal_alignment=_BR))
     window = None
     if backend_row is not None and bsig is not None and bsig.window_index is not None:
         window = read_window(backend_row.get("concrete_inputs"), OpSignature(None, "forward",

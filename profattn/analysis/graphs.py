@@ -27,7 +27,8 @@ of the replay trace itself when it profiled the capture too):
 **Which launch.** Within the chosen capture, replayed kernel ``i`` is matched to kernel launch ``i`` of the capture,
 the kernels taken in node-id order where ids are recorded (``NODE_ID``/``NODE_ORDER``: CUDA numbers a graph's
 nodes as stream capture creates them, in launch order, and the instantiated graph keeps the ids; the low 32 bits of
-``graph node id`` are that number), else in GPU start order when the replay ran on one stream (``LAUNCH_ORDER``:
+``graph node id`` are that number; ROCm's proposed fields, pytorch/kineto#1567, put the dispatch's ordinal within the
+launch there, the same order), else in GPU start order when the replay ran on one stream (``LAUNCH_ORDER``:
 one stream runs its kernels in launch order), else — several streams, no ids — by kernel name per stream in FIFO
 order where the capture names its kernels (as AMD-AGI/TraceLens ``trace_capture_merge_experimental.align_streams``),
 otherwise not at all (``MULTI_STREAM``).

@@ -137,6 +137,10 @@ def capture_frames(columns: EventColumns, ranges: pd.DataFrame) -> tuple[pd.Data
     (capture cut by the end of the profile) is no capture. Both frames are empty without captures.
     """
     launchers = columns.launchers
+    empty = (pd.DataFrame({c: pd.Series(dtype=object) for c in CAPTURE_COLUMNS}),
+             pd.DataFrame({c: pd.Series(dtype=object) for c in CAPTURE_LAUNCH_COLUMNS}))
+    if not any(name in columns.strings for name in GRAPH_CAPTURE_BEGIN):  # no capture began: skip the launch events
+        return empty
     marks: dict[Any, list[tuple[float, int, int]]] = {}  # thread -> (ts, 0 begin / 1 end / 2 launch, correlation)
     for corr, (name, ts, pid, tid) in launchers.items():
         kind = 0 if name in GRAPH_CAPTURE_BEGIN else 1 if name in GRAPH_CAPTURE_END else 2 if name in KERNEL_LAUNCH_CALLS \
@@ -160,8 +164,7 @@ def capture_frames(columns: EventColumns, ranges: pd.DataFrame) -> tuple[pd.Data
                 inside.append(corr)
     windows.sort(key=lambda w: (w[0], w[1]))
     if not windows:
-        return (pd.DataFrame({c: pd.Series(dtype=object) for c in CAPTURE_COLUMNS}),
-                pd.DataFrame({c: pd.Series(dtype=object) for c in CAPTURE_LAUNCH_COLUMNS}))
+        return empty
     begin = np.array([w[0] for w in windows], dtype="float64")
     idx = attribute_to_ranges(ranges, pd.Series([w[2] for w in windows], dtype=object),
                               pd.Series([w[3] for w in windows], dtype=object), begin)

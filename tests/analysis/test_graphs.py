@@ -4,7 +4,6 @@ kernel; and on the real vLLM (ROCm) fixtures, whose launch events do name their 
 
 from __future__ import annotations
 
-import functools
 
 from pathlib import Path
 
@@ -13,21 +12,10 @@ import pytest
 from profattn.analysis.call_records import GraphGap, GraphMatchRule
 from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.graphs import CaptureSource, merge_graphs
-from profattn.analysis.traces import analyze_paths as _analyze_paths
 from profattn.trace import load_trace
+from engine_data import DATA, analyze_paths
 from tracebuild import cpu_op, kernel, launch, user_range, write_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engine-traces"
-
-
-@functools.lru_cache(maxsize=None)
-def _cached(paths: tuple, captures: tuple = ()):
-    return _analyze_paths(list(paths), captures=list(captures))
-
-
-def analyze_paths(paths, captures=()):
-    """The analysis of the committed traces, read once per test module (the records are frozen)."""
-    return _cached(tuple(paths), tuple(captures))
 GRAPH = 7  # the exec graph's id; a node's id is (graph id << 32) | its number in the graph
 #: The captured launches in creation order and the ids of the nodes they created (numbers with gaps: memset and
 #: event nodes take numbers too).

@@ -4,7 +4,6 @@ and the peer tool's (TraceLens) per-call answer beside ours."""
 
 from __future__ import annotations
 
-import functools
 
 import csv
 import random
@@ -15,22 +14,11 @@ import pytest
 from profattn.analysis.call_records import Engine, PhaseSums, StepAnnotation, StepFormat
 from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.steps import MalformedStep, parse_step_annotation, uniform_seqs
-from profattn.analysis.traces import analyze_paths as _analyze_paths
 from profattn.trace import load_trace
 from profattn.workload import causal_pairs
+from engine_data import DATA, analyze_paths
 from tracebuild import cpu_op, kernel, launch, user_range, write_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engine-traces"
-
-
-@functools.lru_cache(maxsize=None)
-def _cached(paths: tuple, captures: tuple = ()):
-    return _analyze_paths(list(paths), captures=list(captures))
-
-
-def analyze_paths(paths, captures=()):
-    """The analysis of the committed traces, read once per test module (the records are frozen)."""
-    return _cached(tuple(paths), tuple(captures))
 PIECEWISE = ("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)"
              "_generation_37(sq37sk34489sqsq37sqsk34489)")
 

@@ -3,29 +3,18 @@ HTML, and the CLI on the committed vLLM traces (with and without their capture).
 
 from __future__ import annotations
 
-import functools
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from profattn.analysis.traces import analyze_paths as _analyze_paths
 from profattn.report.analyze import analysis_to_dict, render_html
 from profattn.report.engine import RECIPE, achieved_text, engine_lines, step_rows
 from profattn.results import Ceilings
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engine-traces"
+from engine_data import DATA, analyze_paths
 
-
-@functools.lru_cache(maxsize=None)
-def _cached(paths: tuple, captures: tuple = ()):
-    return _analyze_paths(list(paths), captures=list(captures))
-
-
-def analyze_paths(paths, captures=()):
-    """The analysis of the committed traces, read once per test module (the records are frozen)."""
-    return _cached(tuple(paths), tuple(captures))
 
 
 def _replay(name: str):

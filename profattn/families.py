@@ -110,6 +110,56 @@ NESTED = KernelFamily(
     allows=("flash",),
 )
 
+# ---- serving engines' attention kernels (recognised in any trace; profattn runs none of them) ------------------
+#: vLLM's Triton unified attention (``vllm/attention/ops/triton_unified_attention.py``): the one-kernel
+#: prefill/decode ``kernel_unified_attention_2d``, the split-KV ``kernel_unified_attention_3d`` and its combine
+#: ``reduce_segments``; and ``kernel_paged_attention_2d`` (``chunked_prefill_paged_decode.py``).
+VLLM_TRITON = KernelFamily(
+    "vllm-triton",
+    kernel_patterns=(r"^kernel_unified_attention_[23]d$", r"^reduce_segments$", r"^kernel_paged_attention_2d$"),
+    op_patterns=(r"^vllm::unified_attention",),
+)
+#: The LightLLM-style Triton attention kernels of SGLang's Triton backend (``python/sglang/srt/layers/attention/
+#: triton_ops/decode_attention.py``: ``_fwd_kernel_stage1``, ``_fwd_grouped_kernel_stage1``, ``_fwd_kernel_stage2``;
+#: ``extend_attention.py``: ``_fwd_kernel``) and of vLLM's ``triton_decode_attention.py`` / ``prefix_prefill.py``.
+TRITON_ATTENTION = KernelFamily(
+    "triton-attention",
+    kernel_patterns=(r"^_fwd_kernel_stage[12]$", r"^_fwd_grouped_kernel_stage1$", r"^_fwd_kernel$"),
+    op_patterns=(r"^sglang::",),
+)
+#: vLLM's CUDA paged attention (``csrc/attention/paged_attention_v[12].cu``) and its ROCm custom kernel
+#: (``csrc/rocm/attention.cu``: ``paged_attention_ll4mi_*``).
+VLLM_PAGED = KernelFamily(
+    "vllm-paged",
+    kernel_patterns=(r"paged_attention_v[12]_(reduce_)?kernel", r"paged_attention_ll4mi"),
+    op_patterns=(r"^_C::paged_attention", r"^_rocm_C::paged_attention"),
+)
+#: FlashAttention-3 (Hopper) as vLLM's ``_vllm_fa3_C`` and sgl-kernel build it: ``flash::FlashAttnFwdSm90<...>``,
+#: the split combine ``flash::FlashAttnFwdCombine<...>`` (hopper/flash_fwd_launch_template.h).
+FLASH3 = KernelFamily(
+    "flash3",
+    kernel_patterns=(r"FlashAttnFwd", r"flash_fwd_combine"),
+    op_patterns=(r"^_vllm_fa3_C::", r"^sgl_kernel::fwd"),
+)
+#: DeepSeek's FlashMLA (``flash_fwd_splitkv_mla_kernel`` and its combine), as ``_flashmla_C`` ships it.
+FLASHMLA = KernelFamily(
+    "flashmla",
+    kernel_patterns=(r"flash_fwd_splitkv_mla", r"mla_combine", r"flashmla"),
+    op_patterns=(r"^_flashmla_C::",),
+)
+#: ROCm's aiter / Composable Kernel attention: CK-tile FMHA (``ck_tile::FmhaFwdKernel<...>``), aiter's assembly
+#: FMHA v3 and paged-attention / MLA-decode kernels (ROCm/aiter, ``aiter/ops/mha.py``, ``aiter/ops/attention.py``).
+AITER = KernelFamily(
+    "aiter",
+    kernel_patterns=(r"Fmha(Fwd|Bwd)", r"fmha_(fwd|bwd|v3)", r"aiter.*(fmha|mha_|pa_|paged|mla)", r"\bpa_(bf16|fp16|fp8)",
+                     r"mla_(a8w8|dec)"),
+    op_patterns=(r"^aiter::",),
+)
+#: Engine families, checked before :data:`ATTENTION_FAMILIES` when naming a trace's kernel (FlashMLA's
+#: ``flash_fwd_splitkv_mla`` before FLASH's ``flash_fwd``). Not in :data:`ATTENTION_FAMILIES`: no profattn cell runs
+#: them, so they take no part in a cell's family check.
+ENGINE_FAMILIES: tuple[KernelFamily, ...] = (VLLM_TRITON, TRITON_ATTENTION, VLLM_PAGED, FLASHMLA, FLASH3, AITER)
+
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
 ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON, FLASHINFER)

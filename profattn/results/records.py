@@ -377,6 +377,10 @@ class Environment:
     gpu_sm_clock_mhz: int | None = None
     gpu_mem_clock_mhz: int | None = None
     gpu_temperature_c: int | None = None
+    #: Installed versions of the optional kernel packages (their distributions' metadata; None: not installed):
+    #: ``flashinfer-python`` and the cuDNN frontend (``nvidia-cudnn-frontend``, through which FlashInfer runs cuDNN).
+    flashinfer: str | None = None
+    cudnn_frontend: str | None = None
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,16 @@ def test_optional_kernel_packages_are_recorded_by_their_metadata(tmp_path, monke
     installed["nvidia-cudnn-frontend"] = "1.16.0"
     assert collect_environment(torch.device("cpu")).cudnn_frontend == "1.16.0"
 
+
+def test_results_written_by_a_later_profattn_are_read(tmp_path):
+    """Fields a later profattn adds to the environment or a trace summary are skipped, not a failed read."""
+    import json
+
+    from profattn.results import RunResult, read_results, write_results
+
+    path = write_results(RunResult(environment=collect_environment(torch.device("cpu")), preset="p",
+                                   preset_description="", cells=()), tmp_path / "results.json")
+    data = json.loads(path.read_text())
+    data["environment"]["some_future_version"] = "9"
+    path.write_text(json.dumps(data))
+    assert read_results(path).environment.device == "cpu"

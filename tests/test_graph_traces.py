@@ -4,12 +4,11 @@ graph is captured on a CPU, so a "replay" is the step itself — whose trace and
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 from profattn.trace import load_trace, ops_in_range
 
@@ -18,14 +17,8 @@ SCRIPT = Path(__file__).parent / "data" / "scripts" / "graph_traces.py"
 
 @pytest.fixture(scope="module")
 def gt():
-    spec = importlib.util.spec_from_file_location("graph_traces", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with script_module(SCRIPT, "graph_traces") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_schedule_by_hand(gt):

@@ -294,6 +294,20 @@ def fa3_reason(device: torch.device) -> str | None:
     return None
 
 
+def prefill_call_reason(w: Workload, *, paged: bool) -> str | None:
+    """Why a FlashInfer batch-prefill kernel over the paged cache (``paged``) or over packed dense K/V cannot take
+    ``w``'s call (None when it can): no backward, the other layout, a shared prefix outside the paged cache."""
+    if w.phase is Phase.TRAIN:
+        return "FlashInfer has no backward (forward-only serving kernels)"
+    if paged and w.kv_layout is not KVLayout.PAGED:
+        return "reads a paged KV cache; this workload's layout is dense"
+    if not paged and w.kv_layout is KVLayout.PAGED:
+        return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
+    if w.shared_prefix_len and not paged:
+        return "a shared prefix lives in the paged cache"
+    return None
+
+
 class FlashInferPrefill:
     """``flashinfer-prefill-paged`` (``paged``) / ``flashinfer-prefill-ragged``: batch prefill with the
     bottom-right causal mask over the paged cache (chunked prefill, mixed batches, and decode through the
@@ -322,19 +336,8 @@ class FlashInferPrefill:
                                + ")") + " (optional)")
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        w = workload
-        where = flashinfer_reason(device) or (fa3_reason(device) if self.backend == "fa3" else None)
-        if where:
-            return where
-        if w.phase is Phase.TRAIN:
-            return "FlashInfer has no backward (forward-only serving kernels)"
-        if self.paged and w.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
-        if not self.paged and w.kv_layout is KVLayout.PAGED:
-            return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
-        if w.shared_prefix_len and not self.paged:
-            return "a shared prefix lives in the paged cache"
-        return shape_reason(w)
+        return (flashinfer_reason(device) or (fa3_reason(device) if self.backend == "fa3" else None)
+                or prefill_call_reason(workload, paged=self.paged) or shape_reason(workload))
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)

@@ -54,11 +54,11 @@ import torch
 
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.flashinfer import (
-    WORKSPACE_BYTES, flashinfer_reason, flashinfer_version, jit_warmup, shape_reason, window_left,
+    WORKSPACE_BYTES, flashinfer_reason, flashinfer_version, jit_warmup, prefill_call_reason, shape_reason, window_left,
 )
 from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
 from profattn.families import CUDNN, FLASHINFER_XQA
-from profattn.workload import KVLayout, Phase, Workload
+from profattn.workload import Workload
 
 #: cuDNN's first release with paged attention in SDPA (cudnn-frontend 1.8 release notes: "SDPA forward operation now
 #: supports paged attention on cudnn 9.5.0 and later"), as ``cudnn.backend_version()`` numbers it.
@@ -215,6 +215,41 @@ def xqa_reason(w: Workload, device: torch.device) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class DecodeOperands:
+    """What a paged decode call of this module reads beside the pool, built in ``bind`` (untimed): q ``[B, Hq, d]``
+    (contiguous), the output buffer like it, the :class:`PageTable`, the lengths ``[B]`` int32 and a zeroed
+    :data:`~profattn.backends.flashinfer.WORKSPACE_BYTES` workspace (XQA's semaphores start at zero)."""
+
+    q: torch.Tensor
+    out: torch.Tensor
+    table: PageTable
+    lens: torch.Tensor
+    workspace: torch.Tensor
+
+
+def decode_operands(inputs: AttentionInputs, kv_lens: Sequence[int]) -> DecodeOperands:
+    """:class:`DecodeOperands` of a decode step's ``inputs`` (its paged cache; sequences of ``kv_lens`` keys)."""
+    cache = inputs.paged
+    q = inputs.q[:, :, 0, :].contiguous()
+    return DecodeOperands(q, torch.empty_like(q), page_table(cache.block_table, kv_lens, cache.page_size),
+                          cache.seq_lens.to(torch.int32).contiguous(),
+                          torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device))
+
+
+def tiny_decode_inputs(w: Workload, device: torch.device) -> AttentionInputs:
+    """The first call of a decode configuration, in ``prepare``: one sequence holding one full page of ``w``'s page
+    size, heads and dtype (random values), as :class:`AttentionInputs` with its paged cache."""
+    from profattn.workload.paged import PagedKVCache
+
+    dt = getattr(torch, w.dtype)
+    pages = torch.randn(1, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
+    q = torch.randn(1, w.num_q_heads, 1, w.head_dim, device=device, dtype=dt)
+    cache = PagedKVCache(k_pages=pages, v_pages=pages, block_table=torch.zeros(1, 1, dtype=torch.int32, device=device),
+                         seq_lens=torch.full((1,), w.page_size, dtype=torch.int32, device=device))
+    return AttentionInputs(q=q, k=q, v=q, paged=cache)
+
+
 def _jit_note(seconds: float, what: str) -> str:
     return f"{what} + first call (tiny problem, same configuration): {seconds:.1f} s, outside every timing"
 
@@ -248,37 +283,23 @@ class FlashInferCudnnDecode:
         from flashinfer.cudnn import cudnn_batch_decode_with_kv_cache as decode
 
         w = workload
-        dt = getattr(torch, w.dtype)
         scale = 1.0 / math.sqrt(w.head_dim)
 
-        def tiny():
-            pages = torch.randn(1, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
-            q = torch.randn(1, w.num_q_heads, w.head_dim, device=device, dtype=dt)
-            table = torch.zeros(1, 1, dtype=torch.int32, device=device)
-            lens = torch.full((1, 1, 1, 1), w.page_size, dtype=torch.int32, device=device)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-            view = hnd_view(pages)
-            return lambda: decode(q, view, view, scale, ws, max_sequence_kv=w.page_size, actual_seq_lens_kv=lens,
-                                  block_tables=table, is_cuda_graph_compatible=True)
-
-        jit_s = jit_warmup(tiny)
-
-        def bind(inputs: AttentionInputs):
-            cache = inputs.paged
-            t = page_table(cache.block_table, w.kv_lens, cache.page_size)
-            lens = cache.seq_lens.to(torch.int32).view(-1, 1, 1, 1).contiguous()
-            q = inputs.q[:, :, 0, :].contiguous()
-            out = torch.empty_like(q)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+        def bind_kv(inputs: AttentionInputs, kv_lens: Sequence[int]):
+            cache, o = inputs.paged, decode_operands(inputs, kv_lens)
+            lens = o.lens.view(-1, 1, 1, 1)  # cuDNN's [B, 1, 1, 1] sequence lengths
             k, v = hnd_view(cache.k_pages), hnd_view(cache.v_pages)
 
             def call() -> torch.Tensor:
-                return decode(q, k, v, scale, ws, max_sequence_kv=t.max_sequence_kv, actual_seq_lens_kv=lens,
-                              block_tables=t.block_tables, is_cuda_graph_compatible=True, out=out).unsqueeze(2)
+                return decode(o.q, k, v, scale, o.workspace, max_sequence_kv=o.table.max_sequence_kv,
+                              actual_seq_lens_kv=lens, block_tables=o.table.block_tables, is_cuda_graph_compatible=True,
+                              out=o.out).unsqueeze(2)
 
             return call
 
-        return Prepared(forward=paged_only_forward, bind=bind, notes=(
+        jit_s = jit_warmup(lambda: bind_kv(tiny_decode_inputs(w, device), [w.page_size]))
+
+        return Prepared(forward=paged_only_forward, bind=lambda inputs: bind_kv(inputs, w.kv_lens), notes=(
             f"FlashInfer {flashinfer_version()} cudnn_batch_decode_with_kv_cache (cuDNN frontend "
             f"{cudnn_frontend_version()}, cuDNN {cudnn_backend_version()}); per-sequence lengths as actual_seq_lens_kv",
             _VIEW_NOTE,
@@ -298,15 +319,8 @@ class FlashInferCudnnPrefill:
     varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        w = workload
-        where = flashinfer_reason(device)
-        if where:
-            return where
-        if w.phase is Phase.TRAIN:
-            return "FlashInfer has no backward (forward-only serving kernels)"
-        if w.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
-        return cudnn_shape_reason(w, prefill=True) or cudnn_frontend_reason()
+        return (flashinfer_reason(device) or prefill_call_reason(workload, paged=True)
+                or cudnn_shape_reason(workload, prefill=True) or cudnn_frontend_reason())
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
@@ -388,37 +402,21 @@ class FlashInferXqaDecode:
         from flashinfer.decode import xqa_batch_decode_with_kv_cache as xqa
 
         w = workload
-        dt = getattr(torch, w.dtype)
         scale = 1.0 / math.sqrt(w.head_dim)
         left = window_left(w)
 
-        def tiny():
-            pages = torch.randn(1, w.page_size, w.num_kv_heads, w.head_dim, device=device, dtype=dt)
-            q = torch.randn(1, w.num_q_heads, w.head_dim, device=device, dtype=dt)
-            table = torch.zeros(1, 1, dtype=torch.int32, device=device)
-            lens = torch.full((1,), w.page_size, dtype=torch.int32, device=device)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-            return lambda: xqa(q, (pages, pages), ws, table, lens, w.page_size, bmm1_scale=scale, bmm2_scale=1.0,
-                               window_left=left, kv_layout="NHD")
-
-        jit_s = jit_warmup(tiny)
-
-        def bind(inputs: AttentionInputs):
-            cache = inputs.paged
-            t = page_table(cache.block_table, w.kv_lens, cache.page_size)
-            lens = cache.seq_lens.to(torch.int32).contiguous()
-            q = inputs.q[:, :, 0, :].contiguous()
-            out = torch.empty_like(q)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)  # semaphores start at zero
+        def bind_kv(inputs: AttentionInputs, kv_lens: Sequence[int]):
+            cache, o = inputs.paged, decode_operands(inputs, kv_lens)
             kv = (cache.k_pages, cache.v_pages)
 
             def call() -> torch.Tensor:
-                return xqa(q, kv, ws, t.block_tables, lens, t.max_sequence_kv, bmm1_scale=scale, bmm2_scale=1.0,
-                           window_left=left, out=out, kv_layout="NHD").unsqueeze(2)
+                return xqa(o.q, kv, o.workspace, o.table.block_tables, o.lens, o.table.max_sequence_kv, bmm1_scale=scale,
+                           bmm2_scale=1.0, window_left=left, out=o.out, kv_layout="NHD").unsqueeze(2)
 
             return call
 
-        return Prepared(forward=paged_only_forward, bind=bind, notes=(
+        jit_s = jit_warmup(lambda: bind_kv(tiny_decode_inputs(w, device), [w.page_size]))
+        return Prepared(forward=paged_only_forward, bind=lambda inputs: bind_kv(inputs, w.kv_lens), notes=(
             f"FlashInfer {flashinfer_version()} xqa_batch_decode_with_kv_cache (NHD pool in place, bmm1_scale = 1/√d"
             + (f", window_left {left}" if left >= 0 else "") + ")",
             "block table trimmed to the longest sequence's pages (XQA sizes its split from the table's width), -1 entries as page 0",

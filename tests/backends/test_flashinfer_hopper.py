@@ -34,6 +34,19 @@ def test_hnd_view_is_the_pool_itself():
         fh.hnd_view(pages[0])
 
 
+def test_decode_operands_and_the_tiny_first_call():
+    """What the decode paths read beside the pool, built in bind: q without its query axis, an output like it, the
+    trimmed table, the lengths and a zeroed workspace; the first call's inputs are one full page."""
+    w = DECODE.with_(batch=2, kv_len=40, num_q_heads=4, num_kv_heads=2, head_dim=16)
+    tiny = fh.tiny_decode_inputs(w, torch.device("cpu"))
+    assert tiny.q.shape == (1, 4, 1, 16) and tiny.paged.k_pages.shape == (1, 16, 2, 16)
+    assert tiny.paged.block_table.tolist() == [[0]] and tiny.paged.seq_lens.tolist() == [16]
+    o = fh.decode_operands(tiny, [16])
+    assert o.q.shape == o.out.shape == (1, 4, 16) and o.q.is_contiguous() and o.lens.tolist() == [16]
+    assert o.table.block_tables.tolist() == [[0]] and o.table.max_sequence_kv == 16
+    assert o.workspace.numel() == fi.WORKSPACE_BYTES and o.workspace.dtype == torch.uint8 and not o.workspace.any()
+
+
 def test_page_table_trims_and_clears_the_unused_entries():
     # page size 4: lengths 9, 4, 6 need 3, 1, 2 pages; the table's fourth column and its -1s are not pages
     table = torch.tensor([[7, 2, 5, -1], [0, -1, -1, -1], [3, 1, -1, -1]], dtype=torch.int32)

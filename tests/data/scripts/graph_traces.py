@@ -329,21 +329,16 @@ class DecodeGraph:
 
 
 def backend_reason(backend: str, device) -> str | None:
-    """Why ``backend`` cannot run on ``device`` here (None when it can)."""
+    """Why ``backend`` cannot run on ``device`` here (None when it can): profattn's own checks for FlashInfer and
+    Triton."""
     if backend == "flashinfer":
-        if device.type != "cuda":
-            return "FlashInfer runs on CUDA GPUs only"
-        try:
-            import flashinfer  # noqa: F401
-        except Exception as exc:  # noqa: BLE001
-            return f"flashinfer is not importable ({type(exc).__name__})"
+        from profattn.backends.flashinfer import flashinfer_reason
+
+        return flashinfer_reason(device)
     if backend == "triton":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "Triton is not installed"
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            return "Triton kernels run on CUDA (on a CPU, only under TRITON_INTERPRET=1)"
+        from profattn.backends.triton_paged import triton_available
+
+        return triton_available(device)
     return None
 
 

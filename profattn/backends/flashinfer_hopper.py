@@ -67,6 +67,10 @@ CUDNN_PAGED_MIN = 90500
 XQA_MAJORS = (9, 10, 12)
 #: Page sizes XQA is compiled for (``flashinfer/jit/xqa.py``, ``gen_xqa_module``).
 XQA_PAGE_SIZES = (16, 32, 64, 128)
+#: The cuDNN prefill's workspace: FlashInfer's docstring says 128 MB "should be sufficient for most cases" and passes no
+#: size to cuDNN (``graph.execute(var_map, workspace=…)``: a graph needing more would write past it); its later tests
+#: give the prefill 512 MB, so does this module (the decode keeps :data:`~profattn.backends.flashinfer.WORKSPACE_BYTES`).
+CUDNN_PREFILL_WORKSPACE_BYTES = 512 << 20
 #: cuDNN's ragged offsets are int32 element offsets.
 _INT32_MAX = 2**31 - 1
 
@@ -340,7 +344,7 @@ class FlashInferCudnnPrefill:
             q = torch.randn(n, w.num_q_heads, w.head_dim, device=device, dtype=dt)
             a = cudnn_prefill_args(torch.zeros(1, 1, dtype=torch.int32, device=device), [n], [n], n,
                                    w.num_q_heads, w.head_dim)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            ws = torch.zeros(CUDNN_PREFILL_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
             view = hnd_view(pages)
             return lambda: prefill(q, view, view, scale, ws, max_token_per_sequence=a.max_token_per_sequence,
                                    max_sequence_kv=a.table.max_sequence_kv, actual_seq_lens_q=a.actual_seq_lens_q,
@@ -355,7 +359,7 @@ class FlashInferCudnnPrefill:
             q = pack_rows(inputs.q, q_lens)
             a = cudnn_prefill_args(cache.block_table, q_lens, kv_lens, cache.page_size, w.num_q_heads, w.head_dim)
             out = torch.empty_like(q)
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+            ws = torch.zeros(CUDNN_PREFILL_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
             k, v = hnd_view(cache.k_pages), hnd_view(cache.v_pages)
 
             def call() -> torch.Tensor:

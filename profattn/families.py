@@ -73,6 +73,24 @@ FLEX = KernelFamily(
 #: trace holds no operator naming it; the range ``triton-interpreter::<kernel name>`` does. On CUDA no range is
 #: added: the kernel itself is in the trace.
 INTERPRETER_RANGE_PREFIX = "triton-interpreter::"
+#: Suffixes of the ``record_function`` ranges the profiler pass puts around a graph-timed cell's profiled CUDA-graph
+#: capture and each of its replays (:func:`profattn.harness.profiler.profile_graph_replays`): ``<cell id>::graph-capture``
+#: and ``<cell id>::graph-replay``. Ranges of their own, so a cell's eager evidence (its ``<cell id>`` ranges) is read
+#: as before and the replayed kernels — launched by the ``cudaGraphLaunch`` inside a replay range — apart.
+GRAPH_CAPTURE_SUFFIX = "::graph-capture"
+GRAPH_REPLAY_SUFFIX = "::graph-replay"
+
+
+def graph_capture_range(cell_id: str) -> str:
+    """The range name of ``cell_id``'s profiled CUDA-graph capture (:data:`GRAPH_CAPTURE_SUFFIX`)."""
+    return cell_id + GRAPH_CAPTURE_SUFFIX
+
+
+def graph_replay_range(cell_id: str) -> str:
+    """The range name of each profiled replay of ``cell_id``'s CUDA graph (:data:`GRAPH_REPLAY_SUFFIX`)."""
+    return cell_id + GRAPH_REPLAY_SUFFIX
+
+
 #: Our own Triton kernels: the split-KV decode (``_paged_decode_split_kernel`` and its combine), the one-launch
 #: prefill / mixed kernel (``paged_varlen_kernel``) and the cache append (``_paged_append_kernel``); on a CPU
 #: trace, the interpreter's ranges around them (:data:`INTERPRETER_RANGE_PREFIX`).
@@ -88,6 +106,36 @@ FLASHINFER = KernelFamily(
     "flashinfer",
     kernel_patterns=(r"flashinfer", r"BatchDecodeWithPagedKVCache", r"BatchPrefillWith(Paged|Ragged)KVCache", r"MergeStates"),
     op_patterns=(r"flashinfer",),
+)
+#: FlashInfer's FlashAttention-2 batch-prefill kernels (``include/flashinfer/attention/prefill.cuh`` of 0.5.3:
+#: ``flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<…>>`` and the ragged twin), which its
+#: ``backend="fa2"`` runs — as does its tensor-core decode. Not one of :data:`ATTENTION_FAMILIES`: the kernels are
+#: :data:`FLASHINFER`'s too (``allows`` lets that family's merge and index kernels in); a cell of this family whose
+#: trace shows only FA3's kernels is flagged ("no flashinfer-fa2 kernel among ...").
+FLASHINFER_FA2 = KernelFamily(
+    "flashinfer-fa2",
+    kernel_patterns=(r"flashinfer::BatchPrefillWith(Paged|Ragged)KVCacheKernel",),
+    op_patterns=(r"flashinfer",),
+    allows=("flashinfer",),
+)
+#: FlashInfer's Hopper FlashAttention-3 kernels (``include/flashinfer/attention/hopper/prefill_sm90.cuh``:
+#: ``flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<…>>``, ``…SparseCollectiveMainloop<…>`` for
+#: the paged cache, beside ``BlockSparseIndicesToVectorSparseOffsetsKernel``), which ``backend="fa3"`` — and on SM 9.x
+#: ``"auto"`` — runs. Seen in every ``flashinfer-prefill-paged`` cell of the committed H200 runs.
+FLASHINFER_FA3 = KernelFamily(
+    "flashinfer-fa3",
+    kernel_patterns=(r"flashinfer::PrefillWithKVCacheKernel<",),
+    op_patterns=(r"flashinfer",),
+    allows=("flashinfer",),
+)
+#: The XQA decode kernel FlashInfer 0.5.3 JIT-compiles (``csrc/xqa/mha.cu``: ``kernel_mha``, a ``static`` function in
+#: the JIT build; ``mha_sm90.cu``'s Hopper FP8 kernel has the same name), run by
+#: ``flashinfer.decode.xqa_batch_decode_with_kv_cache``; its custom op is ``flashinfer::xqa_input_…``.
+FLASHINFER_XQA = KernelFamily(
+    "flashinfer-xqa",
+    kernel_patterns=(r"\bkernel_mha\b",),
+    op_patterns=(r"flashinfer::xqa",),
+    allows=("flashinfer",),
 )
 #: Address translation in PyTorch: gather (index) kernels, then any SDPA kernel on the dense copy.
 PAGED_GATHER = KernelFamily(
@@ -166,7 +214,8 @@ ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, T
 
 #: Every built-in family by name (the ``family`` a cell records in ``results.json``).
 BUILTIN_FAMILIES: dict[str, KernelFamily] = {
-    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER, NESTED)
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER, NESTED, FLASHINFER_FA2,
+                        FLASHINFER_FA3, FLASHINFER_XQA)
 }
 
 

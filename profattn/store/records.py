@@ -201,7 +201,7 @@ def stored_run(run: RunResult, path: str, imported_utc: str, cells: int) -> Stor
     e = run.environment
     return StoredRun(run_id=run_id(run), path=path, created_utc=e.created_utc, imported_utc=imported_utc,
                      preset=run.preset, gpu=e.device_name, device=e.device, num_sms=e.num_sms, torch=e.torch,
-                     cuda=e.cuda, cudnn=e.cudnn, triton=e.triton, flashinfer=None, driver=e.driver,
+                     cuda=e.cuda, cudnn=e.cudnn, triton=e.triton, flashinfer=e.flashinfer, driver=e.driver,
                      profattn=e.profattn, repeat=run.repeat, cells=cells)
 
 

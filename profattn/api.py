@@ -55,10 +55,13 @@ ATTENTION_CALL_COLUMNS: tuple[str, ...] = (
     "ts_us", "dur_us", "gpu_time_us", "kernel_count", "graph_launched",
     "dominant_kernel", "dominant_kernel_us", "dominant_grid", "dominant_block", "dominant_registers_per_thread",
     "dominant_shared_mem_bytes", "dominant_ctas", "dominant_ctas_per_sm", "notes",
+    # serving-engine calls (profattn.analysis.engine_ops / steps / graphs): None elsewhere
+    "q_tokens", "page_size", "serving_step", "step_flops", "step_bytes", "achieved_tflops", "achieved_gbps", "graph_rule",
 )
 
 _CALL_INT_COLUMNS = ("index", "batch", "num_q_heads", "num_kv_heads", "q_len", "kv_len", "head_dim", "kernel_count",
-                     "dominant_registers_per_thread", "dominant_shared_mem_bytes", "dominant_ctas")
+                     "dominant_registers_per_thread", "dominant_shared_mem_bytes", "dominant_ctas", "q_tokens", "page_size",
+                     "serving_step", "step_flops", "step_bytes")
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +76,9 @@ class TraceAnalysis:
         ops: one row per CPU operator event (``Trace.ops``: ``name``, ``ts_us``, ``dur_us``, recorded shapes).
         attention_calls: one row per attention call, columns :data:`ATTENTION_CALL_COLUMNS`: the recorded
             shape (None when not recorded), backend, direction, phase, the call's CPU window and its summed
-            kernel time (µs), and the launch shape of its longest kernel.
+            kernel time (µs), and the launch shape of its longest kernel; for a serving engine's call its query tokens,
+            page size, step (index into ``calls.serving_steps``), the step ledger's FLOPs and minimum bytes, the
+            achieved TFLOP/s and GB/s, and the rule that matched a graph-replayed call to its capture.
     """
 
     trace: Trace
@@ -88,20 +93,23 @@ class TraceAnalysis:
         return self.trace.path
 
 
-def analyze_trace(path: str | os.PathLike[str]) -> TraceAnalysis:
+def analyze_trace(path: str | os.PathLike[str], *, captures: "tuple[str | os.PathLike[str], ...]" = ()) -> TraceAnalysis:
     """Read and analyze one Kineto trace (``.json`` or ``.json.gz``): its kernels, CPU ops and attention
-    calls as DataFrames (see :class:`TraceAnalysis`).
+    calls as DataFrames (see :class:`TraceAnalysis`). ``captures``: traces that profiled the capture of the CUDA
+    graphs this one replays (:func:`profattn.analysis.graphs.merge_graphs`).
 
     Raises:
-        TraceError: the file is missing, unreadable, not a trace, or holds no events.
+        TraceError: the file (or a capture) is missing, unreadable, not a trace, or holds no events.
     """
     import pandas as pd
 
     from profattn.analysis.calls import find_attention_calls
+    from profattn.analysis.graphs import CaptureSource
     from profattn.trace.kineto import load_trace
 
     trace = load_trace(path)
-    calls = find_attention_calls(trace)
+    sources = [CaptureSource(os.fspath(c), load_trace(c)) for c in captures]
+    calls = find_attention_calls(trace, captures=sources)
     frame = pd.DataFrame([_call_row(c) for c in calls.calls], columns=list(ATTENTION_CALL_COLUMNS))
     frame = frame.astype({c: "Int64" for c in _CALL_INT_COLUMNS})
     return TraceAnalysis(trace, calls, trace.kernels, trace.ops, frame)
@@ -145,4 +153,12 @@ def _call_row(call: Any) -> dict[str, Any]:
         "dominant_ctas": k.ctas if k else None,
         "dominant_ctas_per_sm": k.ctas_per_sm if k else None,
         "notes": "; ".join(call.notes),
+        "q_tokens": call.engine.q_tokens if call.engine else None,
+        "page_size": call.engine.kv_cache.block_size if call.engine and call.engine.kv_cache else None,
+        "serving_step": call.step.step if call.step else None,
+        "step_flops": call.step.ledger.flops if call.step and call.step.ledger else None,
+        "step_bytes": call.step.ledger.total_bytes if call.step and call.step.ledger else None,
+        "achieved_tflops": call.step.tflops if call.step else None,
+        "achieved_gbps": call.step.gbps if call.step else None,
+        "graph_rule": call.graph.rule.value if call.graph else None,
     }

@@ -73,6 +73,24 @@ FLEX = KernelFamily(
 #: trace holds no operator naming it; the range ``triton-interpreter::<kernel name>`` does. On CUDA no range is
 #: added: the kernel itself is in the trace.
 INTERPRETER_RANGE_PREFIX = "triton-interpreter::"
+#: Suffixes of the ``record_function`` ranges the profiler pass puts around a graph-timed cell's profiled CUDA-graph
+#: capture and each of its replays (:func:`profattn.harness.profiler.profile_graph_replays`): ``<cell id>::graph-capture``
+#: and ``<cell id>::graph-replay``. Ranges of their own, so a cell's eager evidence (its ``<cell id>`` ranges) is read
+#: as before and the replayed kernels — launched by the ``cudaGraphLaunch`` inside a replay range — apart.
+GRAPH_CAPTURE_SUFFIX = "::graph-capture"
+GRAPH_REPLAY_SUFFIX = "::graph-replay"
+
+
+def graph_capture_range(cell_id: str) -> str:
+    """The range name of ``cell_id``'s profiled CUDA-graph capture (:data:`GRAPH_CAPTURE_SUFFIX`)."""
+    return cell_id + GRAPH_CAPTURE_SUFFIX
+
+
+def graph_replay_range(cell_id: str) -> str:
+    """The range name of each profiled replay of ``cell_id``'s CUDA graph (:data:`GRAPH_REPLAY_SUFFIX`)."""
+    return cell_id + GRAPH_REPLAY_SUFFIX
+
+
 #: Our own Triton kernels: the split-KV decode (``_paged_decode_split_kernel`` and its combine), the one-launch
 #: prefill / mixed kernel (``paged_varlen_kernel``) and the cache append (``_paged_append_kernel``); on a CPU
 #: trace, the interpreter's ranges around them (:data:`INTERPRETER_RANGE_PREFIX`).
@@ -88,6 +106,36 @@ FLASHINFER = KernelFamily(
     "flashinfer",
     kernel_patterns=(r"flashinfer", r"BatchDecodeWithPagedKVCache", r"BatchPrefillWith(Paged|Ragged)KVCache", r"MergeStates"),
     op_patterns=(r"flashinfer",),
+)
+#: FlashInfer's FlashAttention-2 batch-prefill kernels (``include/flashinfer/attention/prefill.cuh`` of 0.5.3:
+#: ``flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<…>>`` and the ragged twin), which its
+#: ``backend="fa2"`` runs — as does its tensor-core decode. Not one of :data:`ATTENTION_FAMILIES`: the kernels are
+#: :data:`FLASHINFER`'s too (``allows`` lets that family's merge and index kernels in); a cell of this family whose
+#: trace shows only FA3's kernels is flagged ("no flashinfer-fa2 kernel among ...").
+FLASHINFER_FA2 = KernelFamily(
+    "flashinfer-fa2",
+    kernel_patterns=(r"flashinfer::BatchPrefillWith(Paged|Ragged)KVCacheKernel",),
+    op_patterns=(r"flashinfer",),
+    allows=("flashinfer",),
+)
+#: FlashInfer's Hopper FlashAttention-3 kernels (``include/flashinfer/attention/hopper/prefill_sm90.cuh``:
+#: ``flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<…>>``, ``…SparseCollectiveMainloop<…>`` for
+#: the paged cache, beside ``BlockSparseIndicesToVectorSparseOffsetsKernel``), which ``backend="fa3"`` — and on SM 9.x
+#: ``"auto"`` — runs. Seen in every ``flashinfer-prefill-paged`` cell of the committed H200 runs.
+FLASHINFER_FA3 = KernelFamily(
+    "flashinfer-fa3",
+    kernel_patterns=(r"flashinfer::PrefillWithKVCacheKernel<",),
+    op_patterns=(r"flashinfer",),
+    allows=("flashinfer",),
+)
+#: The XQA decode kernel FlashInfer 0.5.3 JIT-compiles (``csrc/xqa/mha.cu``: ``kernel_mha``, a ``static`` function in
+#: the JIT build; ``mha_sm90.cu``'s Hopper FP8 kernel has the same name), run by
+#: ``flashinfer.decode.xqa_batch_decode_with_kv_cache``; its custom op is ``flashinfer::xqa_input_…``.
+FLASHINFER_XQA = KernelFamily(
+    "flashinfer-xqa",
+    kernel_patterns=(r"\bkernel_mha\b",),
+    op_patterns=(r"flashinfer::xqa",),
+    allows=("flashinfer",),
 )
 #: Address translation in PyTorch: gather (index) kernels, then any SDPA kernel on the dense copy.
 PAGED_GATHER = KernelFamily(
@@ -110,13 +158,64 @@ NESTED = KernelFamily(
     allows=("flash",),
 )
 
+# ---- serving engines' attention kernels (recognised in any trace; profattn runs none of them) ------------------
+#: vLLM's Triton unified attention (``vllm/attention/ops/triton_unified_attention.py``): the one-kernel
+#: prefill/decode ``kernel_unified_attention_2d``, the split-KV ``kernel_unified_attention_3d`` and its combine
+#: ``reduce_segments``; and ``kernel_paged_attention_2d`` (``chunked_prefill_paged_decode.py``).
+VLLM_TRITON = KernelFamily(
+    "vllm-triton",
+    kernel_patterns=(r"^kernel_unified_attention_[23]d$", r"^reduce_segments$", r"^kernel_paged_attention_2d$"),
+    op_patterns=(r"^vllm::unified_attention",),
+)
+#: The LightLLM-style Triton attention kernels of SGLang's Triton backend (``python/sglang/srt/layers/attention/
+#: triton_ops/decode_attention.py``: ``_fwd_kernel_stage1``, ``_fwd_grouped_kernel_stage1``, ``_fwd_kernel_stage2``;
+#: ``extend_attention.py``: ``_fwd_kernel``) and of vLLM's ``triton_decode_attention.py`` / ``prefix_prefill.py``.
+TRITON_ATTENTION = KernelFamily(
+    "triton-attention",
+    kernel_patterns=(r"^_fwd_kernel_stage[12]$", r"^_fwd_grouped_kernel_stage1$", r"^_fwd_kernel$"),
+    op_patterns=(r"^sglang::",),
+)
+#: vLLM's CUDA paged attention (``csrc/attention/paged_attention_v[12].cu``) and its ROCm custom kernel
+#: (``csrc/rocm/attention.cu``: ``paged_attention_ll4mi_*``).
+VLLM_PAGED = KernelFamily(
+    "vllm-paged",
+    kernel_patterns=(r"paged_attention_v[12]_(reduce_)?kernel", r"paged_attention_ll4mi"),
+    op_patterns=(r"^_C::paged_attention", r"^_rocm_C::paged_attention"),
+)
+#: FlashAttention-3 (Hopper) as vLLM's ``_vllm_fa3_C`` and sgl-kernel build it: ``flash::FlashAttnFwdSm90<...>``,
+#: the split combine ``flash::FlashAttnFwdCombine<...>`` (hopper/flash_fwd_launch_template.h).
+FLASH3 = KernelFamily(
+    "flash3",
+    kernel_patterns=(r"FlashAttnFwd", r"flash_fwd_combine"),
+    op_patterns=(r"^_vllm_fa3_C::", r"^sgl_kernel::fwd"),
+)
+#: DeepSeek's FlashMLA (``flash_fwd_splitkv_mla_kernel`` and its combine), as ``_flashmla_C`` ships it.
+FLASHMLA = KernelFamily(
+    "flashmla",
+    kernel_patterns=(r"flash_fwd_splitkv_mla", r"mla_combine", r"flashmla"),
+    op_patterns=(r"^_flashmla_C::",),
+)
+#: ROCm's aiter / Composable Kernel attention: CK-tile FMHA (``ck_tile::FmhaFwdKernel<...>``), aiter's assembly
+#: FMHA v3 and paged-attention / MLA-decode kernels (ROCm/aiter, ``aiter/ops/mha.py``, ``aiter/ops/attention.py``).
+AITER = KernelFamily(
+    "aiter",
+    kernel_patterns=(r"Fmha(Fwd|Bwd)", r"fmha_(fwd|bwd|v3)", r"aiter.*(fmha|mha_|pa_|paged|mla)", r"\bpa_(bf16|fp16|fp8)",
+                     r"mla_(a8w8|dec)"),
+    op_patterns=(r"^aiter::",),
+)
+#: Engine families, checked before :data:`ATTENTION_FAMILIES` when naming a trace's kernel (FlashMLA's
+#: ``flash_fwd_splitkv_mla`` before FLASH's ``flash_fwd``). Not in :data:`ATTENTION_FAMILIES`: no profattn cell runs
+#: them, so they take no part in a cell's family check.
+ENGINE_FAMILIES: tuple[KernelFamily, ...] = (VLLM_TRITON, TRITON_ATTENTION, VLLM_PAGED, FLASHMLA, FLASH3, AITER)
+
 #: Families whose kernels are fused attention kernels: seeing one of these in another family's cell
 #: means the cell did not run what its name says.
 ATTENTION_FAMILIES: tuple[KernelFamily, ...] = (FLASH, EFFICIENT, CUDNN, FLEX, TRITON, FLASHINFER)
 
 #: Every built-in family by name (the ``family`` a cell records in ``results.json``).
 BUILTIN_FAMILIES: dict[str, KernelFamily] = {
-    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER, NESTED)
+    f.name: f for f in (FLASH, EFFICIENT, CUDNN, DENSE, FLEX, TRITON, FLASHINFER, PAGED_GATHER, NESTED, FLASHINFER_FA2,
+                        FLASHINFER_FA3, FLASHINFER_XQA)
 }
 
 

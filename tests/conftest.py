@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,20 @@ def _private_results_store(tmp_path_factory, monkeypatch):
     """Every test's results store is its own temporary file (``$PROFATTN_DB``): ``profile`` runs in tests never
     write to the user's cache directory."""
     monkeypatch.setenv("PROFATTN_DB", str(tmp_path_factory.mktemp("store") / "results.sqlite"))
+
+
+@contextmanager
+def script_module(path: Path, name: str):
+    """The Python file ``path`` (a script outside the package: ``benchmarks/``, ``tests/data/scripts/``) imported as
+    module ``name``, registered in ``sys.modules`` while in use (its dataclasses look their module up there)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)

@@ -27,11 +27,22 @@ def launch(ts: float, correlation: int, *, name: str = "cudaLaunchKernel", tid: 
             "args": {"correlation": correlation}}
 
 
-def kernel(name: str, ts: float, dur: float, correlation: int) -> dict[str, Any]:
-    """A GPU kernel of launch shape grid [4, 2, 1], block [128, 1, 1]."""
-    args = {"correlation": correlation, "device": 0, "stream": 7, "grid": [4, 2, 1], "block": [128, 1, 1],
-            "registers per thread": 96, "shared memory": 49152}
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7, "args": args}
+def kernel(name: str, ts: float, dur: float, correlation: int, *, stream: int = 7, graph_id: int | None = None,
+           graph_node_id: int | None = None) -> dict[str, Any]:
+    """A GPU kernel of launch shape grid [4, 2, 1], block [128, 1, 1]; ``graph_id``/``graph_node_id`` as Kineto writes
+    them for a kernel replayed from a CUDA graph (CUDA >= 12 builds)."""
+    args: dict[str, Any] = {"correlation": correlation, "device": 0, "stream": stream, "grid": [4, 2, 1],
+                            "block": [128, 1, 1], "registers per thread": 96, "shared memory": 49152}
+    if graph_id is not None:
+        args["graph id"] = graph_id
+    if graph_node_id is not None:
+        args["graph node id"] = graph_node_id
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream, "args": args}
+
+
+def user_range(name: str, ts: float, dur: float, *, tid: int = 1) -> dict[str, Any]:
+    """A ``record_function`` range (``user_annotation``)."""
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": {}}
 
 
 def write_trace(path: Path, events: list[dict[str, Any]], **metadata: Any) -> Path:

@@ -16,19 +16,25 @@ from typing import Any
 
 import pandas as pd
 
-from profattn.analysis.call_records import AttentionCall, AttentionShape, CausalAlignment, PackedBatch, RecordedWindow
+from profattn.analysis.call_records import (
+    AttentionCall, AttentionShape, CausalAlignment, Engine, PackedBatch, RecordedWindow,
+)
 from profattn.errors import WorkloadError
-from profattn.families import ATTENTION_FAMILIES, KernelFamily
+from profattn.families import ATTENTION_FAMILIES, ENGINE_FAMILIES, KernelFamily
 from profattn.workload import Phase, Workload
 
 __all__ = [
     "ATTENTION_KERNEL_FAMILIES",
     "ATTENTION_OPS",
+    "ENGINE_OPS",
+    "EngineOpSignature",
+    "concrete_int",
     "FLASHINFER",
     "OpSignature",
     "SHAPE_LIMITS",
     "attention_family",
     "is_attention_op",
+    "is_engine_op",
     "kernel_direction",
     "op_dims",
     "op_packed",
@@ -36,6 +42,7 @@ __all__ = [
     "packed_text",
     "read_causal",
     "read_window",
+    "recorded_dtype",
     "signature",
     "with_phases",
 ]
@@ -47,8 +54,9 @@ FLASHINFER = KernelFamily(
     kernel_patterns=(r"flashinfer", r"Batch(Decode|Prefill)With", r"Single(Decode|Prefill)With"),
     op_patterns=(r"flashinfer",),
 )
-#: Kernel families that identify a fused attention kernel by name, checked in this order.
-ATTENTION_KERNEL_FAMILIES: tuple[KernelFamily, ...] = (*ATTENTION_FAMILIES, FLASHINFER)
+#: Kernel families that identify a fused attention kernel by name, checked in this order (the serving engines'
+#: families first: FlashMLA's ``flash_fwd_splitkv_mla`` is not FLASH's ``flash_fwd``).
+ATTENTION_KERNEL_FAMILIES: tuple[KernelFamily, ...] = (*ENGINE_FAMILIES, *ATTENTION_FAMILIES, FLASHINFER)
 
 #: Names that mark a fused attention kernel in an arbitrary trace. The family patterns are written for
 #: profattn's own cells, where only attention runs (``cudnn`` there is cuDNN's SDPA engine, ``triton_tem``
@@ -57,7 +65,12 @@ ATTENTION_KERNEL_FAMILIES: tuple[KernelFamily, ...] = (*ATTENTION_FAMILIES, FLAS
 _ATTENTION_KERNEL = re.compile(
     r"flash_fwd|flash_bwd|flash_attn|pytorch_flash|fmha|AttentionKernel|AttentionBackwardKernel|mem_eff|sdpa"
     r"|sm\d+_flash_(fprop|bprop)|flex_attention|flex_decoding|flashinfer|Batch(Decode|Prefill)With"
-    r"|Single(Decode|Prefill)With|_paged_decode",
+    r"|Single(Decode|Prefill)With|_paged_decode"
+    # serving engines' kernels (profattn.families.ENGINE_FAMILIES)
+    r"|^kernel_unified_attention_[23]d$|^reduce_segments$|^kernel_paged_attention_2d$|^_fwd_kernel_stage[12]$"
+    r"|^_fwd_grouped_kernel_stage1$|^_fwd_kernel$|paged_attention_v[12]_|paged_attention_ll4mi|FlashAttnFwd"
+    r"|flash_fwd_combine|flash_fwd_splitkv_mla|mla_combine|flashmla|Fmha(Fwd|Bwd)|fmha_v3|aiter.*(mha_|pa_|paged|mla)"
+    r"|\bpa_(bf16|fp16|fp8)|mla_(a8w8|dec)",
     re.IGNORECASE,
 )
 #: The largest plausible value of each recorded dimension. A trace is any user's file: a recorded batch of
@@ -164,15 +177,98 @@ _FLEX_FORWARD = OpSignature("flex", "forward")
 _FLEX_BACKWARD = OpSignature("flex", "backward", q_index=0, k_index=1)
 
 
+@dataclass(frozen=True)
+class EngineOpSignature:
+    """Where a serving engine's attention op keeps its arguments in ``Input Dims``/``Concrete Inputs``.
+
+    ``role`` is ``entry`` (the engine's own op around one layer's attention, which dispatches to a backend) or
+    ``backend`` (a kernel library's op called beneath it); ``backend`` is the kernel family a backend op commits to
+    (None for entry ops). Tensors are token-major: q ``[T, Hq, d]`` (or ``[T, Hq·d]``), k ``[T, Hkv, d]`` for the
+    new tokens, or the paged cache (``cache_indices``: inputs that may hold it, e.g. the V0 ops' ``kv_cache``, a
+    backend op's k/v cache). ``cu_seqlens_q_index`` is the query offsets tensor (``[num_seqs + 1]``),
+    ``block_table_index`` the ``[num_seqs, max_pages]`` block table, ``max_index`` the ``(max_seqlen_q,
+    max_seqlen_k)`` scalars, ``causal_index``/``window_index`` as in :class:`OpSignature`; ``mla``: latent attention
+    (query/key and value head dims differ). Positions are validated against the dims before use (the signatures
+    move between engine releases): a tensor of the wrong rank is not read."""
+
+    engine: Engine
+    role: str
+    backend: str | None = None
+    q_index: int = 0
+    k_index: int = 1
+    cache_indices: tuple[int, ...] = ()
+    cu_seqlens_q_index: int | None = None
+    block_table_index: int | None = None
+    max_index: tuple[int, int] | None = None
+    causal_index: int | None = None
+    window_index: tuple[int, int] | None = None
+    mla: bool = False
+
+
+_VLLM, _SGL = Engine.VLLM, Engine.SGLANG
+#: Serving engines' attention ops by exact name. Sources: vLLM ``vllm/model_executor/layers/attention/attention.py``
+#: (``unified_attention(query, key, value, layer_name)``, ``unified_attention_with_output(query, key, value, output,
+#: layer_name, output_scale, output_block_scale, kv_cache_dummy_dep)``; V0's took ``kv_cache`` as input 3 / 4),
+#: ``vllm/vllm_flash_attn/flash_attn_interface.py`` (``_vllm_fa2_C::varlen_fwd(q, k, v, out, cu_seqlens_q,
+#: cu_seqlens_k, seqused_k, leftpad_k, block_table, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
+#: softmax_scale, zero_tensors, causal, window_size_left, window_size_right, ...)``; ``_vllm_fa3_C::fwd(q, k, v,
+#: k_new, v_new, q_v, out, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new, seqused_q, seqused_k, max_seqlen_q,
+#: max_seqlen_k, page_table, ..., softmax_scale (23), causal, window_size_left, window_size_right, ...)``),
+#: ``csrc/torch_bindings.cpp`` (``paged_attention_v1(out, query, key_cache, value_cache, num_kv_heads, scale,
+#: block_tables, ...)``, ``paged_attention_v2(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
+#: num_kv_heads, scale, block_tables, ...)``); SGLang ``python/sglang/srt/layers/radix_attention.py``
+#: (``unified_attention_with_output(query, key, value, output, save_kv_cache, layer_id, ...)``) and sgl-kernel's
+#: FlashAttention-3 ``sgl_kernel::fwd`` (the FA3 hopper interface, positions as ``_vllm_fa3_C::fwd``).
+ENGINE_OPS: dict[str, EngineOpSignature] = {
+    "vllm::unified_attention": EngineOpSignature(_VLLM, "entry", cache_indices=(3,)),
+    "vllm::unified_attention_with_output": EngineOpSignature(_VLLM, "entry", cache_indices=(4,)),
+    "vllm::unified_mla_attention": EngineOpSignature(_VLLM, "entry", mla=True),
+    "vllm::unified_mla_attention_with_output": EngineOpSignature(_VLLM, "entry", mla=True),
+    "sglang::unified_attention_with_output": EngineOpSignature(_SGL, "entry"),
+    "_vllm_fa2_C::varlen_fwd": EngineOpSignature(
+        _VLLM, "backend", "flash", cache_indices=(1,), cu_seqlens_q_index=4, block_table_index=8, max_index=(10, 11),
+        causal_index=15, window_index=(16, 17),
+    ),
+    "_vllm_fa3_C::fwd": EngineOpSignature(
+        _VLLM, "backend", "flash3", cache_indices=(1,), cu_seqlens_q_index=7, block_table_index=14, max_index=(12, 13),
+        causal_index=24, window_index=(25, 26),
+    ),
+    "sgl_kernel::fwd": EngineOpSignature(
+        _SGL, "backend", "flash3", cache_indices=(1,), cu_seqlens_q_index=7, block_table_index=14, max_index=(12, 13),
+        causal_index=24, window_index=(25, 26),
+    ),
+    "_flashmla_C::fwd_kvcache_mla": EngineOpSignature(_VLLM, "backend", "flashmla", mla=True),
+    "_C::paged_attention_v1": EngineOpSignature(_VLLM, "backend", "vllm-paged", q_index=1, k_index=2,
+                                                cache_indices=(2,), block_table_index=6),
+    "_C::paged_attention_v2": EngineOpSignature(_VLLM, "backend", "vllm-paged", q_index=4, k_index=5,
+                                                cache_indices=(5,), block_table_index=9),
+    "_rocm_C::paged_attention": EngineOpSignature(_VLLM, "backend", "vllm-paged", q_index=4, k_index=5,
+                                                  cache_indices=(5,), block_table_index=9),
+    "aiter::mha_varlen_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
+    "aiter::fmha_v3_varlen_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
+    "aiter::mha_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
+}
+
+
+def is_engine_op(name: str) -> bool:
+    """Whether a CPU operator name is a serving engine's attention op (:data:`ENGINE_OPS`)."""
+    return name in ENGINE_OPS
+
+
 def is_attention_op(name: str) -> bool:
-    """Whether a CPU operator name is an attention operator (:data:`ATTENTION_OPS` or FlexAttention)."""
-    return name in ATTENTION_OPS or "flex_attention" in name.lower()
+    """Whether a CPU operator name is an attention operator (:data:`ATTENTION_OPS`, :data:`ENGINE_OPS` or
+    FlexAttention)."""
+    return name in ATTENTION_OPS or name in ENGINE_OPS or "flex_attention" in name.lower()
 
 
 def signature(name: str) -> OpSignature:
-    """The :class:`OpSignature` of an attention operator (FlexAttention: q, k first; mask unknown)."""
+    """The :class:`OpSignature` of an attention operator (FlexAttention: q, k first; mask unknown; an engine op:
+    its backend, its layout ``THD`` — read by :mod:`profattn.analysis.engine_ops`, not by :func:`op_shape`)."""
     if name in ATTENTION_OPS:
         return ATTENTION_OPS[name]
+    engine = ENGINE_OPS.get(name)
+    if engine is not None:
+        return OpSignature(engine.backend, "forward", layout="THD", q_index=engine.q_index, k_index=engine.k_index)
     return _FLEX_BACKWARD if "backward" in name.lower() else _FLEX_FORWARD
 
 
@@ -212,6 +308,8 @@ def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
         return None
     if not _pos_ints([*q, *k]):
         return None
+    if sig.layout == "THD":
+        return None  # token-major engine ops: profattn.analysis.engine_ops
     if sig.layout == "BLHD":
         (b, lq, hq, d), (bk, lk, hkv, dk) = q, k
     else:
@@ -221,11 +319,17 @@ def op_shape(op: Mapping[str, Any], sig: OpSignature) -> AttentionShape | None:
     return _shape(op, sig, b, hq, hkv, lq, lk, d)
 
 
-def _shape(op: Mapping[str, Any], sig: OpSignature, b: int, hq: int, hkv: int, lq: int | None, lk: int | None,
-           d: int) -> AttentionShape:
+def recorded_dtype(raw: Any) -> str | None:
+    """A recorded ``Input type`` as profattn names dtypes (``c10::BFloat16`` → ``bfloat16``, ``c10::Half`` →
+    ``float16``, ``float`` → ``float32``); another type name as recorded; None when not a non-empty string."""
+    return _DTYPES.get(raw, raw) if isinstance(raw, str) and raw else None
+
+
+def _shape(op: Mapping[str, Any], sig: OpSignature, b: int | None, hq: int, hkv: int, lq: int | None,
+           lk: int | None, d: int) -> AttentionShape:
     types = op.get("input_types")
     raw = types[sig.q_index] if isinstance(types, list) and sig.q_index < len(types) else None
-    dtype = _DTYPES.get(raw, raw) if isinstance(raw, str) and raw else None
+    dtype = recorded_dtype(raw)
     dims = {"batch": b, "num_q_heads": hq, "num_kv_heads": hkv, "q_len": lq, "kv_len": lk, "head_dim": d}
     beyond = tuple((f, v) for f, v in dims.items() if v is not None and v > SHAPE_LIMITS[f])
     for f, _ in beyond:
@@ -237,7 +341,7 @@ def _pos_ints(values: list[Any]) -> bool:
     return all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values)
 
 
-def _concrete_int(concrete: Any, index: int | None) -> int | None:
+def concrete_int(concrete: Any, index: int | None) -> int | None:
     """The integer scalar at ``index`` of ``Concrete Inputs`` (``"4096"``, ``"-1"``), or None when not
     recorded (``""``: a tensor, None, or an older trace) or not an integer of at most 18 digits."""
     if not isinstance(concrete, list) or index is None or index >= len(concrete):
@@ -271,7 +375,7 @@ def op_packed(op: Mapping[str, Any], sig: OpSignature) -> tuple[AttentionShape, 
     (tq, hq, d), (tk, hkv, _) = pq, pk
     n = cu[0] - 1
     concrete = op.get("concrete_inputs")
-    mq, mk = (_concrete_int(concrete, i) for i in (sig.max_index or (None, None)))
+    mq, mk = (concrete_int(concrete, i) for i in (sig.max_index or (None, None)))
     mq, mk = (m if m is not None and m > 0 else None for m in (mq, mk))
     seqs = None
     if n <= SHAPE_LIMITS["batch"] and not paged and not seqused:
@@ -291,9 +395,9 @@ def read_window(concrete: Any, sig: OpSignature) -> RecordedWindow | None:
     if sig.window_index is None:
         return None
     if sig.window_kind == "keys":
-        w = _concrete_int(concrete, sig.window_index[0])
+        w = concrete_int(concrete, sig.window_index[0])
         return RecordedWindow(w - 1, 0, "window_size") if w is not None and w > 0 else None
-    left, right = (_concrete_int(concrete, i) for i in sig.window_index)
+    left, right = (concrete_int(concrete, i) for i in sig.window_index)
     if left is None and right is None:
         return None
     left, right = (-1 if v is None or v < 0 else v for v in (left, right))
@@ -339,7 +443,7 @@ def with_phases(calls: list[AttentionCall], ops: pd.DataFrame) -> list[Attention
     math_grads = sorted(n for n in op_names if _MATH_BACKWARD.search(n))
     out = []
     for c in calls:
-        if c.shape is None:
+        if c.shape is None or c.engine is not None:  # an engine call's phase is its step's (analysis.steps)
             out.append(c)
             continue
         s = c.shape

@@ -41,7 +41,14 @@ calls of one thread never overlap, so each kernel belongs to at most one call.
 thread: :meth:`~profattn.trace.windows.IntervalIndex.outermost`) whose window holds its launch on the
 launching thread; kernels without a launcher go through their
 ``External id`` to the op that launched them, then to that op's top-level op. Kernels replayed from a CUDA
-graph are charged to the op around the graph launch.
+graph are charged to the op around the graph launch, or — matched to their capture (:mod:`profattn.analysis.graphs`)
+— to the top-level op around their capture-time launch, as an eager run would charge them.
+
+**Engine calls and graph replays.** Serving engines' attention ops (:mod:`profattn.analysis.engine_ops`) are calls
+too, read token-major; replayed kernels matched to capture-time launches inside a captured attention op become
+calls with that op's name and shapes (``source="graph"``); calls inside an annotated serving step get its ledger
+(:mod:`profattn.analysis.steps`). Op calls made while their stream was capturing a graph are marked
+(``captured_in``): their kernels ran at replay.
 
 **ProfilerStep windows.** Kernels launched inside a ``ProfilerStep#N`` range from any thread of its
 process, and the attention calls that start inside it (a time on the boundary of two steps counts in both).
@@ -62,13 +69,17 @@ import numpy as np
 import pandas as pd
 
 from profattn.analysis.call_records import (
-    AttentionCall, CallKernel, CausalAlignment, KernelTime, LaunchShape, OpTime, StepWindow, TraceCalls,
+    AttentionCall, CallKernel, CausalAlignment, GraphGap, GraphMerge, GraphOrigin, KernelTime, LaunchShape, OpTime,
+    StepWindow, TraceCalls,
 )
 from profattn.analysis.call_shapes import (
-    SHAPE_LIMITS, attention_family, is_attention_op, kernel_direction, op_dims, op_packed, op_shape, read_causal,
-    read_window, signature, with_phases,
+    SHAPE_LIMITS, attention_family, is_attention_op, is_engine_op, kernel_direction, op_dims, op_packed, op_shape,
+    read_causal, read_window, signature, with_phases,
 )
 from profattn.analysis.cells import kernel_stem
+from profattn.analysis.engine_ops import CacheOpIndex, read_engine_call
+from profattn.analysis.graphs import CaptureSource, MergeResult, merge_graphs
+from profattn.analysis.steps import attach_steps, read_steps
 from profattn.errors import TraceError
 from profattn.trace.columns import TraceWarning
 from profattn.trace.kineto import Trace
@@ -83,9 +94,14 @@ _NO_OP = "(no enclosing CPU op)"
 # ----------------------------------------------------------------------------------------------------
 
 
-def find_attention_calls(trace: Trace) -> TraceCalls:
+def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()) -> TraceCalls:
     """Analyze one parsed trace: GPU time by kernel and by op, launch shapes, ProfilerStep windows, and
     every attention call with its workload, regime and kernels.
+
+    ``captures``: traces that profiled the capture of the graphs this trace replays (the trace's own captures are
+    used too): replayed kernels matched to their capture-time launches (:func:`~profattn.analysis.graphs.merge_graphs`)
+    become calls with the captured op and its shapes (``source="graph"``). Serving-engine steps
+    (:mod:`profattn.analysis.steps`) give engine calls their phase, step ledger and workload.
 
     Raises:
         TraceError: the trace's ``traceEvents`` is empty (nothing to analyze).
@@ -98,13 +114,26 @@ def find_attention_calls(trace: Trace) -> TraceCalls:
     family_of = {name: attention_family(name) for name in set(names)}  # names repeat: match each once
     families = [family_of[n] for n in names]
     records = _KernelRecords(kernels, families, num_sms)
-    notes = _file_notes(trace)
+    steps, malformed = read_steps(trace)
+    sources = list(captures)
+    if not trace.captures.empty and all(c.trace is not trace for c in sources):
+        sources.insert(0, CaptureSource(trace.path, trace))
+    merged = merge_graphs(trace, sources, steps)
+    notes = _file_notes(trace, merged.merge.placed_kernels if merged else 0)
 
     attention = _attention_op_groups(trace.ops)
     calls, used = _op_calls(trace, attention, records)
-    calls += _kernel_only_calls(trace, records, families, used)
+    calls = _mark_captured(trace, calls)
+    if merged is not None:
+        graph_calls, graph_used = _graph_calls(trace, merged, sources, records)
+        calls += graph_calls
+        used |= graph_used
+    calls += _kernel_only_calls(trace, records, families, used, merged.merge if merged else None)
     calls = with_phases(calls, trace.ops)
     calls = [replace(c, index=i) for i, c in enumerate(sorted(calls, key=lambda c: c.ts_us))]
+    calls, serving, step_warnings = attach_steps(trace, calls, steps, malformed)
+    if merged is not None:
+        notes += _merge_notes(merged.merge)
 
     total_us = float(kernels["dur_us"].sum())
     return TraceCalls(
@@ -117,11 +146,14 @@ def find_attention_calls(trace: Trace) -> TraceCalls:
         gpu_busy_us=_busy_us(kernels),
         kernels=_kernel_times(kernels, families, total_us),
         launch_shapes=_launch_shapes(kernels, num_sms),
-        ops=_op_times(trace),
+        ops=_op_times(trace, merged, sources),
         steps=_steps(trace, calls),
         calls=tuple(calls),
         notes=tuple(notes),
-        warnings=_warnings(trace, calls),
+        warnings=_warnings(trace, calls) + tuple(step_warnings) + _merge_warnings(merged.merge if merged else None),
+        serving_steps=serving,
+        graph_merge=merged.merge if merged else None,
+        captures=len(trace.captures),
     )
 
 
@@ -159,7 +191,7 @@ def _warnings(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[TraceWarnin
     return tuple(out)
 
 
-def _file_notes(trace: Trace) -> list[str]:
+def _file_notes(trace: Trace, merged: int = 0) -> list[str]:
     notes: list[str] = []
     k = trace.kernels
     if k.empty:
@@ -169,8 +201,9 @@ def _file_notes(trace: Trace) -> list[str]:
     if k["grid_x"].isna().all():
         notes.append("kernel events carry no grid/block (as in ROCm traces): launch shapes are n/a")
     graph = int(k["graph_launched"].sum())
-    if graph:
-        notes.append(f"{graph} kernel(s) were replayed from CUDA graphs: they are attributed to the graph launch")
+    if graph > merged:
+        notes.append(f"{graph - merged} kernel(s) were replayed from CUDA graphs"
+                     + (" and not matched to a capture" if merged else "") + ": they are attributed to the graph launch")
     return notes
 
 
@@ -344,25 +377,83 @@ def _op_calls(
             seen.update(fresh)
             taken[o_group[pos]].extend(fresh)
     calls, used = [], set()
-    for group, rows in zip(groups, taken):
+    cache = _CacheContext(ops, groups)
+    for gi, (group, rows) in enumerate(zip(groups, taken)):
         used.update(rows)
         call_kernels = tuple(sorted((records[i] for i in set(rows)), key=lambda r: r.ts_us))
-        calls.append(_call_from_ops(group, call_kernels))
+        calls.append(_group_call(group, call_kernels, cache, gi))
     return calls, used
+
+
+class _CacheContext:
+    """For each op group of a thread, the cache-write ops run since the previous group of that thread ended (a
+    layer writes its new K/V just before its attention): what :func:`read_engine_call` reads the page size from."""
+
+    def __init__(self, ops: pd.DataFrame, groups: list[list[dict[str, Any]]]) -> None:
+        self._ops = ops
+        self._built: CacheOpIndex | None = None  # built on first use: only engine calls read it
+        self._after: list[float] = []
+        last: dict[tuple[Any, Any], float] = {}
+        for g in groups:  # ordered by thread, then start
+            key = (g[0]["pid"], g[0]["tid"])
+            self._after.append(last.get(key, -math.inf))
+            last[key] = float(g[0]["ts_us"]) + float(g[0]["_dur"])
+
+    @property
+    def _index(self) -> CacheOpIndex:
+        if self._built is None:
+            self._built = CacheOpIndex(self._ops)
+        return self._built
+
+    def before(self, group: list[dict[str, Any]], position: int) -> list[dict[str, Any]]:
+        outer = group[0]
+        return self._index.between(outer["pid"], outer["tid"], self._after[position], float(outer["ts_us"]))
+
+    def inside(self, group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        outer = group[0]
+        start = float(outer["ts_us"])
+        return self._index.views(outer["pid"], outer["tid"], start, start + float(outer["_dur"]))
+
+
+def _group_call(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...], cache: _CacheContext,
+                position: int) -> AttentionCall:
+    """The call of one op group: an engine op's (:func:`_call_from_engine_ops`) or any other (:func:`_call_from_ops`)."""
+    if is_engine_op(group[0]["name"]):
+        return _call_from_engine_ops(group, kernels, cache.before(group, position), cache.inside(group))
+    return _call_from_ops(group, kernels)
+
+
+def _backend_of(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> tuple[str, str | None, list[str]]:
+    """(backend, the op naming it, notes): the first op of the group that commits to a backend, else the family of
+    the call's kernels (with a note), else ``unknown``."""
+    backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
+    if backend_row is not None:
+        return signature(backend_row["name"]).backend or "unknown", backend_row["name"], []
+    family = next((k.family for k in kernels if k.family), None)
+    return family or "unknown", None, [f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}"]
+
+
+def _call_from_engine_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...],
+                          cache_ops: list[dict[str, Any]], views: list[dict[str, Any]]) -> AttentionCall:
+    """The call of a serving engine's attention op (:mod:`profattn.analysis.engine_ops`): token-major shapes, the
+    paged cache, no per-sequence lengths (those come from the step annotation: :mod:`profattn.analysis.steps`)."""
+    outer = group[0]
+    read = read_engine_call(group, cache_ops, views)
+    backend, backend_op, notes = _backend_of(group, kernels)
+    return AttentionCall(
+        index=0, source="op", op_name=outer["name"], backend=backend, backend_op=backend_op, direction="forward",
+        ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
+        shape=read.shape, causal=read.causal, causal_alignment=read.alignment, mask_dims=None, varlen=True, phase=None,
+        workload=None, kernels=kernels, graph_launched=any(k.graph_launched for k in kernels),
+        notes=(*notes, *read.notes), window=read.window, engine=read.engine, launch_ts_us=float(outer["ts_us"]),
+    )
 
 
 def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> AttentionCall:
     """The call of one op group (outermost attention op first) and the kernels attributed to it."""
     outer = group[0]
     sig = signature(outer["name"])
-    backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
-    notes: list[str] = []
-    if backend_row is not None:
-        backend, backend_op = signature(backend_row["name"]).backend or "unknown", backend_row["name"]
-    else:
-        family = next((k.family for k in kernels if k.family), None)
-        backend, backend_op = family or "unknown", None
-        notes.append(f"no nested backend op: backend {'read from the kernels' if family else 'unknown'}")
+    backend, backend_op, notes = _backend_of(group, kernels)
 
     # Shapes from the outer op; failing that, from the first nested op that has them. A packed
     # variable-length op (cu_seqlens recorded) is read as packed.
@@ -407,6 +498,7 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         shape=shape, causal=None if mask_dims else causal, causal_alignment=alignment,
         mask_dims=tuple(mask_dims) if mask_dims else None, varlen=varlen, phase=None, workload=None, kernels=kernels,
         graph_launched=any(k.graph_launched for k in kernels), notes=tuple(notes), packed=packed, window=window,
+        launch_ts_us=float(outer["ts_us"]),
     )
 
 
@@ -431,7 +523,8 @@ def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKern
 
 
 def _kernel_only_calls(
-    trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int]
+    trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int],
+    merge: GraphMerge | None = None,
 ) -> list[AttentionCall]:
     """Attention kernels no attention op launched, grouped by launching op (``External id``) or, for CUDA
     graph replays, by graph launch (``correlation``) and kernel family (a graph may hold calls of several
@@ -458,6 +551,8 @@ def _kernel_only_calls(
     for kind, value in groups:
         if kind == "graph":
             graph_families.setdefault(value[0], []).append(value[1])
+    gaps = {m.graph_launch: m for m in merge.launches} if merge is not None else {}
+    launch_ts = kernels["launch_ts_us"].to_numpy(dtype="float64")
     calls = []
     for (kind, value), members in groups.items():
         ks = tuple(sorted((records[i] for i in members), key=lambda r: r.ts_us))
@@ -466,6 +561,9 @@ def _kernel_only_calls(
         family = next(f for f in (k.family for k in ks) if f is not None)
         notes = ["attention kernels without an attention op: shapes not recorded, no workload"]
         if kind == "graph":
+            gap = gaps.get(value[0])
+            if gap is not None and gap.rule is None:
+                notes.append(_gap_note(gap))
             others = [f for f in graph_families[value[0]] if f != value[1]]
             split = (f"; the same replay also ran {', '.join(others)} attention kernels, grouped apart by family"
                      if others else "")
@@ -480,8 +578,149 @@ def _kernel_only_calls(
             shape=None, causal=None, causal_alignment=CausalAlignment.UNKNOWN, mask_dims=None, varlen=False, phase=None,
             workload=None, kernels=ks,
             graph_launched=kind == "graph", notes=tuple(notes),
+            launch_ts_us=float(launch_ts[members[0]]) if not math.isnan(launch_ts[members[0]]) else None,
         ))
     return calls
+
+
+def _gap_note(m: Any) -> str:
+    """Why one graph launch's kernels were not merged with a capture (:class:`GraphGap`)."""
+    if m.gap is GraphGap.NO_CAPTURE:
+        return ("not merged with a capture: no capture trace was given (profattn analyze REPLAY --capture CAPTURE); the "
+                "ops that launched these kernels, and their input shapes, are in the graph's capture")
+    size = f" (the closest capture has {m.capture_launches:,} kernel launches)" if m.capture_launches else ""
+    return f"not merged with a capture: {m.gap.value}; {m.kernels:,} replayed kernels{size}: none attributed"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Graph replays merged with their capture
+# ----------------------------------------------------------------------------------------------------
+
+
+def _graph_calls(trace: Trace, merged: MergeResult, sources: Sequence[CaptureSource],
+                 records: _KernelRecords) -> tuple[list[AttentionCall], set[int]]:
+    """Calls of replayed kernels placed on capture-time launches inside an attention op of the capture: one per
+    (graph launch, captured attention op), with that op's name, shapes and nested backend op, the replayed kernels'
+    GPU times, and launch shapes from the capture's launch events where the replay records none (ROCm). Placed
+    kernels outside every captured attention op (GEMMs, norms) are no attention call."""
+    placements = merged.placements
+    if not placements:
+        return [], set()
+    kernels = trace.kernels
+    num_sms = trace.num_sms
+    by_source: dict[int, list[int]] = {}
+    for row, p in placements.items():
+        by_source.setdefault(p.source, []).append(row)
+    members: dict[tuple[int, int, int], list[int]] = {}
+    contexts: dict[int, tuple[list[list[dict[str, Any]]], _CacheContext]] = {}
+    for si, rows in by_source.items():
+        src = sources[si].trace
+        groups = _attention_op_groups(src.ops)
+        if not groups:
+            continue
+        outers = [g[0] for g in groups]
+        start = np.array([o["ts_us"] for o in outers], dtype="float64")
+        windows = IntervalIndex(start, start + np.array([o["_dur"] for o in outers], dtype="float64"),
+                                [(o["pid"], o["tid"]) for o in outers])
+        launches = src.capture_launches
+        lrows = [placements[r].launch_row for r in rows]
+        g_of = windows.innermost([(launches.at[i, "pid"], launches.at[i, "tid"]) for i in lrows],
+                                 launches["ts_us"].to_numpy(dtype="float64")[lrows])
+        for row, g in zip(rows, g_of):
+            if g >= 0:
+                members.setdefault((placements[row].graph_launch, si, int(g)), []).append(row)
+        contexts[si] = (groups, _CacheContext(src.ops, groups))
+    calls: list[AttentionCall] = []
+    used: set[int] = set()
+    for (corr, si, g), rows in members.items():
+        groups, cache = contexts[si]
+        src = sources[si].trace
+        launches = src.capture_launches
+        ks = []
+        for row in sorted(rows, key=lambda r: float(kernels.at[r, "ts_us"])):
+            ks.append(_with_capture_shape(records[row], launches, placements[row].launch_row, num_sms))
+        ks_t = tuple(ks)
+        base = _group_call(groups[g], ks_t, cache, g)
+        p = placements[rows[0]]
+        first = min(rows, key=lambda r: float(kernels.at[r, "ts_us"]))
+        capture_id = int(launches.at[p.launch_row, "capture"])
+        note = (f"replayed from a CUDA graph (graph launch at {p.launch_ts_us:.0f} µs CPU): matched to capture {capture_id} "
+                f"of {sources[si].label} by {p.rule.value}; the op and its input shapes are the capture's")
+        calls.append(replace(
+            base, source="graph", ts_us=ks_t[0].ts_us, dur_us=max(k.ts_us + k.dur_us for k in ks_t) - ks_t[0].ts_us,
+            pid=kernels.at[first, "launch_pid"], tid=kernels.at[first, "launch_tid"], range=kernels.at[first, "range"],
+            graph_launched=True, notes=(*base.notes, note), launch_ts_us=p.launch_ts_us, captured_in=None,
+            graph=GraphOrigin(p.rule, sources[si].label, capture_id, corr, p.launch_ts_us),
+        ))
+        used.update(rows)
+    return calls, used
+
+
+def _with_capture_shape(k: CallKernel, launches: pd.DataFrame, row: int, num_sms: int | None) -> CallKernel:
+    """A replayed kernel with the grid, block and shared memory its capture-time launch recorded, where the replayed
+    kernel event records none (ROCm graph replays)."""
+    def triple(prefix: str) -> tuple[int, int, int] | None:
+        vals = [launches.at[row, f"{prefix}_{a}"] for a in "xyz"]
+        return None if any(v is pd.NA or v is None for v in vals) else (int(vals[0]), int(vals[1]), int(vals[2]))
+
+    grid = k.grid if k.grid is not None else triple("grid")
+    block = k.block if k.block is not None else triple("block")
+    smem = launches.at[row, "shared_mem_bytes"]
+    smem = k.shared_mem_bytes if k.shared_mem_bytes is not None or smem is pd.NA else int(smem)
+    ctas = k.ctas if k.ctas is not None else (grid[0] * grid[1] * grid[2] if grid is not None else None)
+    return replace(k, grid=grid, block=block, shared_mem_bytes=smem, ctas=ctas,
+                   ctas_per_sm=ctas / num_sms if ctas is not None and num_sms else None)
+
+
+def _mark_captured(trace: Trace, calls: list[AttentionCall]) -> list[AttentionCall]:
+    """Op calls made while their thread's stream was capturing a graph: ``captured_in`` and a note (their kernels
+    ran at replay; the trace shows none here)."""
+    caps = trace.captures
+    if caps.empty or not calls:
+        return calls
+    start = caps["begin_ts_us"].to_numpy(dtype="float64")
+    index = IntervalIndex(start, caps["end_ts_us"].to_numpy(dtype="float64"), group_keys(caps["pid"], caps["tid"]))
+    inside = index.innermost([(c.pid, c.tid) for c in calls], np.array([c.ts_us for c in calls], dtype="float64"))
+    out = []
+    for c, i in zip(calls, inside):
+        if i >= 0:
+            c = replace(c, captured_in=int(caps["capture"].iat[int(i)]),
+                        notes=(*c.notes, f"called while capture {int(caps['capture'].iat[int(i)])} recorded a CUDA "
+                                         "graph: its kernels ran when the graph was replayed, not here"))
+        out.append(c)
+    return out
+
+
+def _merge_notes(merge: GraphMerge) -> list[str]:
+    placed = merge.placed_kernels
+    if not merge.launches or not merge.capture_files:
+        return []
+    rules = ", ".join(f"{n} by {rule.value}" for rule, n in merge.rule_counts().items())
+    return [f"{placed:,} of {merge.replayed_kernels:,} graph-replayed kernels matched to their capture-time launches "
+            f"({len(merge.launches):,} graph launches{': ' + rules if rules else ''})"]
+
+
+def _merge_warnings(merge: GraphMerge | None) -> tuple[TraceWarning, ...]:
+    """Graph replays not merged with a capture: what is missing (no capture given), or why the capture given did not
+    match (per :class:`GraphGap`), with counts."""
+    if merge is None:
+        return ()
+    if not merge.capture_files:
+        att = merge.attention_kernels
+        return (TraceWarning("graph_no_capture", merge.replayed_kernels,
+                             f"{merge.replayed_kernels:,} kernel(s) ({att:,} attention) were replayed from "
+                             f"{len(merge.launches):,} CUDA graph launch(es) and no capture trace was given: the ops "
+                             "that launched them and their input shapes are only in the graph's capture (record it and "
+                             "pass it with --capture: see README, 'Graph replays')"),)
+    gaps = merge.gap_counts()
+    if not gaps:
+        return ()
+    unplaced = sum(m.kernels for m in merge.launches if m.rule is None)
+    why = ", ".join(f"{gap.value} ({n})" for gap, n in gaps.items())
+    return (TraceWarning("graph_unmatched", unplaced,
+                         f"{unplaced:,} of {merge.replayed_kernels:,} graph-replayed kernel(s) "
+                         f"({merge.unplaced_attention_kernels:,} attention) could not be matched to a capture-time "
+                         f"launch: {why}; none of them is attributed"),)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -489,7 +728,8 @@ def _kernel_only_calls(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _op_times(trace: Trace) -> tuple[OpTime, ...]:
+def _op_times(trace: Trace, merged: MergeResult | None = None,
+              sources: Sequence[CaptureSource] = ()) -> tuple[OpTime, ...]:
     kernels, ops = trace.kernels, trace.ops
     if kernels.empty:
         return ()
@@ -515,6 +755,13 @@ def _op_times(trace: Trace) -> tuple[OpTime, ...]:
         "dur_us": kernels["dur_us"].to_numpy(),
         "graph": kernels["graph_launched"].to_numpy(dtype=bool),
     })
+    if merged is not None and merged.placements:
+        captured = _captured_top_ops(merged, sources)
+        if captured:
+            rows = list(captured)
+            keys = {key: len(ops) + i for i, key in enumerate(dict.fromkeys(k for _, k in captured.values()))}
+            frame.loc[rows, "op"] = [captured[r][0] for r in rows]
+            frame.loc[rows, "instance"] = [keys[captured[r][1]] for r in rows]
     grouped = frame.groupby("op", sort=False).agg(
         op_calls=("instance", "nunique"), kernels=("dur_us", "size"), total_us=("dur_us", "sum"), graph_kernels=("graph", "sum")
     ).sort_values("total_us", ascending=False, kind="stable")
@@ -524,6 +771,32 @@ def _op_times(trace: Trace) -> tuple[OpTime, ...]:
         mean = float(r.total_us) / op_calls if op_calls else None
         out.append(OpTime(str(name), op_calls, int(r.kernels), float(r.total_us), mean, int(r.graph_kernels)))
     return tuple(out)
+
+
+def _captured_top_ops(merged: MergeResult, sources: Sequence[CaptureSource]
+                      ) -> dict[int, tuple[str, tuple[int, int, int]]]:
+    """Replayed kernel row → (name of the top-level CPU op around its capture-time launch, key of that op instance per
+    graph launch): GPU time by op for kernels a graph replayed, charged as an eager run would charge them."""
+    out: dict[int, tuple[str, tuple[int, int, int]]] = {}
+    by_source: dict[int, list[int]] = {}
+    for row, p in merged.placements.items():
+        by_source.setdefault(p.source, []).append(row)
+    for si, rows in by_source.items():
+        src = sources[si].trace
+        ops, launches = src.ops, src.capture_launches
+        if ops.empty:
+            continue
+        start = ops["ts_us"].to_numpy(dtype="float64")
+        index = IntervalIndex(start, start + np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0),
+                              group_keys(ops["pid"], ops["tid"]))
+        lrows = [merged.placements[r].launch_row for r in rows]
+        top = index.outermost([(launches.at[i, "pid"], launches.at[i, "tid"]) for i in lrows],
+                              launches["ts_us"].to_numpy(dtype="float64")[lrows])
+        names = ops["name"].to_numpy(dtype=object)
+        for row, t in zip(rows, top):
+            if t >= 0:
+                out[row] = (str(names[t]), (merged.placements[row].graph_launch, si, int(t)))
+    return out
 
 
 def _steps(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[StepWindow, ...]:

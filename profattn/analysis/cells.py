@@ -13,12 +13,13 @@ from dataclasses import replace
 
 import pandas as pd
 
-from profattn.families import ATTENTION_FAMILIES, KernelFamily
+from profattn.families import ATTENTION_FAMILIES, KernelFamily, graph_replay_range
 from profattn.results import (
     CellResult,
     CounterKernel,
     CountersInfo,
     CounterSummary,
+    GraphReplaySummary,
     KernelLaunch,
     RunResult,
     TraceSummary,
@@ -105,6 +106,7 @@ def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: Kern
                     if gs is not None and bs is not None))[:8],
             ))
     total = sum(kl.dur_us_per_call for kl in launches)
+    graph = graph_replays(trace, rid, family, eager_kernels=[kl.name for kl in launches])
     ctas = k["ctas"].dropna() if len(k) and "ctas" in k else pd.Series(dtype=float)
     ctas_per_call = float(ctas.sum()) / per if len(ctas) else None
     sms = trace.num_sms
@@ -121,6 +123,38 @@ def summarize_cell(trace: Trace, trace_file: str, cell: CellResult, family: Kern
         family_ok=ok,
         family_note=note,
         ops=tuple(dict.fromkeys(ops))[:40],
+        graph=graph,
+    )
+
+
+def graph_replays(trace: Trace, cell_id: str, family: KernelFamily, *, eager_kernels: list[str]) -> GraphReplaySummary | None:
+    """The profiled CUDA-graph replays of ``cell_id`` in ``trace`` — the kernels launched inside its
+    ``<cell id>::graph-replay`` ranges (:func:`profattn.families.graph_replay_range`; Kineto gives a replayed kernel the
+    correlation of the ``cudaGraphLaunch`` that replayed it) — per replay, with the family check of those kernels and
+    whether they are the eager calls' ``eager_kernels`` (names). None when the trace has no replay range for the cell
+    (a cell not timed as a graph, or a run from before the replays were profiled). A replay range without kernels (a
+    profiler that recorded no graph kernel) gives ``family_ok`` None and says so, rather than failing the cell."""
+    name = graph_replay_range(cell_id)
+    ranges = trace.ranges
+    replays = int((ranges["name"] == name).sum()) if len(ranges) else 0
+    if not replays:
+        return None
+    k = kernels_in_range(trace, name)
+    names = k["name"].tolist()
+    if names:
+        ok, note = family_check(family, names, [], gpu=True)
+    else:
+        ok, note = None, f"no kernel was recorded for the {replays} profiled graph replay{'s' * (replays != 1)}"
+    by_time = [str(n) for n, _ in sorted(k.groupby("name", sort=False)["dur_us"].sum().items(), key=lambda kv: -kv[1])]
+    return GraphReplaySummary(
+        replays=replays,
+        kernels_per_replay=len(k) / replays,
+        gpu_time_per_replay_us=float(k["dur_us"].sum()) / replays if len(k) else None,
+        kernels=tuple(by_time),
+        graph_launched=bool(len(k)) and bool(k["graph_launched"].all()),
+        family_ok=ok,
+        family_note=note,
+        same_kernels=(set(by_time) == set(eager_kernels)) if by_time and eager_kernels else None,
     )
 
 

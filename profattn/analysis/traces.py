@@ -4,8 +4,15 @@ page, its rows and the JSON document are :mod:`profattn.report.analyze`).
 Trace files are found (a file, or every ``*.json``/``*.json.gz`` under a directory, one per rank or
 worker), parsed by :func:`profattn.trace.load_trace` (a :class:`~profattn.errors.TraceError` names the
 file that cannot be used: an error for a file given itself, a warning and a skip for a file found in a
-directory, e.g. a run's ``results.json``) and analyzed one by one by
-:func:`profattn.analysis.calls.find_attention_calls`. Unless ``keep_host_info``, paths are shown relative to the
+directory, e.g. a run's ``results.json``; so is a directory's JSON file with no profiler event at all, such as
+TraceLens's ``execution_details.json``) and analyzed one by one by
+:func:`profattn.analysis.calls.find_attention_calls`.
+
+**Graph captures.** A trace that recorded graph captures (:attr:`Trace.captures`: vLLM's
+``<torch_profiler_dir>/capture_traces/graph_capture_rank_<r>.*.pt.trace.json.gz``) is a capture source for the
+other traces found under the same path argument, and the ``captures`` given explicitly (``--capture``) for all of
+them; a source of another rank (``distributedInfo.rank``) than the replay's is not used. Traces that replay graphs
+are held until every file is read (each file is still read once); the others are analyzed as they are read. Unless ``keep_host_info``, paths are shown relative to the
 directory given (or as the file's name) and each file's analysis is scrubbed of absolute paths, host and
 user names (:mod:`profattn.privacy`). The set's own findings (files skipped, ranks claimed twice) are
 typed records of :class:`TraceSetAnalysis`; :mod:`profattn.report.analyze` words them as warnings.
@@ -24,8 +31,9 @@ from pathlib import Path
 from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.comm import RankTimeline, rank_timeline
+from profattn.analysis.graphs import CaptureSource
 from profattn.errors import ProfattnError
-from profattn.trace.kineto import load_trace
+from profattn.trace.kineto import Trace, load_trace
 from profattn.workload import DTYPE_BYTES
 
 __all__ = [
@@ -82,6 +90,7 @@ class TraceInput:
     path: Path
     shown: str
     in_directory: bool
+    root: int = 0  #: which path argument found it (captures found under one apply to the traces found under it)
 
 
 def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> list[TraceInput]:
@@ -95,7 +104,7 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
         ProfattnError: a path does not exist, or a directory holds no trace file.
     """
     found: dict[Path, TraceInput] = {}
-    for raw in paths:
+    for root, raw in enumerate(paths):
         path = Path(raw)
         if path.is_dir():
             inside = sorted((p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))),
@@ -104,9 +113,9 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
                 raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             for p in inside:
                 shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
-                found.setdefault(p, TraceInput(p, shown, True))
+                found.setdefault(p, TraceInput(p, shown, True, root))
         elif path.exists():
-            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False))
+            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False, root))
         else:
             raise ProfattnError(f"{path}: no such file or directory")
     if not found:
@@ -131,49 +140,92 @@ def _reason(error: ProfattnError, path: Path) -> str:
     return text.removeprefix(prefix)
 
 
-def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False) -> TraceSetAnalysis:
+def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bool = False,
+                  captures: Iterable[str | os.PathLike[str]] = ()) -> TraceSetAnalysis:
     """Find, parse and analyze every trace under ``paths``.
 
     A file found in a directory that cannot be analyzed (not a trace, e.g. a run's ``results.json``;
-    empty; truncated; ...) is skipped with a warning naming it and the problem; a file given itself
-    that cannot be analyzed is an error. Unless ``keep_host_info``, file paths are shown relative to the
+    empty; truncated; no profiler event at all; ...) is skipped with a warning naming it and the problem; a file
+    given itself that cannot be analyzed is an error. Unless ``keep_host_info``, file paths are shown relative to the
     directory given (or as the file's name) and every string is scrubbed of absolute paths, host and user
-    names (:mod:`profattn.privacy`).
+    names (:mod:`profattn.privacy`). ``captures``: capture traces for every graph replay found (module docstring);
+    they are analyzed as files too.
 
     Raises:
         ProfattnError: a missing path or an empty directory (:func:`find_trace_inputs`), or no file that
             could be analyzed at all (the message names the files and their problems).
-        TraceError: a file given itself that cannot be read as a trace (the message names it).
+        TraceError: a file given itself (or as a capture) that cannot be read as a trace (the message names it).
     """
+    paths = list(paths)
+    captures = list(captures)
     inputs = find_trace_inputs(paths, keep_host_info=keep_host_info)
-    files: list[TraceCalls] = []
-    comm: list[RankTimeline | None] = []
+    if captures:
+        extra = find_trace_inputs(captures, keep_host_info=keep_host_info)
+        known = {t.path for t in inputs}
+        inputs += [TraceInput(t.path, t.shown, False, -1) for t in extra if t.path not in known]
+        explicit = {t.path for t in extra}
+    else:
+        explicit = set()
+    results: dict[int, tuple[TraceCalls, RankTimeline | None, Path]] = {}
     skipped: list[SkippedFile] = []
-    real: dict[str, Path] = {}
-    for item in inputs:
+    sources: list[tuple[TraceInput, CaptureSource, int | None]] = []  # (input, source, rank)
+    waiting: list[tuple[int, TraceInput, Trace]] = []
+    for position, item in enumerate(inputs):
         try:
             trace = load_trace(item.path)
-            fa = find_attention_calls(trace)
+            if item.in_directory and _no_events(trace):
+                raise ProfattnError(f"{item.path}: no profiler events (kernels, ops or ranges): not a Kineto trace")
         except ProfattnError as exc:
             if not item.in_directory:
                 raise
             skipped.append(SkippedFile(item.shown, _reason(exc, item.path)))
             continue
-        fa = replace(fa, path=item.shown)
-        if not keep_host_info:
-            from profattn.privacy import scrub
-
-            fa = scrub(fa)
-        real[fa.path] = item.path
-        tl = rank_timeline(trace, calls=fa, itemsize=call_itemsize(fa))
-        comm.append(replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None)
-        files.append(fa)
+        if not trace.captures.empty or item.path in explicit:
+            sources.append((item, CaptureSource(item.shown, trace), _trace_rank(trace)))
+        if trace.kernels["graph_launched"].any() if len(trace.kernels) else False:
+            waiting.append((position, item, trace))  # merged once every capture is known
+            continue
+        own = [s for i, s, _ in sources if s.trace is trace]
+        results[position] = _analyze_one(item, trace, own, keep_host_info)
+    for position, item, trace in waiting:
+        rank = _trace_rank(trace)
+        usable = [src for i, src, r in sources
+                  if (src.trace is trace or i.root == item.root or i.path in explicit)
+                  and (rank is None or r is None or r == rank)]
+        usable.sort(key=lambda src: src.trace is not trace)  # its own captures first
+        results[position] = _analyze_one(item, trace, usable, keep_host_info)
+    files = [results[p][0] for p in sorted(results)]
+    comm = [results[p][1] for p in sorted(results)]
+    real = {results[p][0].path: results[p][2] for p in results}
     if not files:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
         more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         raise ProfattnError(f"no trace could be read ({len(skipped)} file(s) skipped: {listed}{more})")
     return TraceSetAnalysis(files=tuple(files), skipped=tuple(skipped), rank_clashes=rank_clashes(files, real),
                             comm=tuple(comm))
+
+
+def _no_events(trace: Trace) -> bool:
+    """A file that parsed but holds no event profattn reads (a JSON list of something else)."""
+    return bool(trace.kernels.empty and trace.ops.empty and trace.ranges.empty and trace.captures.empty)
+
+
+def _trace_rank(trace: Trace) -> int | None:
+    info = trace.metadata.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _analyze_one(item: TraceInput, trace: Trace, sources: list[CaptureSource],
+                 keep_host_info: bool) -> tuple[TraceCalls, RankTimeline | None, Path]:
+    fa = find_attention_calls(trace, captures=sources)
+    fa = replace(fa, path=item.shown)
+    if not keep_host_info:
+        from profattn.privacy import scrub
+
+        fa = scrub(fa)
+    tl = rank_timeline(trace, calls=fa, itemsize=call_itemsize(fa))
+    return fa, (replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None), item.path
 
 
 def rank_clashes(files: Sequence[TraceCalls], real: "Mapping[str, Path] | None" = None) -> tuple[RankClash, ...]:

@@ -34,7 +34,7 @@ import torch
 from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.packing import pack_rows, row_offsets, unpack_rows
-from profattn.families import FLASHINFER
+from profattn.families import FLASHINFER, FLASHINFER_FA2, FLASHINFER_FA3
 from profattn.workload import KVLayout, Phase, Workload
 
 #: FlashInfer's recommended float workspace (its docstrings: "The recommended size is 128MB").
@@ -174,8 +174,9 @@ def bind_flashinfer_append(inputs: AttentionInputs) -> Callable[[], None]:
                                          a.kv_indptr, a.kv_last_page_len, kv_layout="NHD")
 
 
-def _jit_warmup(make_call) -> float:  # noqa: ANN001
-    """Run ``make_call()()`` once and return its wall time (s): FlashInfer JIT-compiles on first use."""
+def jit_warmup(make_call) -> float:  # noqa: ANN001
+    """Run ``make_call()()`` once and return its wall time (s): FlashInfer JIT-compiles on first use (the
+    FlashInfer backends call it in ``prepare``, on a tiny problem of the cell's configuration)."""
     t0 = time.perf_counter()
     make_call()()
     torch.cuda.synchronize()
@@ -241,7 +242,7 @@ class FlashInferDecode:
             q = torch.randn(1, w.num_q_heads, w.head_dim, device=device, dtype=dt)
             return lambda: wr.run(q, (pages, pages))
 
-        jit_s = _jit_warmup(tiny)
+        jit_s = jit_warmup(tiny)
 
         def bind(inputs: AttentionInputs):
             cache = inputs.paged
@@ -267,26 +268,78 @@ class FlashInferDecode:
             return call_fp8
 
         return Prepared(forward=paged_only_forward, bind=bind, bind_append=bind_flashinfer_append, notes=(
-            f"FlashInfer {_version()} BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores={self.tensor_cores}, "
+            f"FlashInfer {flashinfer_version()} BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores={self.tensor_cores}, "
             "CUDA-graph mode; plan() outside the timed window",
             f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
         ) + _append_note(w) + ((FP8_KV_NOTE,) if w.kv_dtype is not None else ()))
+
+
+#: The ``backend=`` choices of FlashInfer 0.5.3's prefill wrappers that run on an H200 (``flashinfer/prefill.py``,
+#: ``BatchPrefillWithPagedKVCacheWrapper.__init__``: ``auto``/``fa2``/``fa3``/``cudnn``; ``trtllm-gen`` is
+#: Blackwell's). ``auto`` resolves in ``plan()`` by ``flashinfer.utils.determine_attention_backend``: ``fa3`` when
+#: ``is_sm90a_supported`` (compute capability 9.x and CUDA ≥ 12.3) and ``is_fa3_backend_supported`` (no custom mask,
+#: no RoPE in the kernel, no fp16 QK reduction — whatever the dtype or head_dim), else ``fa2``; so on the H200 every
+#: profattn call of ``auto`` runs FA3 — the committed H200 traces show ``flashinfer::PrefillWithKVCacheKernel<
+#: flashinfer::SparseCollectiveMainloop<…>>`` (FA3's paged mainloop) in every ``flashinfer-prefill-paged`` cell.
+PREFILL_BACKENDS = ("auto", "fa2", "fa3")
+#: FA3's minimum CUDA runtime (``flashinfer.utils.is_sm90a_supported``: ``version_at_least(torch.version.cuda, "12.3")``).
+FA3_MIN_CUDA = (12, 3)
+
+
+def fa3_reason(device: torch.device) -> str | None:
+    """Why FlashInfer's ``fa3`` backend cannot run on ``device`` (None when it can): FlashInfer 0.5.3 builds it for
+    sm_90a only and picks it only where ``is_sm90a_supported`` holds — compute capability 9.x and CUDA ≥ 12.3
+    (``flashinfer/utils.py``); the same test is applied here, before anything is compiled."""
+    major, minor = torch.cuda.get_device_capability(device)
+    cuda = tuple(int(x) for x in (torch.version.cuda or "0.0").split(".")[:2])
+    if major != 9:
+        return (f"FlashInfer's fa3 backend is built for sm_90a (Hopper) only; this GPU is SM {major}.{minor} "
+                "(flashinfer.utils.is_sm90a_supported)")
+    if cuda < FA3_MIN_CUDA:
+        return f"FlashInfer's fa3 backend needs CUDA >= 12.3 (flashinfer.utils.is_sm90a_supported); torch has CUDA {torch.version.cuda}"
+    return None
+
+
+def prefill_call_reason(w: Workload, *, paged: bool) -> str | None:
+    """Why a FlashInfer batch-prefill kernel over the paged cache (``paged``) or over packed dense K/V cannot take
+    ``w``'s call (None when it can): no backward, the other layout, a shared prefix outside the paged cache."""
+    if w.phase is Phase.TRAIN:
+        return "FlashInfer has no backward (forward-only serving kernels)"
+    if paged and w.kv_layout is not KVLayout.PAGED:
+        return "reads a paged KV cache; this workload's layout is dense"
+    if not paged and w.kv_layout is KVLayout.PAGED:
+        return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
+    if w.shared_prefix_len and not paged:
+        return "a shared prefix lives in the paged cache"
+    return None
 
 
 class FlashInferPrefill:
     """``flashinfer-prefill-paged`` (``paged``) / ``flashinfer-prefill-ragged``: batch prefill with the
     bottom-right causal mask over the paged cache (chunked prefill, mixed batches, and decode through the
     prefill kernels) or over packed dense K/V. Variable-length calls are packed to FlashInfer's
-    ``[Σ q_len, Hq, d]`` in ``bind`` and unpacked for the correctness check outside the timing."""
+    ``[Σ q_len, Hq, d]`` in ``bind`` and unpacked for the correctness check outside the timing.
 
-    family = FLASHINFER
+    ``backend`` is the wrapper's ``backend=`` (:data:`PREFILL_BACKENDS`): ``auto`` (FlashInfer's choice; the cell
+    notes what it resolved to) or ``fa2``/``fa3`` made explicit (``flashinfer-prefill-paged-fa2`` /
+    ``-fa3``), whose families (:data:`~profattn.families.FLASHINFER_FA2` / ``FLASHINFER_FA3``) confirm from the
+    trace which of the two ran."""
+
     varlen = True
 
-    def __init__(self, paged: bool) -> None:
+    def __init__(self, paged: bool, backend: str = "auto") -> None:
+        if backend not in PREFILL_BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}")
         self.paged = paged
-        self.name = "flashinfer-prefill-paged" if paged else "flashinfer-prefill-ragged"
+        self.backend = backend
+        base = "flashinfer-prefill-paged" if paged else "flashinfer-prefill-ragged"
+        self.name = base if backend == "auto" else f"{base}-{backend}"
+        self.family = {"auto": FLASHINFER, "fa2": FLASHINFER_FA2, "fa3": FLASHINFER_FA3}[backend]
         self.description = ("FlashInfer batch prefill over the " + ("paged cache" if paged else "packed (ragged) K/V")
-                            + ", causal bottom-right (optional)")
+                            + ", causal bottom-right"
+                            + ("" if backend == "auto" else f", backend={backend!r} (FlashInfer's "
+                               + ("FlashAttention-2 kernels" if backend == "fa2" else "Hopper FlashAttention-3 kernels")
+                               + ")") + " (optional)")
 
     @property
     def adoption(self):  # noqa: ANN201
@@ -294,19 +347,8 @@ class FlashInferPrefill:
         return ADOPTIONS[self.name]
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        w = workload
-        where = flashinfer_reason(device)
-        if where:
-            return where
-        if w.phase is Phase.TRAIN:
-            return "FlashInfer has no backward (forward-only serving kernels)"
-        if self.paged and w.kv_layout is not KVLayout.PAGED:
-            return "reads a paged KV cache; this workload's layout is dense"
-        if not self.paged and w.kv_layout is KVLayout.PAGED:
-            return "reads packed dense K/V; this workload's cache is paged (flashinfer-prefill-paged reads it)"
-        if w.shared_prefix_len and not self.paged:
-            return "a shared prefix lives in the paged cache"
-        return shape_reason(w)
+        return (flashinfer_reason(device) or (fa3_reason(device) if self.backend == "fa3" else None)
+                or prefill_call_reason(workload, paged=self.paged) or shape_reason(workload))
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         reason = self.unsupported_reason(workload, device)
@@ -318,19 +360,22 @@ class FlashInferPrefill:
         dt = getattr(torch, w.dtype)
         causal = w.mask.value == "causal"
         q_lens, kv_lens = list(w.q_lens), list(w.kv_lens)
+        resolved: list[str] = []
 
         def wrapper_for(qo: list[int], kv: list[int], pages=None):  # noqa: ANN001
             ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
             qo_indptr = row_offsets(qo, device)
             if self.paged:
                 indptr, indices, last = pages
-                wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+                wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=self.backend)
                 wr.plan(qo_indptr, indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim, w.page_size,
                         causal=causal, q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
             else:
-                wr = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
+                wr = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend=self.backend)
                 wr.plan(qo_indptr, row_offsets(kv, device), w.num_q_heads, w.num_kv_heads, w.head_dim,
                         causal=causal, q_data_type=dt, kv_data_type=dt, window_left=window_left(w))
+            # what ``auto`` became in plan() (FlashInfer keeps the choice in the wrapper's ``_backend``)
+            resolved.append(str(getattr(wr, "_backend", "?")))
             return wr
 
         def tiny():
@@ -345,7 +390,7 @@ class FlashInferPrefill:
             wr = wrapper_for([n], [n])
             return lambda: wr.run(q, k, k)
 
-        jit_s = _jit_warmup(tiny)
+        jit_s = jit_warmup(tiny)
         l_max = w.q_len
 
         def bind(inputs: AttentionInputs):
@@ -365,8 +410,10 @@ class FlashInferPrefill:
             bind_append=bind_flashinfer_append if self.paged else None,
             to_contract=lambda o: unpack_rows(o, q_lens, l_max),  # a view of [B·Lq, Hq, d] when uniform
             notes=(
-                f"FlashInfer {_version()} {'BatchPrefillWithPagedKVCacheWrapper' if self.paged else 'BatchPrefillWithRaggedKVCacheWrapper'}"
-                f", causal={causal}; Q{'/K/V' if not self.paged else ''} packed to [Σ len, H, d] and plan() outside the timed window",
+                f"FlashInfer {flashinfer_version()} {'BatchPrefillWithPagedKVCacheWrapper' if self.paged else 'BatchPrefillWithRaggedKVCacheWrapper'}"
+                f", causal={causal}, backend={self.backend!r}"
+                + (f" (resolved to {resolved[-1]!r} in plan())" if resolved and resolved[-1] != self.backend else "")
+                + f"; Q{'/K/V' if not self.paged else ''} packed to [Σ len, H, d] and plan() outside the timed window",
                 f"JIT compile + first call (tiny problem, same configuration): {jit_s:.1f} s, outside every timing",
             ) + (() if uniform else ("output unpacked to [B, Hq, Lq_max, d] for the correctness check, outside the timing",))
             + _append_note(w),
@@ -389,7 +436,8 @@ def _dense_forward_refused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     raise Unsupported("this backend packs its inputs in bind")
 
 
-def _version() -> str:
+def flashinfer_version() -> str:
+    """``flashinfer.__version__`` (``?`` where it cannot be read); FlashInfer must be importable."""
     try:
         import flashinfer
 
@@ -399,4 +447,5 @@ def _version() -> str:
 
 
 #: The FlashInfer backends the registry lists (each says why where FlashInfer cannot run).
-FLASHINFER_BACKENDS = (FlashInferDecode(False), FlashInferDecode(True), FlashInferPrefill(True), FlashInferPrefill(False))
+FLASHINFER_BACKENDS = (FlashInferDecode(False), FlashInferDecode(True), FlashInferPrefill(True), FlashInferPrefill(False),
+                       FlashInferPrefill(True, "fa2"), FlashInferPrefill(True, "fa3"))

@@ -26,6 +26,7 @@ from profattn.backends.base import (
 )
 from profattn.backends.eager import EagerBackend
 from profattn.backends.flashinfer import FLASHINFER_BACKENDS
+from profattn.backends.flashinfer_hopper import FLASHINFER_HOPPER_BACKENDS
 from profattn.backends.flex import FlexBackend, FlexPagedDecode
 from profattn.backends.plugins import BrokenPlugin, PluginBackend, PluginSpecError, installed_plugins, load_spec
 from profattn.backends.sdpa import SDPA_BACKENDS, SDPA_NESTED
@@ -196,5 +197,5 @@ def backend_info(device: torch.device) -> list[BackendInfo]:
 
 for _b in (*SDPA_BACKENDS, SDPA_NESTED, EagerBackend(), FlexBackend(), TritonPagedDecode(), TritonPagedPrefill(), TorchPagedReference(),
            FlexPagedDecode(),
-           *FLASHINFER_BACKENDS):
+           *FLASHINFER_BACKENDS, *FLASHINFER_HOPPER_BACKENDS):
     register(_b)

@@ -41,8 +41,15 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
 @click.option("--db", default=None, metavar="PATH", help="Results store for --recommend (default: $PROFATTN_DB, else the user's cache directory).")
 @click.option("--gpu", "gpu_name", default=None, metavar="NAME", help="GPU to look calls up on with --recommend (default: the trace's deviceProperties name).")
 @click.option("--recommend-json", "advice_json", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the --recommend advice as JSON.")
+@click.option("--capture", "capture_paths", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              help="A trace that profiled the capture of the CUDA graphs the traces replay (repeatable; a directory's "
+                   "capture traces are found by themselves).")
+@click.option("--ceilings", "ceilings_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
+              help="A profattn run (directory or results.json) on the trace's GPU: its measured GEMM and read-stream "
+                   "rates are the roof the serving steps' achieved rates are shown against.")
 def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None, keep_host_info: bool = False,
-            advise: bool = False, db: str | None = None, gpu_name: str | None = None, advice_json: str | None = None) -> None:
+            advise: bool = False, db: str | None = None, gpu_name: str | None = None, advice_json: str | None = None,
+            capture_paths: tuple[Path, ...] = (), ceilings_run: Path | None = None) -> None:
     """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
 
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
@@ -66,23 +73,52 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
         from profattn.store import open_store
 
         store = open_store(db, create=False)
-    analysis = analyze_paths(paths, keep_host_info=keep_host_info)
+    ceilings, ceilings_gpu = _ceilings(ceilings_run) if ceilings_run is not None else (None, None)
+    analysis = analyze_paths(paths, keep_host_info=keep_host_info, captures=capture_paths)
+    for f in analysis.files if ceilings is not None else ():
+        if f.has_gpu_kernels and f.device_name != ceilings_gpu:
+            click.echo(f"warning: {f.label}: the ceilings were measured on {ceilings_gpu or 'an unnamed GPU'}, the trace "
+                       f"ran on {f.device_name or 'a GPU it does not name'}: the fractions compare different machines",
+                       err=True)
+    from profattn.report.engine import RECIPE, engine_lines
+
+    needs_recipe = False
     for f in analysis.files:
         other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
         gpu = (f"{f.kernel_count} kernel{'' if f.kernel_count == 1 else 's'}, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else
                "no CUDA/ROCm kernels (another accelerator's device events: see the warning)" if other else "no GPU kernels")
         click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
+        for line in engine_lines(f, ceilings):
+            click.echo(line)
         for w in f.warnings:
             click.echo(f"warning: {f.label}: {w.message}", err=True)
+        needs_recipe |= bool(f.graph_merge is not None and f.graph_merge.unplaced_attention_kernels)
+    if needs_recipe:
+        click.echo("to give graph-replayed attention kernels their ops and shapes, profile the graphs' capture too:")
+        for line in RECIPE:
+            click.echo(f"  {line}")
     for line in comm_lines(analysis):
         click.echo(line)
     for warning in set_warnings(analysis):
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"report: {write_html(analysis, html_path)}")
+    click.echo(f"report: {write_html(analysis, html_path, ceilings=ceilings)}")
     if json_file is not None:
         click.echo(f"json: {write_json(analysis, json_file)}")
     if store is not None:
         _advise(store, analysis, gpu_name, advice_file)
+
+
+def _ceilings(path: Path):
+    """The measured ceilings of the profattn run at ``path`` (``--ceilings``) and the GPU they were measured on.
+
+    Raises:
+        ProfattnError: not a readable run, or a run without ceilings (a CPU run measures none)."""
+    from profattn.results import read_results
+
+    run = read_results(path)
+    if run.ceilings is None:
+        raise ProfattnError(f"{path}: this run measured no ceilings (a CPU run, or one made before they existed)")
+    return run.ceilings, run.environment.device_name
 
 
 def _advise(store, analysis, gpu: str | None, advice_file: Path | None) -> None:

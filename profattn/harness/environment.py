@@ -60,6 +60,24 @@ def _nvidia_smi(device: torch.device) -> dict[str, str]:
     return dict(zip(keys, values)) if len(values) == len(keys) else {}
 
 
+#: Distributions of the optional kernel packages whose versions a run records (``Environment`` field → distribution).
+OPTIONAL_PACKAGES = {"flashinfer": "flashinfer-python", "cudnn_frontend": "nvidia-cudnn-frontend"}
+
+
+def package_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` from its metadata (``importlib.metadata``, which also finds wheels
+    installed with ``pip install --target DIR`` when ``DIR`` is on ``sys.path``), None when not installed. Nothing is
+    imported: FlashInfer's import is heavy and may fail on a machine without CUDA."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - a broken dist-info must not stop a run
+        return None
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(float(text)) if text is not None else None
@@ -69,7 +87,8 @@ def _int(text: str | None) -> int | None:
 
 def collect_environment(device: torch.device, *, keep_host_info: bool = False) -> Environment:
     """GPU name (the CPU's model name on a CPU, :func:`cpu_name`), SM count, L2 size, memory, driver and
-    torch/CUDA/cuDNN/triton versions; the host and user names only when ``keep_host_info`` (``--keep-host-info``)."""
+    torch/CUDA/cuDNN/triton versions, FlashInfer's and the cuDNN frontend's where installed (:func:`package_version`);
+    the host and user names only when ``keep_host_info`` (``--keep-host-info``)."""
     name, sms, l2, mem, smi = cpu_name(), None, None, None, {}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -107,4 +126,5 @@ def collect_environment(device: torch.device, *, keep_host_info: bool = False) -
         gpu_sm_clock_mhz=_int(smi.get("clocks.sm")),
         gpu_mem_clock_mhz=_int(smi.get("clocks.mem")),
         gpu_temperature_c=_int(smi.get("temperature.gpu")),
+        **{field: package_version(dist) for field, dist in OPTIONAL_PACKAGES.items()},
     )

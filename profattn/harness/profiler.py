@@ -11,6 +11,14 @@ absolute paths, the host name and the user name (:func:`profattn.privacy.scrub_t
 
 On CUDA the L2 is evicted before each call, outside the range (a 256 MB read, as in the timing pass),
 so the kernel times in the trace are cold-L2 times, comparable with the timing pass.
+
+A cell timed as a CUDA-graph replay (``ProfiledCall.graph``: decode on CUDA) is also replayed here, the way a serving
+engine's trace shows it: after its eager calls, one capture of the call (:func:`~profattn.harness.timing.capture_graph`,
+its warm-up calls included) inside ``record_function("<cell_id>::graph-capture")``, then ``calls`` replays, each
+after the same flush and inside ``record_function("<cell_id>::graph-replay")`` (:func:`graph_capture_range`,
+:func:`graph_replay_range`). Kineto attributes a replayed kernel to the ``cudaGraphLaunch`` that replayed it, so the
+kernels behind the cell's graph latency are read from the trace (:func:`profattn.analysis.cells.summarize_cell`),
+beside those of its eager calls; the timed replays stay unprofiled (:func:`~profattn.harness.timing.time_cuda_graph`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Callable, ContextManager, Sequence
 
 import torch
 
-from profattn.harness.timing import l2_flusher
+from profattn.families import graph_capture_range, graph_replay_range
+from profattn.harness.timing import capture_graph, l2_flusher
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ def profile_cells(cells: Sequence[ProfiledCall], trace_dir: Path, *, device: tor
     if worker_name is None and not keep_host_info:
         worker_name = "profattn"
     handler = tensorboard_trace_handler(str(trace_dir), worker_name=worker_name, use_gzip=True)
+    capture = (lambda fn: capture_graph(fn, device)) if device.type == "cuda" else None
     with profile(activities=activities, record_shapes=True, with_stack=keep_host_info, on_trace_ready=handler):
         for cell in cells:
             try:
@@ -69,6 +79,8 @@ def profile_cells(cells: Sequence[ProfiledCall], trace_dir: Path, *, device: tor
                         with record_function(cell.cell_id):
                             cell.fn()
                             sync()
+                    if cell.graph and capture is not None:
+                        profile_graph_replays(cell, calls, capture=capture, flush=flush, sync=sync)
             except Exception:  # noqa: BLE001 - one bad cell must not lose the regime's trace
                 continue
     new = sorted(set(trace_dir.glob("*.pt.trace.json.gz")) - before_files, key=lambda p: p.stat().st_mtime)
@@ -81,3 +93,32 @@ def profile_cells(cells: Sequence[ProfiledCall], trace_dir: Path, *, device: tor
     return new[-1]
 
 
+
+
+def profile_graph_replays(cell: ProfiledCall, calls: int, *, capture: Callable[[Callable[[], object]], object],
+                          flush: Callable[[], None], sync: Callable[[], None]) -> None:
+    """Capture ``cell.fn`` once inside ``record_function(graph_capture_range(cell.cell_id))`` and replay it ``calls``
+    times, each replay after ``cell.before``, ``flush`` and ``sync`` and inside
+    ``record_function(graph_replay_range(cell.cell_id))`` followed by ``sync`` — inside a running profiler (see the
+    module docstring). ``capture(fn)`` returns an object with ``replay()`` (a ``torch.cuda.CUDAGraph`` on CUDA:
+    :func:`~profattn.harness.timing.capture_graph`); the graph is released after the last replay.
+
+    Raises:
+        whatever the capture or a replay raises (the caller skips the cell; its eager ranges are already recorded).
+    """
+    from torch.profiler import record_function
+
+    with record_function(graph_capture_range(cell.cell_id)):
+        graph = capture(cell.fn)
+        sync()
+    try:
+        for _ in range(calls):
+            if cell.before:
+                cell.before()
+            flush()
+            sync()
+            with record_function(graph_replay_range(cell.cell_id)):
+                graph.replay()
+                sync()
+    finally:
+        del graph

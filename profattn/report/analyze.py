@@ -23,8 +23,10 @@ from profattn.analysis.cells import kernel_stem
 from profattn.analysis.comm import RankTimeline
 from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
 from profattn.files import write_text_atomic
+from profattn.report.engine import achieved_text, call_engine_dict, engine_call_text, engine_dict, engine_section
 from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells
 from profattn.report.render import render, write_html_file
+from profattn.results import Ceilings
 from profattn.workload import Workload
 
 __all__ = [
@@ -137,6 +139,8 @@ def _call_row(c: AttentionCall) -> dict[str, Any]:
         "graph": c.graph_launched, "kernels": [_kernel_row(k) for k in c.kernels],
         "workload": c.workload_constructor, "workload_tag": c.workload.tag if c.workload else "",
         "profile_hint": c.profile_hint, "notes": list(c.notes),
+        "engine": engine_call_text(c.engine), "achieved": achieved_text(c.step) if c.step else "",
+        "origin": c.graph.rule.value if c.graph else "", "captured_in": c.captured_in,
     }
 
 
@@ -248,6 +252,7 @@ def _call_dict(c: AttentionCall, memo: dict[Workload, dict[str, Any]]) -> dict[s
         "workload": _workload_dict(c.workload, memo) if c.workload else None, "workload_constructor": c.workload_constructor,
         "gpu_time_us": c.gpu_time_us if c.kernels else None, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,
         "kernels": [{**asdict(k), "launch_shape": k.launch_shape} for k in c.kernels], "notes": list(c.notes),
+        **call_engine_dict(c),
     }
 
 
@@ -315,6 +320,7 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
             "ops": [asdict(o) for o in f.ops],
             "steps": [asdict(s) for s in f.steps],
             "attention_calls": [_call_dict(c, memo) for c in f.calls],
+            **engine_dict(f),
         })
     return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": set_warnings(analysis),
                     "skipped": [asdict(s) for s in analysis.skipped], "files": files})
@@ -348,8 +354,10 @@ def _limited(rows: list[dict[str, Any]], limit: int = TABLE_LIMIT) -> dict[str, 
     return {"rows": rows[:limit], "more": max(0, len(rows) - limit)}
 
 
-def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace analysis") -> str:
-    """The whole report as one self-contained HTML string (plotly.js inline once, no network access)."""
+def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace analysis",
+                ceilings: Ceilings | None = None) -> str:
+    """The whole report as one self-contained HTML string (plotly.js inline once, no network access); ``ceilings``:
+    a profattn run's measured roof, against which the serving steps' achieved rates are shown."""
     sections = []
     comm = analysis.comm or (None,) * len(analysis.files)
     for summary, fa, tl in zip(file_rows(analysis), analysis.files, comm):
@@ -364,6 +372,7 @@ def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace anal
             "launch_table": _limited(launch_shape_rows(fa)),
             "op_table": _limited(op_rows(fa)),
             "steps": step_rows(fa),
+            "engine": engine_section(fa, ceilings),
         })
     ctx = {
         "title": title,
@@ -374,6 +383,6 @@ def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace anal
     return render("analyze", ctx)
 
 
-def write_html(analysis: TraceSetAnalysis, path: str | os.PathLike[str]) -> Path:
+def write_html(analysis: TraceSetAnalysis, path: str | os.PathLike[str], *, ceilings: Ceilings | None = None) -> Path:
     """Render and write the report; returns the path."""
-    return write_html_file(render_html(analysis), path)
+    return write_html_file(render_html(analysis, ceilings=ceilings), path)

@@ -16,19 +16,22 @@ and the counter fields; version 3 added the repeated timing samples (``timing_re
 Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
 profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
 ``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``; the workload's ``cp_ranks`` and
-``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank).
+``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank); a graph-timed cell's
+``trace.graph`` (its profiled CUDA-graph replays, :class:`GraphReplaySummary`) and the environment's ``flashinfer`` and
+``cudnn_frontend`` versions. profattn before these two cannot read a file holding them; from them on, unknown
+environment and trace fields are skipped on reading, so later additions there stay readable.
 """
 
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
     CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
-    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, StrEnum, Timing,
-    TraceSummary, cell_row, cells_by_workload, dominant_launch,
+    CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary, KernelLaunch, RankRecord, RunResult,
+    StrEnum, Timing, TraceSummary, cell_row, cells_by_workload, dominant_launch,
 )
 
 __all__ = [
     "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
     "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
-    "KernelLaunch", "RankRecord", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
+    "GraphReplaySummary", "KernelLaunch", "RankRecord", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",
 ]

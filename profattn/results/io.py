@@ -15,8 +15,8 @@ from typing import Any
 from profattn.errors import ResultsError
 from profattn.results.records import (
     READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
-    CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, Timing,
-    TraceSummary,
+    CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary, KernelLaunch, RankRecord, RunResult,
+    Timing, TraceSummary,
 )
 from profattn.interfaces import Adoption
 from profattn.workload import Workload
@@ -104,7 +104,8 @@ def _cell_from_dict(d: dict[str, Any]) -> CellResult:
                             "shapes": tuple((_tuple3(g), _tuple3(b)) for g, b in k.get("shapes", ()))})
             for k in trace["kernels"]
         )
-        trace = TraceSummary(**{**trace, "kernels": kernels, "ops": tuple(trace.get("ops", ()))})
+        trace = TraceSummary(**{**_known(TraceSummary, trace), "kernels": kernels, "ops": tuple(trace.get("ops", ())),
+                                "graph": _graph_replays(trace.get("graph"))})
     counters = d.get("counters")
     if counters is not None:
         ck = tuple(CounterKernel(**{**k, "grid": _tuple3(k.get("grid")), "block": _tuple3(k.get("block"))}) for k in counters["kernels"])
@@ -142,12 +143,25 @@ def _opt_int(v: Any, name: str) -> int | None:
     return v
 
 
+def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` without the keys that are not fields of the dataclass ``cls`` (fields a later profattn added)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
 def _environment(d: dict[str, Any]) -> Environment:
-    d = dict(d)
+    d = _known(Environment, d)
     for key in ("load_avg_start", "load_avg_end"):
         if d.get(key) is not None:
             d[key] = tuple(float(x) for x in d[key])
     return Environment(**d)
+
+
+def _graph_replays(d: dict[str, Any] | None) -> GraphReplaySummary | None:
+    """A trace summary's ``graph`` object (None when absent)."""
+    if d is None:
+        return None
+    return GraphReplaySummary(**{**_known(GraphReplaySummary, d), "kernels": tuple(d.get("kernels", ()))})
 
 
 def run_from_dict(data: dict[str, Any]) -> RunResult:

@@ -120,6 +120,29 @@ class KernelLaunch:
 
 
 @dataclass(frozen=True)
+class GraphReplaySummary:
+    """What the profiler pass saw of a graph-timed cell's profiled CUDA-graph replays (ranges
+    ``<cell id>::graph-replay``, :func:`profattn.families.graph_replay_range`): the kernels the replayed graph ran,
+    per replay — the evidence behind the cell's graph latency.
+
+    ``kernels``: distinct kernel names, most GPU time first; ``graph_launched``: every one of them was launched by a
+    graph launch (``cudaGraphLaunch``), not by an eager launch inside the range; ``family_ok``: as
+    :attr:`TraceSummary.family_ok` for the replayed kernels, except that a trace holding no replayed kernel (a
+    profiler that does not record graph kernels) is None, not False; ``same_kernels``: the replays ran the same
+    kernel names as the cell's eager calls (None when either side recorded none).
+    """
+
+    replays: int
+    kernels_per_replay: float
+    gpu_time_per_replay_us: float | None
+    kernels: tuple[str, ...]
+    graph_launched: bool
+    family_ok: bool | None
+    family_note: str
+    same_kernels: bool | None
+
+
+@dataclass(frozen=True)
 class TraceSummary:
     """What the profiler pass saw of one cell: the kernels that actually ran, per call.
 
@@ -139,6 +162,9 @@ class TraceSummary:
     family_ok: bool | None
     family_note: str
     ops: tuple[str, ...] = ()
+    #: The profiled CUDA-graph replays of a graph-timed cell (None: not graph-timed, or a run made before they
+    #: were profiled).
+    graph: GraphReplaySummary | None = None
 
 
 @dataclass(frozen=True)
@@ -343,11 +369,13 @@ class CellResult:
 
     @property
     def eligible(self) -> bool:
-        """May win: timed, passed correctness, and its trace does not contradict its backend's family."""
+        """May win: timed, passed correctness, and its trace does not contradict its backend's family — neither its
+        eager calls' kernels nor, for a graph-timed cell, its profiled graph replays' (:class:`GraphReplaySummary`)."""
         return (
             self.status == CellStatus.OK
             and self.timing is not None
             and (self.trace is None or self.trace.family_ok is not False)
+            and (self.trace is None or self.trace.graph is None or self.trace.graph.family_ok is not False)
         )
 
 
@@ -382,6 +410,10 @@ class Environment:
     gpu_sm_clock_mhz: int | None = None
     gpu_mem_clock_mhz: int | None = None
     gpu_temperature_c: int | None = None
+    #: Installed versions of the optional kernel packages (their distributions' metadata; None: not installed):
+    #: ``flashinfer-python`` and the cuDNN frontend (``nvidia-cudnn-frontend``, through which FlashInfer runs cuDNN).
+    flashinfer: str | None = None
+    cudnn_frontend: str | None = None
 
 
 @dataclass(frozen=True)

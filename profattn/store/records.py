@@ -26,7 +26,7 @@ class StoredRun:
     the run's start (ISO 8601, UTC); ``imported_utc``: when it was (last) imported; ``gpu``: the device name
     (``NVIDIA H200``; ``cpu`` runs carry the CPU's name as the Environment has it); ``num_sms``: streaming
     multiprocessors (None on a CPU or when unrecorded); software versions as the run's Environment recorded them
-    (``flashinfer`` is None: runs do not record it yet); ``cells``: cells stored for it.
+    (``flashinfer``: None in runs that did not record it); ``cells``: cells stored for it.
     """
 
     run_id: str
@@ -235,7 +235,7 @@ def stored_run(run: RunResult, path: str, imported_utc: str, cells: int) -> Stor
     e = run.environment
     return StoredRun(run_id=run_id(run), path=path, created_utc=e.created_utc, imported_utc=imported_utc,
                      preset=run.preset, gpu=e.device_name, device=e.device, num_sms=e.num_sms, torch=e.torch,
-                     cuda=e.cuda, cudnn=e.cudnn, triton=e.triton, flashinfer=None, driver=e.driver,
+                     cuda=e.cuda, cudnn=e.cudnn, triton=e.triton, flashinfer=e.flashinfer, driver=e.driver,
                      profattn=e.profattn, repeat=run.repeat,
                      read_gbps=run.ceilings.read_gbps if run.ceilings else None,
                      copy_gbps=run.ceilings.copy_gbps if run.ceilings else None,

@@ -25,7 +25,13 @@ from profattn.trace.reader import Batch, parse_int
 __all__ = [
     "EVENT_FIELDS",
     "ACCELERATOR_CATS",
+    "CAPTURE_COLUMNS",
+    "CAPTURE_LAUNCH_COLUMNS",
+    "GRAPH_CAPTURE_BEGIN",
+    "GRAPH_CAPTURE_END",
     "GRAPH_LAUNCHERS",
+    "KERNEL_LAUNCH_CALLS",
+    "WORK_SIZE_LAUNCHES",
     "KERNEL_ARG_SPEC",
     "MAX_NAME_CHARS",
     "NA_INT",
@@ -68,6 +74,22 @@ MAX_NAME_CHARS = 65_536
 
 #: Runtime/driver calls that launch a captured CUDA (or HIP) graph rather than a single kernel.
 GRAPH_LAUNCHERS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+#: Runtime/driver calls that begin and end a stream capture into a CUDA (HIP) graph, as Kineto names them (CUPTI's
+#: callback names without their ``_vNNNN`` suffix, ``libkineto/src/cupti_strings.cpp``; rocprofiler's HIP names).
+#: While a stream captures, the kernel launches issued on it create graph nodes instead of running.
+GRAPH_CAPTURE_BEGIN: frozenset[str] = frozenset({
+    "cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
+    "cuStreamBeginCaptureToGraph", "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph",
+})
+GRAPH_CAPTURE_END: frozenset[str] = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+#: Runtime/driver calls that launch one kernel (during a capture: create one kernel node). Memory copies and sets
+#: create memcpy/memset nodes, which replay as ``gpu_memcpy``/``gpu_memset`` events, not kernels.
+KERNEL_LAUNCH_CALLS: frozenset[str] = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel",
+    "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel",
+    "hipModuleLaunchCooperativeKernel",
+})
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -112,6 +134,12 @@ KERNEL_ARG_SPEC: tuple[ArgSpec, ...] = (
     ArgSpec("blocks_per_sm", "blocks per SM", "float64"),
     ArgSpec("warps_per_sm", "warps per SM", "float64"),
     ArgSpec("est_occupancy_pct", "est. achieved occupancy %", "float64"),
+    # CUDA graph identity of a replayed kernel (CUPTI ``CUpti_ActivityKernel9.graphId``/``graphNodeId``, written by
+    # Kineto since pytorch/kineto#1276 on CUDA >= 12 builds; 0 or absent for a kernel not launched by a graph).
+    # ``graph node id`` packs the graph id in its upper 32 bits and the node's id in that graph in the lower 32
+    # (torch.cuda._graph_annotations._rekey_annotations); the instantiated graph keeps the captured nodes' ids.
+    ArgSpec("graph_id", "graph id", "Int64"),
+    ArgSpec("graph_node_id", "graph node id", "Int64"),
 )
 
 _SPEC_COLUMNS = tuple(s.column for s in KERNEL_ARG_SPEC)
@@ -135,6 +163,15 @@ KERNEL_COLUMNS: tuple[str, ...] = (
 )
 #: Columns of :attr:`Trace.ranges`, in order.
 RANGE_COLUMNS: tuple[str, ...] = ("name", "ts_us", "dur_us", "pid", "tid", "instance")
+#: Columns of :attr:`Trace.captures` (one row per stream capture into a graph), in order.
+CAPTURE_COLUMNS: tuple[str, ...] = (
+    "capture", "begin_ts_us", "end_ts_us", "pid", "tid", "begin_call", "launches", "range",
+)
+#: Columns of :attr:`Trace.capture_launches` (the kernel launches issued during a capture), in order.
+CAPTURE_LAUNCH_COLUMNS: tuple[str, ...] = (
+    "capture", "position", "call", "kernel", "ts_us", "pid", "tid", "correlation",
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes",
+)
 #: Columns of :attr:`Trace.ops`, in order.
 OP_COLUMNS: tuple[str, ...] = (
     "name",
@@ -166,9 +203,14 @@ class TraceWarning:
 
 #: ``args`` keys whose values are kept as recorded (lists); decoded once per distinct value.
 _RECORDED_KEYS = ("Input Dims", "Input type", "Concrete Inputs")
+#: The kernel a ROCm runtime launch event names (Kineto's ``RocmMetadataFields::kKernel``,
+#: ``libkineto/src/RocprofActivity_inl.h``; the same event records ``grid``, ``block`` and ``shared memory``).
+#: CUDA runtime events record only ``cbid`` and ``correlation``.
+_LAUNCH_KERNEL_KEY = "kernel"
 #: Every ``args`` key read: the kernel spec's keys and aliases, the launchers' and ops' keys.
 _ARG_KEYS: tuple[str, ...] = tuple(dict.fromkeys(
     [key for spec in KERNEL_ARG_SPEC for key in (spec.raw_key, *spec.aliases)] + list(_RECORDED_KEYS)
+    + [_LAUNCH_KERNEL_KEY]
 ))
 _ARG_INDEX = {key: i for i, key in enumerate(_ARG_KEYS)}
 
@@ -176,6 +218,8 @@ def _arg_type(key: str) -> Any:
     """The JSON type an ``args`` value has in a well-formed trace (what the fast decode accepts)."""
     if key in _RECORDED_KEYS:
         return msgspec.Raw  # kept as JSON text, decoded once per distinct value
+    if key == _LAUNCH_KERNEL_KEY:
+        return str | None
     spec = next(s for s in KERNEL_ARG_SPEC if key in (s.raw_key, *s.aliases))
     scalar = int if spec.dtype == "Int64" else float
     return (list[scalar] if spec.index is not None else scalar) | None  # type: ignore[valid-type]
@@ -200,6 +244,10 @@ _KERNEL_PLAN = tuple(
     for spec in KERNEL_ARG_SPEC
 )
 _CORRELATION = _ARG_INDEX["correlation"]
+_LAUNCH_DETAIL = (_ARG_INDEX[_LAUNCH_KERNEL_KEY], _ARG_INDEX["grid"], _ARG_INDEX["block"], _ARG_INDEX["shared memory"])
+#: HIP launch calls whose ``grid`` Kineto records as the *global work size* in threads (their arguments
+#: ``globalWorkSizeX..Z`` / ``localWorkSizeX..Z``: ``libkineto/src/RocprofLogger.cpp``), not in blocks.
+WORK_SIZE_LAUNCHES = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
 _EXTERNAL_ID = (_ARG_INDEX["External id"], _ARG_INDEX["external id"])
 _DIMS, _TYPES, _CONCRETE = (_ARG_INDEX[k] for k in _RECORDED_KEYS)
 _NO_ARGS = (None,) * len(_ARG_KEYS)
@@ -228,6 +276,10 @@ class EventColumns:
         self.k_ts, self.k_dur = array("d"), array("d")
         self.k_args = {spec.column: array("d" if spec.dtype == "float64" else "q") for spec in KERNEL_ARG_SPEC}
         self.launchers: dict[int, tuple[str, float, Any, Any]] = {}
+        #: correlation -> (kernel name, grid, block, shared memory bytes) for the launch events that record them
+        #: (ROCm's runtime events; CUDA's record none, so this stays empty there).
+        self.launch_details: dict[int, tuple[str | None, tuple[int, int, int] | None, tuple[int, int, int] | None,
+                                             int | None]] = {}
         self.r_name: list[str] = []
         self.r_ts, self.r_dur = array("d"), array("d")
         self.r_pid: list[Any] = []
@@ -342,6 +394,9 @@ class EventColumns:
                 self.launchers_repeated += 1
             else:
                 self.launchers[correlation] = (self._str(name), t, self._thread(pid), self._thread(tid))
+                kernel_name, grid, block, smem = (args[i] for i in _LAUNCH_DETAIL)
+                if kernel_name is not None or grid is not None:
+                    self._launch_detail(correlation, kernel_name, grid, block, smem, name in WORK_SIZE_LAUNCHES)
         elif kind == _RANGE:
             t, d = _as_time(ts), _as_time(dur)
             if t is None or d is None or d < 0:
@@ -397,6 +452,25 @@ class EventColumns:
                     self.bad_arg_values += given
                     value = math.nan
             k_args[column].append(value)
+
+    def _launch_detail(self, correlation: int, kernel_name: Any, grid: Any, block: Any, smem: Any,
+                       work_size: bool) -> None:
+        """Keep what a launch event records of its kernel (ROCm): a usable value of each, else None; a grid recorded
+        as global work size (``work_size``: :data:`WORK_SIZE_LAUNCHES`) converted to blocks, ``⌈global / local⌉``."""
+        def triple(value: Any) -> tuple[int, int, int] | None:
+            if type(value) is not list or len(value) != 3:
+                return None
+            parts = [as_int(v) for v in value]
+            return None if any(p is None or p < 0 for p in parts) else (parts[0], parts[1], parts[2])  # type: ignore[return-value]
+
+        size = as_int(smem)
+        g, b = triple(grid), triple(block)
+        if work_size and g is not None:
+            g = None if b is None or 0 in b else (-(-g[0] // b[0]), -(-g[1] // b[1]), -(-g[2] // b[2]))
+        self.launch_details[correlation] = (
+            self._str(kernel_name) if isinstance(kernel_name, str) and kernel_name else None,
+            g, b, size if size is not None and size >= 0 else None,
+        )
 
     def _op(self, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, args: Sequence[Any]) -> None:
         t = _as_time(ts)

@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from profattn.trace.columns import EVENT_FIELDS, EventColumns, TraceWarning, as_int, kernel_warnings
-from profattn.trace.frames import kernels_frame, ops_frame, ranges_frame
+from profattn.trace.frames import capture_frames, kernels_frame, ops_frame, ranges_frame
 from profattn.trace.reader import TraceReader
 from profattn.trace.windows import IntervalIndex, group_keys
 
@@ -109,6 +109,11 @@ class Trace:
         warnings: recoverable oddities met while reading (events skipped, values unusable, kernels without
             a launch event, ...), one :class:`TraceWarning` per kind.
         event_count: elements in ``traceEvents`` (0: the trace is empty).
+        captures: the stream captures into CUDA/HIP graphs the trace recorded (columns
+            :data:`~profattn.trace.columns.CAPTURE_COLUMNS`; empty without any), and ``capture_launches`` the kernel
+            launches issued during each, in capture order (:data:`~profattn.trace.columns.CAPTURE_LAUNCH_COLUMNS`):
+            :func:`~profattn.trace.frames.capture_frames`. The kernels of ``kernels`` also carry ``graph_id`` and
+            ``graph_node_id`` where Kineto wrote them (CUDA >= 12 builds since pytorch/kineto#1276).
     """
 
     path: str
@@ -119,6 +124,8 @@ class Trace:
     ops: pd.DataFrame = field(repr=False)
     warnings: tuple[TraceWarning, ...] = ()
     event_count: int = 0
+    captures: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    capture_launches: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
     def device(self) -> dict[str, Any] | None:
@@ -191,6 +198,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     kernels = kernels_frame(columns, ranges)
     warnings = columns.warnings(reader.event_count)
     warnings += kernel_warnings(kernels)
+    captures, capture_launches = capture_frames(columns, ranges)
     return Trace(
         path=name,
         metadata=metadata,
@@ -200,6 +208,8 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         ops=ops_frame(columns, ranges),
         warnings=tuple(warnings),
         event_count=reader.event_count,
+        captures=captures,
+        capture_launches=capture_launches,
     )
 
 

@@ -91,7 +91,9 @@ def test_registry_names_and_unknown():
     assert names == ["sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-nested", "eager", "flex",
                      "triton-paged-decode", "triton-paged-prefill", "torch-paged-reference", "flex-paged-decode",
                      "flashinfer-decode",
-                     "flashinfer-decode-tc", "flashinfer-prefill-paged", "flashinfer-prefill-ragged"]
+                     "flashinfer-decode-tc", "flashinfer-prefill-paged", "flashinfer-prefill-ragged",
+                     "flashinfer-prefill-paged-fa2", "flashinfer-prefill-paged-fa3", "flashinfer-cudnn-decode",
+                     "flashinfer-cudnn-prefill", "flashinfer-xqa-decode"]
     with pytest.raises(UnknownNameError, match="valid: sdpa-math"):
         get_backend("flashinfer")
 

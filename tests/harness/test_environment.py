@@ -84,3 +84,46 @@ def test_noise_findings_from_spread_and_load():
     assert found[NoiseKind.SPREAD].count == 3 and found[NoiseKind.SPREAD].of == 3
     assert found[NoiseKind.SPREAD].worst == pytest.approx(3.0)
     assert found[NoiseKind.LOAD].worst == 3.9 and found[NoiseKind.LOAD].threshold == 2.0
+
+
+def test_optional_kernel_packages_are_recorded_by_their_metadata(tmp_path, monkeypatch):
+    """FlashInfer's and the cuDNN frontend's versions come from their distributions' metadata (no import), reach
+    results.json and the results store's ``flashinfer`` column; absent packages are None."""
+    from importlib import metadata
+
+    from profattn.harness import environment
+    from profattn.results import RunResult, read_results, write_results
+    from profattn.store.records import stored_run
+
+    installed = {"flashinfer-python": "0.5.3"}
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert environment.package_version("flashinfer-python") == "0.5.3"
+    assert environment.package_version("nvidia-cudnn-frontend") is None
+    env = collect_environment(torch.device("cpu"))
+    assert (env.flashinfer, env.cudnn_frontend) == ("0.5.3", None)
+    run = RunResult(environment=env, preset="p", preset_description="", cells=())
+    back = read_results(write_results(run, tmp_path / "results.json")).environment
+    assert (back.flashinfer, back.cudnn_frontend) == ("0.5.3", None)
+    assert stored_run(run, str(tmp_path), "2026-12-02T00:00:00Z", 0).flashinfer == "0.5.3"
+    installed["nvidia-cudnn-frontend"] = "1.16.0"
+    assert collect_environment(torch.device("cpu")).cudnn_frontend == "1.16.0"
+
+
+def test_results_written_by_a_later_profattn_are_read(tmp_path):
+    """Fields a later profattn adds to the environment or a trace summary are skipped, not a failed read."""
+    import json
+
+    from profattn.results import RunResult, read_results, write_results
+
+    path = write_results(RunResult(environment=collect_environment(torch.device("cpu")), preset="p",
+                                   preset_description="", cells=()), tmp_path / "results.json")
+    data = json.loads(path.read_text())
+    data["environment"]["some_future_version"] = "9"
+    path.write_text(json.dumps(data))
+    assert read_results(path).environment.device == "cpu"

@@ -116,11 +116,15 @@ def test_cpu_only_fixture_no_calls_and_a_no_gpu_kernels_warning():
     assert "no GPU kernels" in html
 
 
-def test_amd_fixture_launch_shapes_are_na():
+def test_amd_fixture_launch_shapes_from_the_launch_events():
+    """The kernel events carry no grid/block; the ROCm launch events do. hipExtModuleLaunchKernel records the global
+    work size (threads): the GEMM's [512, 8, 1] threads in blocks of 256 is a grid of [2, 8, 1] blocks."""
     fa = analyzed(AMD)
     assert fa.calls == () and fa.kernel_count == 14
-    assert {(r["grid"], r["block"], r["ctas"]) for r in launch_shape_rows(fa)} == {("n/a", "n/a", "n/a")}
-    assert any("grid/block" in n for n in fa.notes)
+    shapes = {(r["kernel"][:25], r["grid"], r["block"], r["ctas"]) for r in launch_shape_rows(fa)}
+    assert ("Cijk_Ailk_Bjlk_SB_Bias_AS", "[2, 8, 1]", "[256, 1, 1]", "16") in shapes
+    assert ("void at::native::elementw", "[3, 1, 1]", "[128, 1, 1]", "3") in shapes
+    assert not any("grid/block" in n for n in fa.notes)
     steps = {s.name: s for s in fa.steps}
     assert steps["ProfilerStep#1"].kernels == 14 and steps["ProfilerStep#2"].kernels == 0
     assert "AMD" in (fa.device_name or "")
@@ -283,7 +287,8 @@ def test_json_document_is_versioned_and_finite():
     call = doc["files"][0]["attention_calls"][0]
     assert call["workload"]["tag"] == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none"
     assert call["kernels"][0]["grid"] == [1, 7, 32] and call["phase"] == "decode"
-    assert doc["files"][1]["launch_shapes"][0]["grid"] is None
+    amd = doc["files"][1]["launch_shapes"][0]  # the GEMM: 512 threads of hipExtModuleLaunchKernel in blocks of 256
+    assert amd["grid"] == [2, 1, 1] and amd["blocks_per_sm"] is None  # ROCm writes no blocks-per-SM figure: null
 
 
 # ---- the CLI -------------------------------------------------------------------------------------

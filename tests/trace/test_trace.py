@@ -184,22 +184,28 @@ def test_cpu_only_trace_is_no_data_not_an_error() -> None:
     assert (summary.calls, summary.kernels, summary.gpu_time_per_call_us) == (0, (), None)
 
 
-def test_amd_trace_kernels_without_launch_shapes() -> None:
+def test_amd_trace_launch_shapes_from_the_launch_events() -> None:
+    """ROCm kernel events here carry no grid/block; Kineto's ROCm runtime launch events do (``grid``, ``block``,
+    ``shared memory``: RocprofActivity_inl.h), and the kernel takes them through its correlation id."""
     trace = fixture_trace(AMD)
     kernels = trace.kernels
     assert len(kernels) == 14
     assert trace.num_sms == 104
     shape = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "ctas", "threads_per_cta"]
-    assert kernels[shape].isna().all().all()
-    assert kernels["blocks_per_sm"].isna().all()
+    assert kernels[shape].notna().all().all()
+    first = kernels.iloc[0]  # correlation 118: hipLaunchKernel grid [3, 1, 1], block [128, 1, 1], shared memory 0
+    assert int(first["correlation"]) == 118
+    assert [int(first[c]) for c in shape] == [3, 1, 1, 128, 1, 1, 3, 128]
+    assert int(first["shared_mem_bytes"]) == 0
+    assert kernels["blocks_per_sm"].isna().all()  # Kineto's own figure: not written on ROCm
     assert set(kernels["launcher"]) == {"hipLaunchKernel", "hipExtModuleLaunchKernel"}
     assert (kernels["device"] == 2).all()
     ranged = kernels["range"].dropna().unique().tolist()
     assert ranged
     for name in ranged:
         summary = cell_summary(trace, name)
-        assert summary.kernels and summary.ctas_per_call is None
-        assert all(k.grid is None and k.block is None and k.shapes == () for k in summary.kernels)
+        assert summary.kernels and summary.ctas_per_call is not None
+        assert all(k.grid is not None and k.block is not None for k in summary.kernels)
 
 
 def test_old_schema_kernel_and_runtime_categories() -> None:

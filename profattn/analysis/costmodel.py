@@ -42,7 +42,10 @@ Regimes (:class:`Regime`): a backend runs different kernels per phase and layout
 not). Ragged batches (lengths drawn
 at random) are no regime: their lengths are not known without torch, so only an exact measurement answers them.
 
-Torch-free; numpy at fit and predict, scipy only at fit.
+A prediction is never below the roofline (:meth:`CostModels.floor_us`): the bytes at the GPU's measured read
+ceiling, the FLOPs at its measured GEMM rate (× :data:`ROOF_RATE_FACTOR`).
+
+Torch-free; numpy and scipy only at fit.
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ UNSEEN_SIGMA = 0.3
 BANDWIDTH_OCTAVES = 1.0
 HEAD_DIM_WEIGHT = 4.0
 SHRINK = 0.1
+#: How far above the measured GEMM rate an attention kernel's FLOP rate is allowed in the roofline floor.
+ROOF_RATE_FACTOR = 1.25
 #: SM count assumed when a measurement names none (the H200's).
 DEFAULT_SMS = 132
 
@@ -264,9 +269,10 @@ class BackendModel:
             den += w
         return num / (den + SHRINK) if den else 0.0
 
-    def predict(self, x: Sequence[float], shape: Shape) -> Estimate:
-        """The :class:`Estimate` for terms ``x`` (:func:`features`) of a workload of ``shape``."""
-        us = self.terms_us(x) * math.exp(self.correction(shape))
+    def predict(self, x: Sequence[float], shape: Shape, floor_us: float = 0.0) -> Estimate:
+        """The :class:`Estimate` for terms ``x`` (:func:`features`) of a workload of ``shape``, never below
+        ``floor_us`` (the roofline: :meth:`CostModels.floor_us`)."""
+        us = max(self.terms_us(x) * math.exp(self.correction(shape)), floor_us)
         octaves, unseen = self.span.distance(shape)
         sigma = math.sqrt(self.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2 + (UNSEEN_SIGMA * unseen) ** 2)
         return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen)
@@ -359,10 +365,22 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample]) -> BackendModel:
 
 @dataclass(frozen=True)
 class CostModels:
-    """Every backend's models on one GPU, by (backend, regime key)."""
+    """Every backend's models on one GPU, by (backend, regime key), with the GPU's measured roofs: ``read_gbps``
+    (the fastest read-only stream its runs measured) and ``matmul_tflops`` (their bf16 GEMM rate); None when no run
+    measured them."""
 
     models: dict[tuple[str, str], BackendModel] = field(default_factory=dict)
     num_sms: int | None = None
+    read_gbps: float | None = None
+    matmul_tflops: float | None = None
+
+    def floor_us(self, x: Sequence[float]) -> float:
+        """The roofline floor of terms ``x`` (µs): its MB at :attr:`read_gbps` and its GFLOP at
+        :data:`ROOF_RATE_FACTOR` × :attr:`matmul_tflops` (an attention kernel's matrix rate may exceed the GEMM
+        measured beside it, not by that much), whichever is longer; 0 without measured roofs."""
+        t_bytes = x[1] * 1e3 / self.read_gbps if self.read_gbps else 0.0
+        t_flops = x[3] * 1e3 / (ROOF_RATE_FACTOR * self.matmul_tflops) if self.matmul_tflops else 0.0
+        return max(t_bytes, t_flops)
 
     def model(self, backend: str, regime: Regime) -> BackendModel | None:
         """``backend``'s model in ``regime`` (None: it was never measured there)."""
@@ -380,17 +398,19 @@ class CostModels:
         if m is None:
             return None
         x, shape = features(w, reads, self.num_sms)
-        return m.predict(x, shape)
+        return m.predict(x, shape, self.floor_us(x))
 
 
-def fit_all(samples: Iterable[Sample], num_sms: int | None) -> CostModels:
-    """One :class:`BackendModel` per (backend, regime) of ``samples``."""
+def fit_all(samples: Iterable[Sample], num_sms: int | None, *, read_gbps: float | None = None,
+            matmul_tflops: float | None = None) -> CostModels:
+    """One :class:`BackendModel` per (backend, regime) of ``samples``, with the GPU's roofs (see :class:`CostModels`)."""
     groups: dict[tuple[str, str], list[Sample]] = {}
     regimes: dict[str, Regime] = {}
     for s in samples:
         groups.setdefault((s.backend, s.regime.key), []).append(s)
         regimes[s.regime.key] = s.regime
-    return CostModels({k: fit(k[0], regimes[k[1]], v) for k, v in sorted(groups.items())}, num_sms)
+    return CostModels({k: fit(k[0], regimes[k[1]], v) for k, v in sorted(groups.items())}, num_sms, read_gbps,
+                      matmul_tflops)
 
 
 __all__ = ["BackendModel", "CostModels", "Estimate", "FEATURES", "FEATURE_DOC", "Regime", "Sample", "Shape", "Span",

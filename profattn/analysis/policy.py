@@ -51,6 +51,9 @@ POLICY_VERSION = 2
 #: A model taught by fewer workloads than this does not overrule the regime's default (it can only rescale the one
 #: or two shapes it saw).
 WEAK_WORKLOADS = 3
+#: An estimate less certain than this (σ of log time: 0.5 ≈ a factor 1.65 either way) carries no information for the
+#: pick: the lowest estimate among the more certain candidates wins (among all, when none is).
+MAX_SIGMA = 0.5
 #: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
 HIT_FRACTION = 0.03
 #: The cost of choosing a backend with no eligible cell on a workload (as a regret: 10× its time).
@@ -248,7 +251,7 @@ class Policy:
                 refused.append(b)
                 continue
             x, shape = features(w, reads, self.num_sms)
-            out.append(Predicted(b, reads, model.predict(x, shape)))
+            out.append(Predicted(b, reads, model.predict(x, shape, self.models.floor_us(x))))
         out.sort(key=lambda p: (p.estimate.us, p.backend))
         return out, dominated, refused
 
@@ -265,7 +268,8 @@ class Policy:
             if pick is None:
                 return None
             return Choice(pick, None, (), reg, default, True, tuple(dominated), tuple(refused))
-        fastest = cands[0]
+        informed = [c for c in cands if c.estimate.sigma <= MAX_SIGMA]
+        fastest = (informed or cands)[0]
         pick, kept = fastest, False
         d = next((c for c in cands if c.backend == default), None)
         model = self.models.model(fastest.backend, regime_of(w, fastest.reads))  # type: ignore[arg-type]
@@ -349,9 +353,11 @@ def _refused(cells: Iterable[Measurement]) -> dict[str, frozenset]:
     return {b: frozenset(ks - ran.get(b, set())) for b, ks in refused.items() if ks - ran.get(b, set())}
 
 
-def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = ()) -> Policy | None:
+def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
+          ceilings: tuple[float | None, float | None] = (None, None)) -> Policy | None:
     """The :class:`Policy` for ``gpu`` from its stored ``cells`` (every status: eligible ones teach the models,
-    unsupported ones the refusals), or None when none is eligible."""
+    unsupported ones the refusals), or None when none is eligible. ``ceilings``: the GPU's measured (read GB/s,
+    GEMM TFLOP/s), the roofline under every prediction."""
     mine = [c for c in cells if c.gpu == gpu]
     samples = [s for s in (sample(c) for c in mine) if s is not None]
     if not samples:
@@ -370,7 +376,8 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = ()) -
     names = sorted({t.backend for w in ws for t in w.times})
     wins = {b: sum(w.best.backend == b for w in ws) for b in names}
     fallback = tuple(sorted(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in ws), b)))
-    return Policy(gpu, sms, fit_all(samples, sms), adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
+    models = fit_all(samples, sms, read_gbps=ceilings[0], matmul_tflops=ceilings[1])
+    return Policy(gpu, sms, models, adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
                   fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})))
 
 
@@ -524,7 +531,7 @@ def _held_out(policy: Policy | None, w: WorkloadTimes, per: Mapping[str, list[st
 
 
 def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any] = SLICES,
-             lowo: bool = True) -> Validation:
+             lowo: bool = True, ceilings: tuple[float | None, float | None] = (None, None)) -> Validation:
     """Leave each slice out in turn (and, with ``lowo``, each workload), learn from the rest, score the held-out
     workloads with two or more eligible backends (see the module docstring)."""
     mine = [c for c in cells if c.gpu == gpu]
@@ -534,7 +541,7 @@ def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any
     def fold(held: list[WorkloadTimes]) -> list[HeldOut]:
         keys = {w.key for w in held}
         rest = [c for c in mine if c.workload_key not in keys]
-        policy = learn(rest, gpu)
+        policy = learn(rest, gpu, ceilings=ceilings)
         per, overall = _baseline_picks([w for w in ws if w.key not in keys])
         return [_held_out(policy, w, per, overall) for w in held]
 
@@ -549,13 +556,22 @@ def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any
     return Validation(tuple(out), loo)
 
 
-def derive(cells: Sequence[Measurement], gpu: str, *, with_validation: bool = True, lowo: bool = True) -> Policy | None:
-    """The policy for ``gpu`` from its stored ``cells`` (other GPUs' cells ignored), with its validation; None when
-    no cell on that GPU is eligible."""
-    policy = learn(cells, gpu)
+def derive(cells: Sequence[Measurement], gpu: str, *, with_validation: bool = True, lowo: bool = True,
+           slices: Mapping[str, Any] = SLICES, ceilings: tuple[float | None, float | None] = (None, None)) -> Policy | None:
+    """The policy for ``gpu`` from its stored ``cells`` (other GPUs' cells ignored), with its validation (``slices``
+    held out in turn, and each workload with ``lowo``); None when no cell on that GPU is eligible."""
+    policy = learn(cells, gpu, ceilings=ceilings)
     if policy is None or not with_validation:
         return policy
-    return replace(policy, validation=validate(cells, gpu, lowo=lowo))
+    return replace(policy, validation=validate(cells, gpu, slices=slices, lowo=lowo, ceilings=ceilings))
+
+
+def store_ceilings(runs: Iterable[Any], gpu: str) -> tuple[float | None, float | None]:
+    """The roofs of ``gpu`` from its stored runs (:class:`~profattn.store.StoredRun`): the fastest read stream and
+    GEMM rate any of them measured (None when none did)."""
+    reads = [r.read_gbps for r in runs if r.gpu == gpu and r.read_gbps]
+    gemms = [r.matmul_tflops for r in runs if r.gpu == gpu and r.matmul_tflops]
+    return (max(reads) if reads else None, max(gemms) if gemms else None)
 
 
 # ---- the exported format ------------------------------------------------------------------------------------
@@ -602,11 +618,13 @@ def policy_to_dict(p: Policy) -> dict[str, Any]:
         "features": {f: FEATURE_DOC[f] for f in FEATURES},
         "correction": {"bandwidth_octaves": BANDWIDTH_OCTAVES, "shrink": SHRINK,
                        "coords": "log2 batch, kv_len, q_len, group, bytes_mb; 2·log2 head_dim"},
+        "roofs": {"read_gbps": p.models.read_gbps, "matmul_tflops": p.models.matmul_tflops},
         "models": [m.to_dict() for m in p.models.models.values()],
         "defaults": dict(sorted(p.defaults.items())), "dominated": {k: list(v) for k, v in sorted(p.dominated.items())},
         "refused": {b: sorted([list(k) for k in ks], key=str) for b, ks in sorted(p.refused.items())},
         "adoptions": {b: a.to_dict() for b, a in sorted(p.adoptions.items())},
-        "fallback": list(p.fallback), "selection": {"weak_workloads": WEAK_WORKLOADS, "hit_fraction": HIT_FRACTION},
+        "fallback": list(p.fallback),
+        "selection": {"weak_workloads": WEAK_WORKLOADS, "max_sigma": MAX_SIGMA, "hit_fraction": HIT_FRACTION},
         "derived_from": {"workloads": p.workloads, "cells": p.cells, "runs": list(p.runs)},
         "validation": validation_dict(p.validation),
     }
@@ -623,7 +641,8 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
     try:
         models = [BackendModel.from_dict(m) for m in d["models"]]
         return Policy(
-            d["gpu"], d.get("num_sms"), CostModels({(m.backend, m.regime.key): m for m in models}, d.get("num_sms")),
+            d["gpu"], d.get("num_sms"), CostModels({(m.backend, m.regime.key): m for m in models}, d.get("num_sms"),
+                                                   d.get("roofs", {}).get("read_gbps"), d.get("roofs", {}).get("matmul_tflops")),
             {b: Adoption.from_dict(a) for b, a in d.get("adoptions", {}).items()}, dict(d.get("defaults", {})),
             {k: tuple(v) for k, v in d.get("dominated", {}).items()},
             {b: frozenset(tuple(k) for k in ks) for b, ks in d.get("refused", {}).items()},
@@ -632,7 +651,8 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
         raise ValueError(f"malformed {POLICY_SCHEMA} document: {exc}") from None
 
 
-__all__ = ["BASELINES", "HIT_FRACTION", "WEAK_WORKLOADS", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice",
+__all__ = ["BASELINES", "HIT_FRACTION", "MAX_SIGMA", "WEAK_WORKLOADS", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice",
            "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
-           "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "validate", "validation_dict",
+           "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "store_ceilings", "validate",
+           "validation_dict",
            "workload_times"]

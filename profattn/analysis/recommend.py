@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from profattn.analysis.call_records import AttentionCall, TraceCalls
-from profattn.analysis.policy import Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time
+from profattn.analysis.policy import (
+    Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
+)
 from profattn.analysis.verdict import JudgedTime, judged_margin
 from profattn.errors import ProfattnError
 from profattn.interfaces import Adoption, Change, Interface, adoption_of, caller_interface, changes
@@ -234,7 +236,7 @@ def policy_for(store: ResultsStore, gpu: str) -> Policy | None:
         except ValueError:  # a cache written by another version: derive it again
             pass
     generation = store.generation()
-    policy = learn(store.cells_on(gpu), gpu)
+    policy = learn(store.cells_on(gpu), gpu, ceilings=store_ceilings(store.runs(), gpu))
     if policy is not None:
         store.cache_policy(gpu, json.dumps(policy_to_dict(policy)), generation)
     return policy

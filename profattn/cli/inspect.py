@@ -41,6 +41,9 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
 @click.option("--db", default=None, metavar="PATH", help="Results store for --recommend (default: $PROFATTN_DB, else the user's cache directory).")
 @click.option("--gpu", "gpu_name", default=None, metavar="NAME", help="GPU to look calls up on with --recommend (default: the trace's deviceProperties name).")
 @click.option("--recommend-json", "advice_json", type=click.Path(dir_okay=False, path_type=str), default=None, help="Also write the --recommend advice as JSON.")
+@click.option("--plan", "plan_n", default=0, type=click.IntRange(0, 1000), metavar="N",
+              help="With --recommend: the N workloads whose measurement would most sharpen the calls' answers (expected "
+                   "regret × GPU time), as `profattn profile --workload` lines.")
 @click.option("--capture", "capture_paths", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
               help="A trace that profiled the capture of the CUDA graphs the traces replay (repeatable; a directory's "
                    "capture traces are found by themselves).")
@@ -49,7 +52,7 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
                    "rates are the roof the serving steps' achieved rates are shown against.")
 def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None, keep_host_info: bool = False,
             advise: bool = False, db: str | None = None, gpu_name: str | None = None, advice_json: str | None = None,
-            capture_paths: tuple[Path, ...] = (), ceilings_run: Path | None = None) -> None:
+            capture_paths: tuple[Path, ...] = (), ceilings_run: Path | None = None, plan_n: int = 0) -> None:
     """Analyze any PyTorch profiler trace (file, or directory of *.json / *.json.gz, one per rank): GPU time, launch shapes, attention calls.
 
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
@@ -66,8 +69,8 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     json_file = output_file(json_path, "--json", inputs=paths) if json_path is not None else None
     advice_file = output_file(advice_json, "--recommend-json", inputs=paths) if advice_json is not None else None
     distinct_outputs(("--out", html_path), ("--json", json_file), ("--recommend-json", advice_file))
-    if (db or gpu_name or advice_file) and not advise:
-        raise ProfattnError("--db, --gpu and --recommend-json go with --recommend")
+    if (db or gpu_name or advice_file or plan_n) and not advise:
+        raise ProfattnError("--db, --gpu, --recommend-json and --plan go with --recommend")
     store = None
     if advise:
         from profattn.store import open_store
@@ -105,7 +108,7 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     if json_file is not None:
         click.echo(f"json: {write_json(analysis, json_file)}")
     if store is not None:
-        _advise(store, analysis, gpu_name, advice_file)
+        _advise(store, analysis, gpu_name, advice_file, plan_n)
 
 
 def _ceilings(path: Path):
@@ -121,7 +124,7 @@ def _ceilings(path: Path):
     return run.ceilings, run.environment.device_name
 
 
-def _advise(store, analysis, gpu: str | None, advice_file: Path | None) -> None:
+def _advise(store, analysis, gpu: str | None, advice_file: Path | None, plan_n: int = 0) -> None:
     """``analyze --recommend``: advice per trace file from the store, printed (and written as JSON)."""
     import json
 
@@ -129,7 +132,7 @@ def _advise(store, analysis, gpu: str | None, advice_file: Path | None) -> None:
     from profattn.report.recommend import trace_advice_json, trace_advice_text
 
     with store:
-        advice = [advise_trace(store, f, trace_gpu(store, f, gpu)) for f in analysis.files]
+        advice = [advise_trace(store, f, trace_gpu(store, f, gpu), plan_n=plan_n) for f in analysis.files]
     click.echo(trace_advice_text(advice), nl=False)
     if advice_file is not None:
         from profattn.files import write_text_atomic

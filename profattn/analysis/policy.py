@@ -8,7 +8,7 @@ The pick (:meth:`Policy.choose`):
    backend reads a paged workload's contiguous copy: :func:`~profattn.interfaces.layout_read`), minus those the store
    saw refuse the same kind of call (:func:`refusal_key`: same phase, layout, head_dim, GQA group, dtype, KV dtype,
    window and length kind, and never ran one) and those **dominated** in that regime — slower beyond noise than one
-   other candidate on every one (≥ 2) of the regime's measured workloads where both ran. So importing fewer runs can
+   other candidate on every one (at least :data:`MIN_DOMINANCE`) of the regime's measured workloads where both ran. So importing fewer runs can
    remove answers, never make a backend the store measured slower on every plain workload of a phase the answer.
 2. **Lowest predicted latency** (:class:`~profattn.analysis.costmodel.Estimate`), except that a model taught by
    fewer than :data:`WEAK_WORKLOADS` workloads does not overrule the regime's **default** — the backend that won
@@ -54,6 +54,8 @@ WEAK_WORKLOADS = 3
 #: An estimate less certain than this (σ of log time: 0.5 ≈ a factor 1.65 either way) carries no information for the
 #: pick: the lowest estimate among the more certain candidates wins (among all, when none is).
 MAX_SIGMA = 0.5
+#: Workloads two backends must share before "slower on every one" makes one dominated.
+MIN_DOMINANCE = 3
 #: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
 HIT_FRACTION = 0.03
 #: The cost of choosing a backend with no eligible cell on a workload (as a regret: 10× its time).
@@ -302,8 +304,8 @@ def _defaults(ws: Sequence[WorkloadTimes]) -> dict[str, str]:
 
 
 def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption]) -> dict[str, tuple[str, ...]]:
-    """Per regime a backend reads in, the backends slower beyond noise than one other on every one (≥ 2) of the
-    workloads where both ran (workloads of that regime as the backend read them)."""
+    """Per regime a backend reads in, the backends slower beyond noise than one other on every one (at least
+    :data:`MIN_DOMINANCE`) of the workloads where both ran (workloads of that regime as the backend read them)."""
     by: dict[str, list[tuple[WorkloadTimes, set[str]]]] = {}
     for w in ws:
         for t in w.times:
@@ -324,7 +326,7 @@ def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption]) -
                 if c == b:
                     continue
                 both = [w for w in wls if w.time_of(c) is not None]
-                if len(both) >= 2 and all(_beats(w, c, b) for w in both):
+                if len(both) >= MIN_DOMINANCE and all(_beats(w, c, b) for w in both):
                     dom.append(b)
                     break
         if dom:

@@ -25,8 +25,8 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from profattn.analysis.call_records import AttentionCall, TraceCalls
 from profattn.analysis.policy import (
     Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
 )
@@ -35,6 +35,9 @@ from profattn.errors import ProfattnError
 from profattn.interfaces import Adoption, Change, Interface, adoption_of, caller_interface, changes
 from profattn.store import Measurement, ResultsStore, StoredRun, canonical_workload, workload_key
 from profattn.workload import KVLayout, Workload
+
+if TYPE_CHECKING:  # the trace records pull pandas in; recommend answers without them
+    from profattn.analysis.call_records import AttentionCall, TraceCalls
 
 #: Another backend within this fraction of the winner's median makes a near tie (TransformerEngine's 3 %).
 NEAR_TIE_FRACTION = 0.03

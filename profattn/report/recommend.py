@@ -68,6 +68,14 @@ def option_text(o: Option) -> str:
     return "needs " + "; ".join(CHANGE_TEXT[c] for c in o.changes) + (f" — {', '.join(costs)}" if costs else "")
 
 
+def _needs(rec: Recommendation, backend: str | None) -> str:
+    """`` — not a drop-in: needs …`` when ``backend`` is not of the caller's interface (empty otherwise)."""
+    o = next((x for x in rec.options if x.backend == backend), None)
+    if o is None or o.drop_in:
+        return ""
+    return f" — not a drop-in for {INTERFACE_TEXT[rec.interface]}: {option_text(o)}"
+
+
 def _time_text(o: Option) -> str:
     if o.measured is not None:
         return f"{fmt_us(o.measured.time.median_us)} measured"
@@ -102,10 +110,10 @@ def recommend_text(rec: Recommendation) -> str:
     if rec.status is Status.MEASURED_WINNER:
         r = rec.ranked[1] if len(rec.ranked) > 1 else None
         after = f", {fmt_sig((r.ratio - 1) * 100, 2)} % ahead of {r.backend}" if r else " (the only backend measured)"
-        lines.append(f"measured winner: {rec.best}{after}")
+        lines.append(f"measured winner: {rec.best}{after}{_needs(rec, rec.best)}")
     elif rec.status is Status.NEAR_TIE:
         lines.append(f"near tie: {rec.best} ~ {', '.join(rec.tied)} (within {NEAR_TIE_FRACTION:.0%} or the measured "
-                     "noise; benchmark both in your setting)")
+                     f"noise; benchmark both in your setting){_needs(rec, rec.best)}")
     elif rec.status is Status.PREDICTED:
         c = rec.choice
         assert c is not None
@@ -117,7 +125,8 @@ def recommend_text(rec: Recommendation) -> str:
             why = "the default of this regime (its model's own pick rests on too few workloads)" if c.kept_default else \
                 "the lowest predicted latency"
             lines.append(f"predicted: {c.backend}, {fmt_us(e.us)} (±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %), "
-                         f"{why}" + ("; EXTRAPOLATED beyond the measured shapes" if e.extrapolated else ""))
+                         f"{why}" + ("; EXTRAPOLATED beyond the measured shapes" if e.extrapolated else "")
+                         + _needs(rec, c.backend))
     else:
         lines.append("unknown: no measurement of this workload on this GPU and no cost model for its kind of call")
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
@@ -132,15 +141,15 @@ def recommend_text(rec: Recommendation) -> str:
         lines += how_lines(fast)
     if rec.options:
         lines.append("")
-        lines.append(f"  {'#':>2} {'backend':<26} {'time':>11} {'vs first':>9}  {'with your cache':>15}  adoption")
+        lines.append(f"  {'#':>2} {'backend':<26} {'kernel':>11} {'with changes':>13} {'vs first':>9}  adoption")
         first = rec.options[0].total_us
         for i, o in enumerate(rec.options, 1):
             kind = "" if o.measured is not None else "*"
-            vs = "–" if i == 1 else f"{'+' if o.kernel_us >= first else ''}{fmt_sig((o.kernel_us / first - 1) * 100, 2)} %"
-            lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {vs:>9}  {fmt_us(o.total_us):>15}  "
+            vs = "–" if i == 1 else f"{'+' if o.total_us >= first else ''}{fmt_sig((o.total_us / first - 1) * 100, 2)} %"
+            lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {fmt_us(o.total_us):>13} {vs:>9}  "
                          f"{option_text(o)}")
-        lines.append("  (*: predicted, not measured on this workload; 'with your cache': the kernel plus the per-call "
-                     "cost of the changes it needs)")
+        lines.append("  (drop-ins first; *: predicted, not measured on this workload; 'with changes': the kernel plus the "
+                     "per-call cost of the changes it needs, what your call would pay)")
     if rec.ranked:
         lines.append("")
         lines.append(f"  measured: {'backend':<24} {'latency':>11} {'vs best':>8}  {'p10–p90':<22} {'n':>3}  timing       runs")

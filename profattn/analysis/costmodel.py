@@ -86,6 +86,9 @@ HEAD_DIM_WEIGHT = 4.0
 SHRINK = 0.1
 #: How far above the measured GEMM rate an attention kernel's FLOP rate is allowed in the roofline floor.
 ROOF_RATE_FACTOR = 1.25
+#: Anchors a model keeps at most before merging neighbours, and the width of the merge's bins (octaves).
+MAX_ANCHORS = 256
+ANCHOR_BIN_OCTAVES = 0.5
 #: SM count assumed when a measurement names none (the H200's).
 DEFAULT_SMS = 132
 
@@ -309,20 +312,28 @@ class Sample:
     key: str
 
 
-def sample(m: Measurement) -> Sample | None:
-    """The :class:`Sample` of a stored cell, or None when it cannot teach a model (not eligible, untimed, a ragged
-    batch, a context-parallel call, a stored workload that no longer parses)."""
+def sample(m: Measurement, workload: Workload | None = None, memo: dict | None = None) -> Sample | None:
+    """The :class:`Sample` of a stored cell (``workload``: its parsed workload, when the caller has it; ``memo``: a
+    dict the caller keeps so cells of one workload read the same way share their terms), or None when it cannot
+    teach a model (not eligible, untimed, a ragged batch, a context-parallel call, a stored workload that no longer
+    parses)."""
     if not m.eligible or m.latency_us is None or not math.isfinite(m.latency_us) or m.latency_us <= 0:
         return None
     try:
-        w = m.workload()
+        w = workload if workload is not None else m.workload()
     except WorkloadError:
         return None
     reads = m.read_layout or w.kv_layout.value
     reg = regime_of(w, reads)
     if reg is None:
         return None
-    x, shape = features(w, reads, m.num_sms, m.executed_pairs)
+    key = (m.workload_json, reads, m.num_sms, m.executed_pairs)
+    if memo is not None and key in memo:
+        x, shape = memo[key]
+    else:
+        x, shape = features(w, reads, m.num_sms, m.executed_pairs)
+        if memo is not None:
+            memo[key] = (x, shape)
     return Sample(m.backend, reg, x, shape, float(m.latency_us), m.workload_key)
 
 
@@ -359,8 +370,29 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample]) -> BackendModel:
     sigma = math.sqrt(sum(r * r for r in resid) / n * n / max(n - k, 1))
     workloads = len({s.key for s in rows})
     sigma = max(sigma, MIN_SIGMA, FEW_CELLS_SIGMA if workloads < FEW_CELLS else 0.0)
-    anchors = tuple((s.shape.coords, r) for s, r in zip(rows, resid))
-    return BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]), anchors)
+    return BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]),
+                        _anchors(rows, resid))
+
+
+def _anchors(rows: Sequence[Sample], resid: Sequence[float]) -> tuple[tuple[tuple[float, ...], float], ...]:
+    """The local correction's anchors: one per workload (its cells' mean residual); beyond :data:`MAX_ANCHORS`,
+    workloads in one bin of the coordinates merge (their mean coordinates and residual), bins of
+    :data:`ANCHOR_BIN_OCTAVES` octaves widened ×2 until at most :data:`MAX_ANCHORS` remain — so a model's size and
+    a prediction's cost stay bounded however many cells a store holds."""
+    by: dict[str, list[tuple[tuple[float, ...], float]]] = {}
+    for s, r in zip(rows, resid):
+        by.setdefault(s.key, []).append((s.shape.coords, r))
+    points = [(v[0][0], sum(r for _, r in v) / len(v)) for v in by.values()]
+    width = ANCHOR_BIN_OCTAVES
+    merged = points
+    while len(merged) > MAX_ANCHORS:
+        cells: dict[tuple[int, ...], list[tuple[tuple[float, ...], float]]] = {}
+        for c, r in points:
+            cells.setdefault(tuple(int(math.floor(v / width)) for v in c), []).append((c, r))
+        merged = [(tuple(sum(c[i] for c, _ in v) / len(v) for i in range(len(v[0][0]))), sum(r for _, r in v) / len(v))
+                  for v in cells.values()]
+        width *= 2
+    return tuple(sorted(merged))
 
 
 @dataclass(frozen=True)

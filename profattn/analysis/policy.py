@@ -153,6 +153,18 @@ def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
     return tuple(out)
 
 
+def _parsed(cells: Iterable[Measurement]) -> dict[str, Workload]:
+    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell)."""
+    out: dict[str, Workload] = {}
+    for c in cells:
+        if c.workload_json not in out:
+            try:
+                out[c.workload_json] = c.workload()
+            except WorkloadError:
+                pass
+    return out
+
+
 def refusal_key(w: Workload) -> tuple:
     """What makes calls alike for "the store saw this backend refuse such a call": phase, layout, head_dim, GQA
     group, dtype, KV dtype, window or not, per-sequence lengths or not, ragged or not."""
@@ -259,8 +271,10 @@ class Policy:
 
     def choose(self, w: Workload, among: Iterable[str] | None = None) -> Choice | None:
         """The :class:`Choice` for ``w`` among ``among`` (default: every backend the policy knows), or None when
-        it knows none of them. Without a candidate model (a regime no cell taught, a ragged batch) the answer is the
+        it knows none of them or ``w`` is context-parallel. Without a candidate model (a regime no cell taught, a ragged batch) the answer is the
         regime's default or a nearby regime's (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None)."""
+        if w.is_context_parallel:  # a question of its own (communication): no single-process model answers it
+            return None
         names = set(among) if among is not None else None
         cands, dominated, refused = self._candidates(w, names)
         reg = regime_of(w, w.kv_layout.value)
@@ -343,10 +357,15 @@ def _refused(cells: Iterable[Measurement]) -> dict[str, frozenset]:
     """Per backend, the refusal keys of calls it was unsupported on and never ran."""
     refused: dict[str, set] = {}
     ran: dict[str, set] = {}
+    keys: dict[str, tuple | None] = {}
     for c in cells:
-        try:
-            k = refusal_key(c.workload())
-        except WorkloadError:
+        if c.workload_json not in keys:
+            try:
+                keys[c.workload_json] = refusal_key(c.workload())
+            except WorkloadError:
+                keys[c.workload_json] = None
+        k = keys[c.workload_json]
+        if k is None:
             continue
         if c.status == "unsupported":
             refused.setdefault(c.backend, set()).add(k)
@@ -361,7 +380,9 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
     unsupported ones the refusals), or None when none is eligible. ``ceilings``: the GPU's measured (read GB/s,
     GEMM TFLOP/s), the roofline under every prediction."""
     mine = [c for c in cells if c.gpu == gpu]
-    samples = [s for s in (sample(c) for c in mine) if s is not None]
+    parsed = _parsed(mine)
+    memo: dict = {}
+    samples = [s for s in (sample(c, parsed.get(c.workload_json), memo) for c in mine) if s is not None]
     if not samples:
         return None
     sms = next((c.num_sms for c in mine if c.num_sms), None)

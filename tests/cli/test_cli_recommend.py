@@ -30,16 +30,21 @@ def test_import_list_recommend_forget(tmp_path: Path):
     assert res.exit_code == 0 and "1 run(s), 152 cell(s); GPUs: NVIDIA H200 (152 cells)" in res.output
     res = invoke("recommend", "--workload", B64)
     assert res.exit_code == 0, res.output
-    assert "measured winner: sdpa-cudnn, 6.2 % ahead of triton-paged-decode" in res.output
+    assert "measured winner: sdpa-cudnn, 6.2 % ahead of triton-paged-decode — not a drop-in for a paged KV cache" in res.output
+    assert "use (drop-in for a paged KV cache with a block table): triton-paged-decode, 252.3 µs measured" in res.output
     assert "grid [1,4,64] block [128,1,1], 256 CTAs (1.94 per SM)" in res.output
     doc = json.loads(invoke("recommend", "--workload", B64, "--gpu", "H200", "--json").output)
-    assert doc["schema"] == "profattn.recommend" and doc["status"] == "measured winner"
+    assert doc["schema"] == "profattn.recommend" and doc["version"] == 2 and doc["status"] == "measured winner"
     assert doc["ranked"][0]["timing"] == "graph" and doc["ranked"][1]["ratio"] > 1.06
+    assert doc["best_drop_in"] == "triton-paged-decode" and doc["options"][0]["drop_in"]
+    res = invoke("recommend", "--workload", B64.replace("kv=8192", "kv=6000"), "--plan", "2")
+    assert res.exit_code == 0 and res.output.count("profattn profile --workload") == 3  # measure-it + 2 planned
     out = tmp_path / "policy.json"
     res = invoke("recommend", "--export", str(out))
-    assert res.exit_code == 0 and "leave one workload out: 32/38" in res.output
+    assert res.exit_code == 0 and "held out (leave one slice out" in res.output
     policy = json.loads(out.read_text())
-    assert policy["schema"] == "profattn.policy" and policy["validation"]["held_out"] == 38
+    assert policy["schema"] == "profattn.policy" and policy["version"] == 2
+    assert {s["field"] for s in policy["validation"]["slices"]} >= {"batch_decade", "kv_decade", "page_size"}
     assert invoke("db", "forget", "run-4c593dd77f72").output == "forgot 1 run(s)\n"
 
 
@@ -70,7 +75,10 @@ def test_analyze_recommend_on_a_committed_trace(tmp_path: Path):
     res = invoke("analyze", str(TRACE), "--out", str(tmp_path / "r.html"), "--recommend", "--db", str(db),
                  "--recommend-json", str(tmp_path / "advice.json"))
     assert res.exit_code == 0, res.output
-    assert "3× decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none ran flash (sdpa-flash, 46.0 µs) → measured winner: sdpa-cudnn 36.8 µs; saves 27.8 µs of 138.8 µs GPU time" in res.output
+    assert "3× decode b8 q1 hq16/hkv4 d128 bfloat16, kv 8,192: ran flash (torch SDPA on dense [B, H, L, d] tensors) = sdpa-flash, 46.0 µs" in res.output
+    assert "use: sdpa-cudnn (drop-in; 36.8 µs measured at kv 8,192; measured winner across the lengths)" in res.output
+    assert "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):" in res.output
+    assert "saves 27.8 µs of 138.8 µs GPU time" in res.output
     assert "estimated saving: 27.8 µs of GPU time over the trace" in res.output
     (doc,) = json.loads((tmp_path / "advice.json").read_text())
     assert doc["gpu"] == "NVIDIA H200" and round(doc["saving_us"], 3) == 27.763

@@ -1,29 +1,31 @@
-"""The run report's "Selection policy" section: the committed sweep's rules and validation in its HTML; a run
-with too few workloads has none."""
+"""The run report's "Selection policy" section and the recommend texts: models, held-out scores, drop-in first."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from factories import cell, run
-from profattn.report.recommend import condition_text, policy_section
-from profattn.report.run import render_html
+from profattn.report.recommend import option_text, policy_section, validation_table
 from profattn.results import read_results
-from profattn.analysis.policy import Condition
 from profattn.workload import Workload
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_sweep_report_shows_the_policy_and_its_validation():
-    sweep = read_results(REPO / "examples" / "h200-sweep")
-    section = policy_section(sweep)
-    assert section["workloads"] == 38
-    assert {"when": "kv_len_dist ≠ lognormal, batch < 3", "backend": "triton-paged-decode", "record": "11/12",
-            "regret": "0.28 %"} in section["rules"]
-    assert section["validation"].startswith("32/38 held-out workloads (84 %) within noise of the measured best")
-    html = render_html(sweep)
-    assert '<h2 id="policy">Selection policy</h2>' in html and "32/38 held-out workloads (84 %)" in html
+def test_seed_report_section_has_models_and_the_held_out_score():
+    seed = read_results(REPO / "examples" / "h200-seed")
+    section = policy_section(seed)
+    assert section["workloads"] == 5 and section["gpu"] == "NVIDIA H200"
+    rows = {(r["backend"], r["regime"]) for r in section["models"]}
+    assert ("sdpa-cudnn", "train/dense/none/full/uniform/square") in rows
+    assert ("triton-paged-decode", "decode/paged/none/full/uniform/square") in rows
+    (lowo,) = section["slices"]
+    assert lowo["field"] == "workload" and lowo["n"] == 5 and lowo["baseline"] in (
+        "most frequent winner", "best single backend", "fixed priority (vLLM-like)")
+    from profattn.report.run import render_html
+
+    html = render_html(seed)
+    assert '<h2 id="policy">Selection policy</h2>' in html and "Leave one workload out" in html
 
 
 def test_no_section_for_fewer_than_three_workloads():
@@ -31,7 +33,17 @@ def test_no_section_for_fewer_than_three_workloads():
     assert policy_section(run([cell(w, "eager", 10.0), cell(w, "sdpa-math", 12.0)])) is None
 
 
-def test_condition_text():
-    assert condition_text(Condition("kv_len", ">=", 2289.73)) == "kv_len ≥ 2,290"
-    assert condition_text(Condition("bhkv_per_sm", "<", 0.4848)) == "B·Hkv/SMs < 0.485"
-    assert condition_text(Condition("kv_layout", "!=", "dense")) == "kv_layout ≠ dense"
+def test_option_and_table_texts():
+    from profattn.analysis.recommend import ChangeCost, Option
+    from profattn.interfaces import ADOPTIONS, Change
+
+    o = Option("sdpa-cudnn", (Change.GATHER,), (ChangeCost(Change.GATHER, 62.6, False, 268_435_456, 4287.0, 117.6),),
+               ADOPTIONS["sdpa-cudnn"])
+    assert option_text(o) == ("needs a contiguous cache (gather the pages per call, or keep a contiguous copy) — gather "
+                              "≈ 62.6 µs per call (268.4 MB at 4,287 GB/s; gather + SDPA measured 117.6 µs)")
+    assert option_text(Option("x", (), (), None)) == "drop-in" and "plugin" in option_text(Option("x", None, (), None))
+    from profattn.analysis.policy import HeldOut, Scored, SliceResult, Validation
+
+    h = HeldOut("k", "decode", "a", Scored("a", True, 0.0), False, (Scored("b", False, 0.1),) * 3)
+    table = validation_table(Validation((SliceResult("head_dim", "64", (h,)),), None))
+    assert "| head dim = 64 | 1 | 1/1 hit, mean 0 %, worst 0 % | most frequent winner | 0/1 hit, mean 10 %, worst 10 % | yes |" in table

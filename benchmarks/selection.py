@@ -1,0 +1,76 @@
+"""The selection policy judged on data it was not fitted to: every committed H200 run imported into a temporary
+store, then whole slices held out in turn (each value of head_dim, GQA group, batch decade, kv decade, page size and
+phase) and each workload held out alone, the policy learnt from the rest and scored against what was measured on the
+held-out workloads, beside constant baselines learnt from the same rest (the most frequent winner of the workload's
+regime, the best single backend, a fixed priority list like vLLM's).
+
+Prints the README's table (GitHub Markdown) and the leave-one-workload-out numbers per phase. A hit is a pick within
+3 % or within noise of the measured best; regret is t_pick / t_best − 1.
+
+Usage: ``python benchmarks/selection.py [--runs DIR ...] [--json FILE]`` (CPU; ~1 min on a loaded 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from profattn.analysis.policy import SliceResult, store_ceilings, validate, validation_dict  # noqa: E402
+from profattn.errors import ProfattnError  # noqa: E402
+from profattn.report.recommend import score_text, validation_table  # noqa: E402
+from profattn.store import import_runs, open_store  # noqa: E402
+
+
+def committed_runs() -> list[Path]:
+    """Every run directory under ``examples/`` measured on a GPU (its results.json names a CUDA device)."""
+    out = []
+    for p in sorted((REPO / "examples").rglob("results.json")):
+        head = p.read_text()[:4000]
+        if '"device": "cuda"' in head:
+            out.append(p.parent)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", nargs="*", type=Path, default=None, help="run directories (default: every committed GPU run)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
+    args = ap.parse_args()
+    runs = args.runs or committed_runs()
+    try:
+        with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "s.sqlite") as store:
+            import_runs(store, runs)
+            gpus = [g for g in store.cuda_gpus()]
+            if len(gpus) != 1:
+                raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
+            gpu = gpus[0]
+            cells = store.cells_on(gpu)
+            t = time.perf_counter()
+            v = validate(cells, gpu, ceilings=store_ceilings(store.runs(), gpu))
+            took = time.perf_counter() - t
+    except ProfattnError as exc:
+        print(f"selection: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(runs)} runs, {len(cells):,} cells on {gpu}; validated in {took:.1f} s (CPU)\n")
+    print(validation_table(v))
+    if v.lowo is not None:
+        print("leave one workload out, by phase:")
+        for phase in sorted({h.phase for h in v.lowo.held_out}):
+            sl = SliceResult("workload", phase, tuple(h for h in v.lowo.held_out if h.phase == phase))
+            b = sl.baseline(sl.best_baseline)
+            print(f"  {phase:<8} policy {score_text(sl.policy)}  |  best constant {score_text(b)}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(validation_dict(v), indent=1) + "\n")
+        print(f"json: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

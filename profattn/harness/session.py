@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import torch
 
 from profattn.analysis.cells import attach_counters, attach_trace
+from profattn.analysis.reattach import TraceRead
 from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
@@ -275,12 +276,13 @@ def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Seq
     return run
 
 
-def reattach_traces(run: RunResult, run_dir: Path) -> RunResult:
+def reattach_traces(run: RunResult, run_dir: Path) -> TraceRead:
     """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``),
     with each cell's family from the backend registry (installed plugins included).
 
     Cells whose trace file is missing, unreadable or outside the run directory, or whose backend this
-    install does not have, keep their stored summary (see :func:`profattn.analysis.reattach.reattach_traces`).
+    install does not have, keep their stored summary; the traces not read are typed problems beside the run
+    (:class:`profattn.analysis.reattach.TraceRead`).
     """
     return reattach(run, run_dir, family_of=_registered_family)
 

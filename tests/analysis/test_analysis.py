@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profattn.analysis.run import analyze_run
 from profattn.analysis.cells import family_check
 from profattn.analysis.verdict import Standing, TieReason, TrainingOutcome, evidence, margin, verdict, winners
 from profattn.report.verdict import headline, reasons, render_verdict, summary
@@ -146,7 +147,7 @@ def test_committed_h200_run_counters_and_paged_kernel():
     math_ = byte_ledger(cells[f"{tag}.sdpa-math"])
     assert math_.redundant and math_.dram_ratio > 20
     # every ncu kernel's launch shape is found in the Kineto trace of the same cell
-    assert all(row["agree"] for row in counter_kernel_rows(r))
+    assert all(row["agree"] for row in counter_kernel_rows(analyze_run(r)))
     # FlexAttention on the paged pool compiles and runs on the H200: Inductor's decode template kernel, 264
     # CTAs of 64 threads, reading each K/V byte about once (1.05x: + 4.4 MB read by its 2048-CTA reduction
     # kernel) but at less than half our speed
@@ -264,7 +265,7 @@ def test_verdict_sentences_of_the_committed_h200_run():
     assert "the byte floor at the copy ceiling is 7.84 µs." in kv2048
     assert "a persistent grid, one CTA per SM looping over tiles" in text.rows[0].reasons[1]
     assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[1].reasons[2]
-    matrix = {row["cell_id"]: row["latency"] for row in matrix_rows(r)}
+    matrix = {row["cell_id"]: row["latency"] for row in matrix_rows(analyze_run(r))}
     assert matrix["decode_b8_q1_kv2048_hq16_hkv4_d128_bf16_causal_paged16.triton-paged-decode"] == "18.3 µs"
     assert matrix["prefill_b8_q2048_kv2048_hq16_hkv4_d128_bf16_causal.sdpa-cudnn"] == "281.0 µs"
     assert headline(v.rows[0], v) == heads[0] and reasons(v.rows[0], v) == text.rows[0].reasons

@@ -474,6 +474,11 @@ def layout_sentence(rows: "Sequence[WorkloadVerdict]", tw: str | None = None) ->
         return "; ".join(f"{b} at {_names(ws)}" for b, ws in groups.items())
 
     text = f"Over the paged cache a serving engine holds, the fastest paged kernel is {by_winner(lambda s: s.paged)}"
+    level = [r for r in split if r.layouts.between.tie]  # type: ignore[union-attr]
+    if level:
+        at = ("at every one" if len(level) == len(split) and len(split) > 1 else
+              f"at {len(level)} of them" if many else f"at {_names([where(r) for r in level])}")
+        text += f", within noise of the contiguous-copy winner {at}"
     if not (tw is not None and all(r.layouts.contiguous.winner.backend == tw for r in split)):  # type: ignore[union-attr]
         text += f"; over a contiguous copy (made outside the dense kernels' timing), {by_winner(lambda s: s.contiguous)}"
     gathered = [r for r in split if r.layouts.gather_us is not None]  # type: ignore[union-attr]

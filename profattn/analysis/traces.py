@@ -23,7 +23,7 @@ from pathlib import Path
 
 from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
-from profattn.analysis.comm import RankTimeline, rank_timeline
+from profattn.analysis.comm import CommSource, RankTimeline, rank_timeline
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
 from profattn.workload import DTYPE_BYTES
@@ -166,7 +166,7 @@ def analyze_paths(paths: Iterable[str | os.PathLike[str]], *, keep_host_info: bo
             fa = scrub(fa)
         real[fa.path] = item.path
         tl = rank_timeline(trace, calls=fa, itemsize=call_itemsize(fa))
-        comm.append(replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None)
+        comm.append(replace(tl, path=fa.path) if tl.ops or tl.comm_source is not CommSource.NONE else None)
         files.append(fa)
     if not files:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])

@@ -100,13 +100,15 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     verb = "resuming" if stored is not None else "preset"
     console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
 
-    def progress(event: str, cell, done: int, total: int) -> None:
-        if event == "start":
+    from profattn.harness.session import ProgressEvent
+
+    def progress(event: ProgressEvent, cell, done: int, total: int) -> None:
+        if event is ProgressEvent.START:
             return
-        if event == "counters":
+        if event is ProgressEvent.COUNTERS:
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
-        if event == "repeat":
+        if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
             console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
             return

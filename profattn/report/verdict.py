@@ -40,7 +40,7 @@ def workload_label(w: Workload) -> str:
         extra.append(f"B={w.batch}")
     if w.page_size:
         extra.append(f"page {w.page_size}")
-    if w.is_ragged:
+    if w.kv_len_dist.drawn:
         extra.append(f"{w.kv_len_dist} lengths")
     if w.shared_prefix_len:
         extra.append(f"prefix {w.shared_prefix_len}")

@@ -126,30 +126,42 @@ class SeriesPoint:
 
 @dataclass(frozen=True)
 class DecodeSeries:
-    """Uniform decode workloads of one (batch, page size) by KV length: the winner at each, where it changes beyond
-    noise (``changes``: (kv before, kv after, winner before, winner after); the new winner is not tied with the old at
-    either length) and where it changes only within noise (``noisy``)."""
+    """Uniform decode workloads of one (batch, page size) by KV length, ranked among the kernels that read ``layout``
+    (None: every kernel, where the workloads are not answered per layout): the winner at each, where it changes
+    beyond noise (``changes``: (kv before, kv after, winner before, winner after); the new winner is not tied with the
+    old at either length) and where it changes only within noise (``noisy``)."""
 
     batch: int
     page_size: int
     points: tuple[SeriesPoint, ...]
     changes: tuple[tuple[int, int, str | None, str | None], ...]
     noisy: tuple[tuple[int, int, str | None, str | None], ...]
+    layout: CacheLayout | None = None
 
 
-def decode_series(run: RunResult, win: dict[str, CellResult | None]) -> tuple[DecodeSeries, ...]:
+def decode_series(run: RunResult, win: dict[str, CellResult | None], v: Verdict) -> tuple[DecodeSeries, ...]:
     """Every (batch, page size) series of uniform decode workloads (no ragged or shared-prefix batch, no
-    variable-length call, no window), batch then page size ascending."""
-    series: dict[tuple[int, int], dict[int, SeriesPoint]] = {}
+    variable-length call, no window), batch then page size ascending; a workload answered per layout
+    (:attr:`WorkloadVerdict.layouts`) is a point of its paged series and of its contiguous-copy series, never of one
+    ranking that mixes them."""
+    rows = {r.workload_tag: r for r in v.rows}
+    series: dict[tuple[int, int, int, CacheLayout | None], dict[int, SeriesPoint]] = {}
+    order = {None: 0, CacheLayout.PAGED: 1, CacheLayout.CONTIGUOUS: 2, CacheLayout.PACKED: 3}
     for c in run.cells:
         w = c.workload
         if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen or w.window is not None:
             continue
+        row = rows.get(w.tag)
+        if row is not None and row.layouts is not None:
+            for rk in (row.layouts.paged, row.layouts.contiguous):
+                series.setdefault((w.batch, w.page_size or 0, order[rk.layout], rk.layout), {})[w.kv_len] = SeriesPoint(
+                    w.kv_len, rk.winner.backend, rk.winner.latency_us, rk.tied)
+            continue
         best = win.get(w.tag)
-        series.setdefault((w.batch, w.page_size or 0), {})[w.kv_len] = SeriesPoint(
+        series.setdefault((w.batch, w.page_size or 0, 0, None), {})[w.kv_len] = SeriesPoint(
             w.kv_len, best.backend if best else None, best.latency_us if best else None, _ties(run, w.tag, best))
     out = []
-    for (batch, page), by_kv in sorted(series.items()):
+    for (batch, page, _, layout), by_kv in sorted(series.items(), key=lambda kv: kv[0][:3]):
         pts = tuple(p for _, p in sorted(by_kv.items()))
         changes, noisy = [], []
         for a, b in zip(pts, pts[1:]):
@@ -160,7 +172,7 @@ def decode_series(run: RunResult, win: dict[str, CellResult | None]) -> tuple[De
                 noisy.append(step)
             else:
                 changes.append(step)
-        out.append(DecodeSeries(batch, page, pts, tuple(changes), tuple(noisy)))
+        out.append(DecodeSeries(batch, page, pts, tuple(changes), tuple(noisy), layout))
     return tuple(out)
 
 
@@ -267,10 +279,11 @@ def analyze_run(run: RunResult, *, traces: Sequence[TraceProblem] = ()) -> RunAn
         if timed(c):
             ledgers.setdefault(c.workload.phase, []).append(LedgerEntry(c, byte_ledger(c), flop_ledger(c, run)))
     policy = derive(measurements(run), run.environment.device_name)
+    v = verdict(run)
     return RunAnalysis(
-        run=run, workloads=order, backends=backends, matrix=tuple(matrix), winners=win, verdict=verdict(run),
+        run=run, workloads=order, backends=backends, matrix=tuple(matrix), winners=win, verdict=v,
         ledgers={p: tuple(ledgers[p]) for p in Phase if p in ledgers}, counters=counter_matches(run.cells),
-        series=decode_series(run, win), prompts=prompt_times(run.cells), mixed=mixed_splits(run.cells),
+        series=decode_series(run, win, v), prompts=prompt_times(run.cells), mixed=mixed_splits(run.cells),
         gqa=gqa_comparisons(run), policy=policy, noise=noise_findings(run), trace_problems=tuple(traces),
         _by_id={m.cell.cell_id: m for m in matrix},
     )

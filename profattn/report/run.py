@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from profattn.analysis.layout import CacheLayout
 from profattn.analysis.noise import NoiseKind
 from profattn.analysis.reattach import TraceProblemKind
 from profattn.analysis.run import MatrixCell, RunAnalysis, analyze_run
@@ -370,7 +371,8 @@ def counter_kernel_rows(a: RunAnalysis) -> list[dict[str, Any]]:
 def crossover_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """For each (batch, page_size) series of uniform decode workloads (:attr:`RunAnalysis.series`): the winner at
     each kv_len (with the backends tied with it by the verdict's noise rule) and where the winner changes. A change
-    counts as a crossover only beyond noise: the new winner is not tied with the old one at either kv_len."""
+    counts as a crossover only beyond noise: the new winner is not tied with the old one at either kv_len. ``kernels``:
+    which ranking (all kernels, or one cache layout's where the workloads are answered per layout)."""
     rows = []
     for s in a.series:
         changes = [f"{x} → {y} between kv {ka} and {kb}" for ka, kb, x, y in s.changes]
@@ -382,6 +384,8 @@ def crossover_rows(a: RunAnalysis) -> list[dict[str, Any]]:
             text = "none: the same winner at every kv_len"
         rows.append({
             "batch": s.batch, "page_size": s.page_size or "dense",
+            "kernels": {None: "all", CacheLayout.PAGED: "paged kernels (page pool)",
+                        CacheLayout.CONTIGUOUS: "contiguous-copy kernels"}.get(s.layout, s.layout.value if s.layout else "all"),
             "winners": ", ".join(f"kv {p.kv_len}: {p.winner or 'none'}" + (f" {fmt_us(p.latency_us)}" if p.latency_us else "")
                                  + (f" ≈ {', '.join(p.tied)}" if p.tied else "") for p in s.points),
             "crossovers": text,

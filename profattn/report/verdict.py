@@ -516,7 +516,8 @@ def _serving_where(rows: "list[ServingRow]", note: "Callable[[ServingRow], str]"
 
 
 def serving_text(s: ServingVerdict) -> str:
-    """One or two sentences on a :class:`ServingVerdict`: who wins the unchunked prompt (by how much, or a tie),
+    """One or two sentences on a :class:`ServingVerdict`: who wins the unchunked prompt (by how much, or a tie; what
+    it read, and what each new winner read, where profattn knows the backend),
     whether it stays the winner per prompt at each chunk size and in each mixed step (stays / ties within noise
     / who wins instead and how much faster, by :func:`margin_text`), and, when a chunk size changes the winner,
     what chunking costs the unchunked winner and the new one per prompt (their time over their unchunked time).
@@ -529,13 +530,19 @@ def serving_text(s: ServingVerdict) -> str:
                 "and the mixed steps are not compared.")
     m = s.reference_margin
     tie = m is not None and m.tie
+    paged = s.prompt.kv_layout is KVLayout.PAGED
+
+    def reads(layout: CacheLayout | None) -> str:  # what a winner read, where profattn knows it
+        return "" if layout is None else layout_name(layout, paged_workload=paged)
+
+    read = f" on a {reads(s.reference_layout)}" if s.reference_layout is not None else ""
     if m is None:
-        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, the only eligible backend)"
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}{read}, the only eligible backend)"
     elif tie:
         head = (f"{_names((ref, *s.reference_tied))} tie on {prompt} ({batch}{margin_text(m)} apart, {noise_text(m)}; "  # type: ignore[arg-type]
                 f"compared as {ref}, the faster median)")
     else:
-        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, {margin_text(m)} ahead of {m.behind})"
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}{read}, {margin_text(m)} ahead of {m.behind})"
     kept = [r for r in s.rows if r.standing is Standing.STAYS]
     tied = [r for r in s.rows if r.standing is Standing.TIES]
     lost = [r for r in s.rows if r.standing is Standing.CHANGES]
@@ -562,7 +569,9 @@ def serving_text(s: ServingVerdict) -> str:
         first = winners[r.winner_backend][0] is r  # type: ignore[index]
         return f" ({margin_text(rm)} faster than {ref})" if first else f" ({margin_text(rm)})"
 
-    beaten = "; ".join(f"{w} wins {_serving_where(rs, change_note)}" for w, rs in winners.items())
+    layouts = {r.winner_backend: r.winner_layout for r in lost}
+    beaten = "; ".join(f"{w}{f' ({reads(layouts[w])})' if layouts.get(w) is not None else ''} wins {_serving_where(rs, change_note)}"
+                       for w, rs in winners.items())
     if not lost:
         rest = f"is never beaten beyond noise: it {held}" if tied else held
         text = f"{head}; {ref} {rest}" if tie else f"{head} and {rest}"

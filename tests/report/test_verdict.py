@@ -113,10 +113,10 @@ def test_h200_serving_run_markdown():
     """
     md = run_markdown(analyze_run(read_results(SERVING_RUN)))
     assert (
-        "sdpa-cudnn wins the unchunked 8,192-token prompt (3,815.4 µs, 1.12× ahead of flashinfer-prefill-paged) but "
-        "does not stay the winner: flashinfer-prefill-paged wins per prompt at chunk 2048 (1.75× faster than "
-        "sdpa-cudnn) and 512 (1.59×); triton-paged-prefill wins in the mixed batches 2×q2048 + 32×q1 (21.24× faster "
-        "than sdpa-cudnn) and 1×q512 + 64×q1 (25.96×). Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.89× "
+        "sdpa-cudnn wins the unchunked 8,192-token prompt (3,815.4 µs on a contiguous copy, 1.12× ahead of "
+        "flashinfer-prefill-paged) but does not stay the winner: flashinfer-prefill-paged (paged cache) wins per prompt "
+        "at chunk 2048 (1.75× faster than sdpa-cudnn) and 512 (1.59×); triton-paged-prefill (paged cache) wins in the "
+        "mixed batches 2×q2048 + 32×q1 (21.24× faster than sdpa-cudnn) and 1×q512 + 64×q1 (25.96×). Chunked, sdpa-cudnn needs 2.00× (chunk 2048) and 1.89× "
         "(chunk 512) its unchunked time per prompt, flashinfer-prefill-paged 1.02× and 1.06×. Why, at chunk 2048 "
         "(4 chunks): chunked, it launches 19 kernels in its 4 calls per prompt against 1 unchunked; it is handed an "
         "explicit mask (built in the call: 15 launches, 186.8 µs), so its kernel computes the whole q × kv rectangle: "

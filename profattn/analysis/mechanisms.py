@@ -30,6 +30,7 @@ from enum import Enum
 
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.layout import CacheLayout, cell_layout
+from profattn.analysis.ledgers import ByteLedger, summed_ledger
 from profattn.results import CellResult, KernelLaunch, RunResult
 from profattn.workload import Mask, Phase
 
@@ -153,8 +154,8 @@ class CallProfile:
     ``launches`` Σ kernel launches (None unless every call was traced); ``roles``: the traced kernels by
     :class:`KernelRole`, attention first; ``flops``: Σ required FLOPs (the workloads' ledgers); ``executed_flops`` /
     ``work_cause``: Σ FLOPs executed when some call executes more than it requires (None otherwise);
-    ``requested_bytes``: Σ minimum bytes; ``dram_bytes`` / ``l2_bytes``: Σ measured (None unless every call has
-    counters); ``ctas``: the attention kernel's CTAs per launch, per call (distinct, in call order); ``waves``: its
+    ``requested_bytes``: Σ minimum bytes; ``ledger``: the byte ledger over the calls
+    (:func:`~profattn.analysis.ledgers.summed_ledger`: measured sums only where every call has counters); ``ctas``: the attention kernel's CTAs per launch, per call (distinct, in call order); ``waves``: its
     waves per SM from Nsight Compute (per call, where measured); ``num_sms``, ``matmul_tflops``, ``roof_gbps``,
     ``roof_kind``: the run's; ``layout``: what the kernel read (:func:`profattn.analysis.layout.cache_layout`).
     """
@@ -170,8 +171,7 @@ class CallProfile:
     executed_flops: int | None
     work_cause: WorkCause | None
     requested_bytes: int
-    dram_bytes: float | None
-    l2_bytes: float | None
+    ledger: ByteLedger
     ctas: tuple[int, ...]
     waves: tuple[float, ...]
     query_rows: int
@@ -180,6 +180,11 @@ class CallProfile:
     roof_gbps: float | None
     roof_kind: str
     layout: CacheLayout | None
+
+    @property
+    def dram_bytes(self) -> float | None:
+        """Σ DRAM bytes measured (None unless every call has the counters)."""
+        return self.ledger.dram_bytes
 
     def role(self, role: KernelRole) -> RoleTime | None:
         """The kernels of ``role``, None when the call has none."""
@@ -306,8 +311,6 @@ def call_profile(cells: Sequence[CellResult], run: RunResult) -> CallProfile:
                 waves.append(w_)
     order = list(KernelRole)
     roles_t = tuple(RoleTime(r, v[0], v[1], tuple(dict.fromkeys(v[2]))) for r, v in sorted(by_role.items(), key=lambda kv: order.index(kv[0])))
-    counted = all(c.counters is not None and c.counters.dram_bytes is not None for c in cells)
-    l2 = all(c.counters is not None and c.counters.l2_to_sm_read_bytes is not None for c in cells)
     ceil = run.ceilings
     w0 = cells[0].workload
     return CallProfile(
@@ -318,8 +321,7 @@ def call_profile(cells: Sequence[CellResult], run: RunResult) -> CallProfile:
         roles=roles_t if traced else (),
         flops=sum(c.workload.flops for c in cells), executed_flops=executed if any_extra else None,
         work_cause=cause if any_extra else None, requested_bytes=sum(c.workload.requested_bytes for c in cells),
-        dram_bytes=sum(c.counters.dram_bytes for c in cells) if counted else None,  # type: ignore[misc, union-attr]
-        l2_bytes=sum(c.counters.l2_to_sm_read_bytes for c in cells) if l2 else None,  # type: ignore[misc, union-attr]
+        ledger=summed_ledger(cells),
         ctas=tuple(ctas), waves=tuple(waves), query_rows=w0.batch * w0.num_q_heads * w0.q_len,
         num_sms=run.environment.num_sms, matmul_tflops=ceil.matmul_tflops if ceil else None,
         roof_gbps=ceil.bandwidth_gbps if ceil else None, roof_kind=ceil.bandwidth_kind if ceil else "copy",
@@ -380,25 +382,38 @@ class Rate:
 
 @dataclass(frozen=True)
 class Traffic:
-    """``backend``'s measured bytes (Nsight Compute, cold caches): DRAM read + write and L2→SM reads against the
-    requested bytes; ``group_size``: the workload's GQA group (K/V read once per query head would move ~group × the
-    K/V bytes)."""
+    """``backend``'s measured bytes (Nsight Compute, cold caches): its :class:`~profattn.analysis.ledgers.ByteLedger`
+    (over the prompt's chunks for a prompt) with DRAM measured; ``group_size``: the workload's GQA group (K/V read once
+    per query head would move ~group × the K/V bytes)."""
 
     backend: str
-    dram_bytes: float
-    requested_bytes: int
-    l2_bytes: float | None
+    ledger: ByteLedger
     group_size: int
+
+    @property
+    def dram_bytes(self) -> float:
+        """DRAM read + write bytes."""
+        return self.ledger.dram_bytes  # type: ignore[return-value]
+
+    @property
+    def requested_bytes(self) -> int:
+        """The workload's minimum bytes."""
+        return self.ledger.requested_bytes
+
+    @property
+    def l2_bytes(self) -> float | None:
+        """L2→SM read bytes (None unmeasured)."""
+        return self.ledger.l2_to_sm_bytes
 
     @property
     def dram_ratio(self) -> float:
         """DRAM bytes / requested."""
-        return self.dram_bytes / self.requested_bytes
+        return self.ledger.dram_ratio  # type: ignore[return-value]
 
     @property
     def l2_ratio(self) -> float | None:
         """L2→SM bytes / requested (None unmeasured)."""
-        return self.l2_bytes / self.requested_bytes if self.l2_bytes is not None else None
+        return self.ledger.l2_ratio
 
 
 @dataclass(frozen=True)
@@ -460,7 +475,7 @@ def findings(p: CallProfile, group_size: int = 1) -> tuple[Finding, ...]:
         out.append(Rate(p.backend, p.tflops, p.tflops / p.matmul_tflops, p.gbps, p.gbps / p.roof_gbps, p.kernel_tflops,
                         p.bound, p.floor_us, p.floor_kind, p.latency_us, p.roof_kind))
     if p.dram_bytes is not None:
-        out.append(Traffic(p.backend, p.dram_bytes, p.requested_bytes, p.l2_bytes, group_size))
+        out.append(Traffic(p.backend, p.ledger, group_size))
     if p.ctas and p.num_sms:
         out.append(Grid(p.backend, min(p.ctas), max(p.ctas), p.num_sms, max(p.waves) if p.waves else None, p.query_rows))
     if p.gpu_us is not None:

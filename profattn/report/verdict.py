@@ -721,7 +721,8 @@ def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRow
         s = row.layouts
         out = []
         for name, rk in (("over the paged cache", s.paged), ("over a contiguous copy", s.contiguous)):
-            mechanism = mech(rk.gap, rk.margin, row.phase)
+            lost = rk is s.contiguous and row.standing is Standing.CHANGES and row.training_gap is not None
+            mechanism = mechanism_text(row.training_gap, row.phase) if lost else mech(rk.gap, rk.margin, row.phase)
             if rk is s.contiguous and (g := gather_text(s)):
                 mechanism = (mechanism + "; " if mechanism else "") + "on the paged cache: " + g
             out.append(VerdictRowText(

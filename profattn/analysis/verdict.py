@@ -726,20 +726,3 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
                            if second else None),
             reference_layout=whole_profiles[ref.backend].layout if ref else None))
     return tuple(out)
-
-
-@dataclass(frozen=True)
-class RankedCell:
-    """A cell of the result matrix: ``winner`` marks the fastest eligible cell of its workload."""
-
-    cell: CellResult
-    winner: bool
-
-
-def ranked_cells(run: RunResult) -> tuple[RankedCell, ...]:
-    """Every cell of ``run`` in matrix order (phase train → prefill → decode, then kv_len), winners marked.
-    The HTML matrix and the Markdown summary format these same records."""
-    win = winners(run)
-    order = list(Phase)
-    cells = sorted(run.cells, key=lambda c: (order.index(c.workload.phase), c.workload.kv_len))
-    return tuple(RankedCell(c, (w := win.get(c.workload.tag)) is not None and w.cell_id == c.cell_id) for c in cells)

@@ -71,6 +71,8 @@ COMBINE_FIXED_TILES = 1.0
 COMBINE_TILES_PER_SPLIT = 1 / 64
 #: Relative cost difference the split rule treats as a tie (to fewer splits).
 SPLIT_COST_TIE = 0.015
+
+
 class Combine(str, Enum):
     """How a split plan's partial outputs are combined (a ``str`` enum: members equal their text, JSON writes it):
     ``auto`` (fused up to :data:`FUSED_MAX_SPLITS` splits, else the second kernel), ``separate`` (a second kernel),

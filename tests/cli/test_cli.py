@@ -112,7 +112,9 @@ def test_sweep_decode_on_cpu(tmp_path: Path):
     run = read_results(out)
     assert run.preset == "decode-sweep-small" and len(run.cells) == 10 * 4
     rows = crossover_rows(analyze_run(run))
-    assert [(r["batch"], r["page_size"]) for r in rows] == [(1, 16), (1, 64), (4, 16), (4, 64)]
+    # each (batch, page size) series once per layout: the paged kernels and the contiguous-copy kernels apart
+    assert [(r["batch"], r["page_size"]) for r in rows] == [(b, p) for b, p in [(1, 16), (1, 64), (4, 16), (4, 64)] for _ in (0, 1)]
+    assert {r["kernels"] for r in rows} == {"paged kernels (page pool)", "contiguous-copy kernels"}
     assert {c["id"] for c in chart_figures(analyze_run(run))} >= {"decode-latency", "decode-bandwidth", "page-size"}
     ragged = [c for c in run.cells if c.workload.is_ragged]
     assert {c.backend: c.status for c in ragged}["torch-paged-reference"] == CellStatus.OK

@@ -8,14 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from profattn.analysis.policy import (
-    Condition, Policy, Rule, Validation, derive, policy_to_dict, validation_dict,
+    Condition, Policy, Rule, Validation, policy_to_dict, validation_dict,
 )
 from profattn.analysis.recommend import (
     NEAR_TIE_FRACTION, CallAdvice, RankedBackend, Recommendation, Status, TraceAdvice,
 )
 from profattn.report.format import MISSING, fmt_bytes, fmt_sig, fmt_span, fmt_us, short_kernel_name
-from profattn.results import RunResult
-from profattn.store import StoredRun, measurements
+from profattn.store import StoredRun
 from profattn.workload import workload_spec
 
 #: Numeric fields whose thresholds are shown as integers (lengths, counts).
@@ -225,11 +224,10 @@ def trace_advice_json(advice: Sequence[TraceAdvice]) -> list[dict[str, Any]]:
 
 
 # ---- the run report's section -----------------------------------------------------------------------------------
-def policy_section(run: RunResult) -> dict[str, Any] | None:
-    """Rows of the run report's "Selection policy" section: the policy learnt from this run's own cells, its rules
-    and its leave-one-workload-out validation; None when fewer than three workloads have an eligible cell (no rule
-    to learn or check)."""
-    policy = derive(measurements(run), run.environment.device_name)
+def policy_section(policy: Policy | None) -> dict[str, Any] | None:
+    """Rows of the run report's "Selection policy" section: the policy learnt from this run's own cells
+    (:attr:`profattn.analysis.run.RunAnalysis.policy`, derived once there), its rules and its leave-one-workload-out
+    validation; None when fewer than three workloads have an eligible cell (no rule to learn or check)."""
     if policy is None or policy.workloads < 3:
         return None
     v = policy.validation

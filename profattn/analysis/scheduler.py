@@ -521,16 +521,23 @@ class Scheduler:
                     total += count * ((k - 1 - j0) // page + 1)
         return total
 
-    def advance_decode(self, k: int, end: float) -> list[int]:
+    def advance_decode(self, k: int, end: float) -> tuple[list[int], int]:
         """``k`` decode-only steps (from :meth:`decode_run`), the last ending at ``end`` (seconds): pages allocated,
-        tokens emitted, the last step's finishers retired; returns them."""
+        tokens emitted, the last step's finishers retired; returns them and the pages in use after the run's
+        allocations (before they left)."""
         s = self.step
         self.free -= self._run_pages(s, k)
         self._note_peak()
+        used = self.cfg.num_gpu_blocks - self.free
         self.tokens_scheduled += k * len(self.base)
         done = self._finish_decoders(s + k - 1, end)
         self._end_step(s + k - 1)
-        return done
+        return done, used
+
+    @property
+    def pages_in_use(self) -> int:
+        """Pages allocated now."""
+        return self.cfg.num_gpu_blocks - self.free
 
     def decode_sequences(self, s: int) -> list[int]:
         """Every decoding sequence's kv_len at step ``s`` (for a step's export)."""

@@ -235,23 +235,37 @@ class StepShape:
             return StepKind.MIXED
         return StepKind.PREFILL if self.chunks else StepKind.DECODE
 
-    def workload(self, shape: AttentionShape, page_size: int) -> Workload:
-        """The step as one variable-length paged call (``profattn profile --workload mix=...``, appending its new
-        tokens as a serving step does; the model's per-GPU heads)."""
-        counts: dict[tuple[int, int], int] = {}
-        for q, kv in [*self.chunks, *((1, n) for n in sorted(self.decode_kv))]:
-            counts[(q, kv)] = counts.get((q, kv), 0) + 1
-        seqs = [p for p, c in counts.items() for _ in range(c)]
-        kw: dict[str, object] = dict(num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
-                                     head_dim=shape.head_dim, dtype=shape.dtype, kv_layout="paged",
-                                     page_size=page_size, append=shape.kv_dtype is None)
-        if shape.kv_dtype:
-            kw["kv_dtype"] = shape.kv_dtype
-        return Workload.varlen(None, seqs, **kw)
+    def workloads(self, shape: AttentionShape, page_size: int) -> dict[str, Workload]:
+        """The step as ``profattn profile --workload`` calls on the model's per-GPU heads, paged: ``step`` — the whole
+        step as one variable-length call appending its new tokens, as a one-launch serving kernel takes it (bf16
+        cache only: an FP8 cache has no appending call) — and its ``decode`` and ``prefill`` parts, the two calls
+        a paired deployment makes (the decode part on an FP8 cache when the shape's KV dtype is FP8; the prefill
+        part appends). Parts the step lacks are left out."""
+        def call(seqs: list[tuple[int, int]], kv_dtype: str | None, append: bool) -> Workload:
+            counts: dict[tuple[int, int], int] = {}
+            for p in seqs:
+                counts[p] = counts.get(p, 0) + 1
+            kw: dict[str, object] = dict(num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
+                                         head_dim=shape.head_dim, dtype=shape.dtype, kv_layout="paged",
+                                         page_size=page_size, append=append)
+            if kv_dtype:
+                kw["kv_dtype"] = kv_dtype
+            return Workload.varlen(None, [p for p, c in counts.items() for _ in range(c)], **kw)
 
-    def spec(self, shape: AttentionShape, page_size: int) -> str:
-        """``--workload`` text of :meth:`workload`."""
-        return workload_spec(self.workload(shape, page_size))
+        decode = [(1, n) for n in sorted(self.decode_kv)]
+        chunks = list(self.chunks)
+        out: dict[str, Workload] = {}
+        if decode and chunks and shape.kv_dtype is None:
+            out["step"] = call(chunks + decode, None, True)
+        if decode:
+            out["decode"] = call(decode, shape.kv_dtype, shape.kv_dtype is None)
+        if chunks:
+            out["prefill"] = call(chunks, None, True)
+        return out
+
+    def specs(self, shape: AttentionShape, page_size: int) -> dict[str, str]:
+        """``--workload`` text of each of :meth:`workloads`."""
+        return {k: workload_spec(w) for k, w in self.workloads(shape, page_size).items()}
 
 
 @dataclass(frozen=True)
@@ -262,7 +276,9 @@ class SimulationRun:
     tokens after the first; NaN for one token), ``e2e_s``, ``preemptions``; ``itl_s`` / ``itl_weight``: inter-token
     gaps (each decode step's duration once per sequence it advanced, and each resumed request's wait between two of
     its tokens) for weighted percentiles. ``steps``: the :class:`StepLog`. ``snapshots``: steps kept with every
-    sequence's lengths (:data:`SNAPSHOT_EVERY`). ``stopped``: cut short once the SLO could no longer be met (then
+    sequence's lengths (:data:`SNAPSHOT_EVERY`). ``peak_pages`` / ``final_pages``: pages in use at the peak and after
+    the last step (0 when every request finished: nothing leaked); ``tokens_scheduled``: every token computed,
+    ``tokens_discarded``: computed tokens thrown away by preemptions (recomputed later). ``stopped``: cut short once the SLO could no longer be met (then
     the latencies cover only what had happened). ``wall_s``: the simulation's own CPU wall time.
     """
 
@@ -281,6 +297,7 @@ class SimulationRun:
     snapshots: tuple[StepShape, ...]
     makespan_s: float
     peak_pages: int
+    final_pages: int
     tokens_scheduled: int
     tokens_discarded: int
     num_preemptions: int
@@ -379,9 +396,8 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
             for j in range(-(-s // SNAPSHOT_EVERY) * SNAPSHOT_EVERY, s + k, SNAPSHOT_EVERY):
                 snaps.append(StepShape(j, float(ends[j - s] - dur[j - s]), tuple(sched.decode_sequences(j)), ()))
             now = float(ends[-1])
-            done = sched.advance_decode(k, now)
-            rec.run(ends, dur, n, calls.kv_tokens[:k], calls.top_kv[:k], rest_s, flags,
-                    deployment.scheduler.num_gpu_blocks - sched.free)
+            done, used = sched.advance_decode(k, now)
+            rec.run(ends, dur, n, calls.kv_tokens[:k], calls.top_kv[:k], rest_s, flags, used)
             if done:
                 tpot_fail(done)
             continue
@@ -392,12 +408,13 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                 raise SimulationError("the scheduler stalled with requests left (a scheduler bug)")
             now = max(now, nxt)
             continue
+        used = sched.pages_in_use
         end, row = _step_cost(plan, sched, source, rest, dec, pre, layers, group, now)
         if plan.index % SNAPSHOT_EVERY == 0:
             snaps.append(StepShape(plan.index, now, tuple(sched.decode_sequences(plan.index)),
                                    tuple((new, kv) for _, new, kv in plan.chunks)))
         done = sched.complete(plan, end)
-        rec.row(plan.index, now, end - now, *row, deployment.scheduler.num_gpu_blocks - sched.free)
+        rec.row(plan.index, now, end - now, *row, used)
         if slo is not None:
             for r, _, _ in plan.chunks:
                 if sched.first_token_s[r] == end and sched.generated[r] == 1 and not fail_mark[r] \
@@ -420,8 +437,12 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
     makespan = float(np.nanmax(finish) - arr[0]) if sched.finished else 0.0
     return SimulationRun(deployment, trace.rate_scale, trace.rate_per_s, len(trace), ttft, tpot, finish - arr,
                          np.asarray(sched.preemptions, dtype=np.int64), out, itl, itl_w, steps, tuple(snaps), makespan,
-                         sched.peak_pages, sched.tokens_scheduled, sched.tokens_discarded, sched.num_preemptions,
-                         stopped, failed, time.perf_counter() - t0)
+                         sched.peak_pages, sched.pages_in_use, sched.tokens_scheduled, sched.tokens_discarded,
+                         sched.num_preemptions, stopped, failed, time.perf_counter() - t0)
+
+
+def _first_flag(x: np.ndarray | int) -> int:
+    return x if isinstance(x, int) else int(x[0])
 
 
 def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: RestOfStep, dec: str, pre: str,
@@ -435,7 +456,7 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
                                                                float(plan.decode_kv), float(nd * -(-group // 128)), 1.0,
                                                                float(plan.decode_max_kv), group))
         attn_d = float(e.us[0]) * layers
-        flags |= int(e.extrapolation[0])
+        flags |= _first_flag(e.extrapolation)
     attn_p = 0.0
     q_tok = kv_tok = tiles = 0
     pairs = 0.0
@@ -456,7 +477,7 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
         e = source.attention_us(pre, CallPart.PREFILL, CallSums(1, float(len(plan.chunks)), float(q_tok), float(kv_tok),
                                                                 pairs, float(tiles), float(top[0]), float(top[1]), group))
         attn_p = float(e.us[0]) * layers
-        flags |= int(e.extrapolation[0])
+        flags |= _first_flag(e.extrapolation)
     tokens = nd + q_tok
     rest_us = rest.at(tokens, sampled) if tokens else 0.0
     end = now + (attn_d + attn_p + rest_us) * 1e-6
@@ -542,10 +563,12 @@ def _rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
 
 def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTrace, slo: SLO, *, start: float = 1.0,
                 resolution: float = 0.05, max_scale: float = 256.0, min_scale: float = 1.0 / 256,
-                first: SimulationRun | None = None) -> RateSearch:
-    """The highest rate scale meeting ``slo``: doubling (or halving) from ``start`` until the answer changes, then
-    geometric bisection until the bracket is within ``resolution``. ``simulate_at(scale)`` runs the deployment (with
-    early stopping); ``first``: a finished run at ``start`` to reuse. Assumes attainment falls as the rate rises."""
+                first: SimulationRun | None = None, hint: float | None = None) -> RateSearch:
+    """The highest rate scale meeting ``slo``: from ``start``, steps of 2× up (or down) until the answer changes,
+    then geometric bisection until the bracket is within ``resolution``. With ``hint`` (another deployment's answer)
+    the first step goes to the hint and the next ones by 1 + 2 × ``resolution``. ``simulate_at(scale)`` runs the
+    deployment (with early stopping); ``first``: a finished run at ``start`` to reuse. Assumes the share of requests
+    within the SLO falls as the rate rises."""
     points: list[RatePoint] = []
 
     def at(scale: float) -> bool:
@@ -554,28 +577,37 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
         points.append(p)
         return p.meets
 
+    def steps(x: float, up: bool):
+        if hint is not None and (hint > x if up else hint < x):
+            yield hint
+            x = hint
+        f = 2.0 if hint is None else 1.0 + 2.0 * resolution
+        while True:
+            x = x * f if up else x / f
+            yield x
+
     lo: float | None
     hi: float | None
     if at(start):
         lo, hi = start, None
-        while hi is None:
-            nxt = lo * 2
+        for nxt in steps(start, True):
             if nxt > max_scale:
                 return RateSearch(lo, lo * trace.rate_per_s, tuple(points), 1.0, True)
             if at(nxt):
                 lo = nxt
             else:
                 hi = nxt
+                break
     else:
         lo, hi = None, start
-        while lo is None:
-            nxt = hi / 2
+        for nxt in steps(start, False):
             if nxt < min_scale:
                 return RateSearch(None, None, tuple(points), 1.0, False)
             if at(nxt):
                 lo = nxt
-            else:
-                hi = nxt
+                break
+            hi = nxt
+    assert lo is not None and hi is not None
     while hi / lo > 1 + resolution:
         mid = math.sqrt(lo * hi)
         if at(mid):
@@ -639,13 +671,15 @@ def shape_rows(log: StepLog, attention: dict[str, np.ndarray]) -> tuple[ShapeRow
     return tuple(sorted(rows, key=lambda r: -r.time_share))
 
 
-def cross_cost(log: StepLog, deployments: Sequence[Deployment], source: StepCostSource, model: ModelConfig,
-               shapes: dict[str | None, AttentionShape]) -> dict[str, np.ndarray]:
+def cross_cost(log: StepLog, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],
+               model: ModelConfig, shapes: dict[str | None, AttentionShape]) -> dict[str, np.ndarray]:
     """Each deployment's attention time (µs, all layers) on every step of ``log`` — one schedule priced by every
-    pair, so the difference is the kernels' alone. ``shapes``: the attention shape per KV dtype."""
+    pair, so the difference is the kernels' alone. ``sources`` / ``shapes``: the step-cost source and attention shape
+    per KV dtype."""
     out = {}
     for d in deployments:
         shape = shapes[d.kv_dtype]
+        source = sources[d.kv_dtype]
         t = np.zeros(len(log))
         m = log.num_decode > 0
         if m.any():
@@ -732,8 +766,8 @@ def head_to_head(cells: Sequence[Measurement], a: str, b: str, shape: AttentionS
             ties += 1
             shape_ties += own
         else:
-            wins[mg.fast] += 1
-            shape_wins[mg.fast] += own
+            wins[mg.ahead] += 1
+            shape_wins[mg.ahead] += own
     geo = math.exp(sum(ratios) / len(ratios)) if ratios else None
     return HeadToHead(a, b, len(ratios), wins[a], wins[b], ties, geo, (shape_wins[a], shape_wins[b], shape_ties))
 
@@ -775,10 +809,10 @@ class Findings:
     """What the verdict is built from (typed, no sentences).
 
     ``per_call``: the store's head-to-head of the first two decode backends (None with fewer than two);
-    ``per_call_winner``: its winner's deployment label (None: a tie or unmeasured); ``deployment_winner``: the
+    ``per_call_winner``: its winning decode backend (None: as many wins each, or unmeasured); ``deployment_winner``: the
     label serving the highest rate within the SLO (None when the top two are within the search's resolution:
     ``deployment_tie``) and ``rate_ratio`` (best / runner-up max rate); ``same``: the per-call winner is the
-    deployment winner; ``shapes``: the step-shape table on the first deployment's schedule, every deployment's
+    deployment winner's decode backend; ``shapes``: the step-shape table on the first deployment's schedule, every deployment's
     attention on it; ``dominant``: the class contributing most to the attention difference between the top two
     deployments on those steps, with its share of that difference (``dominant_share``) and the difference in all
     (``attention_delta_s``, runner-up − winner, seconds); capacity: per label ``capacity_tokens``, ``peak_use``
@@ -793,9 +827,13 @@ class Findings:
     same: bool | None
     shapes: tuple[ShapeRow, ...]
     schedule_of: str
+    attention_on_steps: dict[str, float]
+    fastest_on_steps: str | None
+    next_on_steps: str | None
     dominant: ShapeClass | None
     dominant_share: float | None
     attention_delta_s: float | None
+    steps_time_s: float
     capacity_tokens: dict[str, int]
     peak_use: dict[str, float]
     preemptions: dict[str, int]
@@ -853,14 +891,15 @@ def _result(run: SimulationRun, slo: SLO, trace: RequestTrace, search: RateSearc
         float(st.attn_prefill_us.sum()) * 1e-6, float(st.rest_us.sum()) * 1e-6, ext, search, provenance, conc, mean_b)
 
 
-def simulate(trace: RequestTrace, deployments: Sequence[Deployment], source: StepCostSource, model: ModelConfig, *,
-             rest: dict[str | None, RestOfStep], shapes: dict[str | None, AttentionShape], slo: SLO,
+def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],
+             model: ModelConfig, *, rest: dict[str | None, RestOfStep], shapes: dict[str | None, AttentionShape], slo: SLO,
              cells: Sequence[Measurement] = (), gpu: str = "", ceilings=None, search: bool = True,
              resolution: float = 0.05, sample: int = 8, progress: Callable[[str, float], None] | None = None) -> SimulationReport:
     """Every deployment at ``trace``'s rate (its ``rate_scale`` already applied), then (``search``) the highest rate
     scale meeting ``slo`` per deployment, the cross-costed step-shape table and the :class:`Findings`.
 
-    ``rest`` / ``shapes``: the rest-of-step estimate and attention shape per KV dtype; ``cells``: the store's cells
+    ``sources`` / ``rest`` / ``shapes``: the step-cost source (built for that cache's dtype), the rest-of-step
+    estimate and the attention shape per KV dtype of the deployments; ``cells``: the store's cells
     on the GPU (for the per-call head-to-head); ``progress(label, fraction)`` for long simulations.
 
     Raises:
@@ -872,7 +911,12 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], source: Ste
     base_scale = trace.rate_scale
     base = trace.scaled(1.0 / base_scale) if base_scale != 1.0 else trace  # the trace at its own rate
     results = []
+    hint: float | None = None
+    for d in deployments:  # every backend priced before anything runs: a missing one is an error up front
+        sources[d.kv_dtype].provenance(d.pair.decode, CallPart.DECODE)
+        sources[d.kv_dtype].provenance(d.pair.prefill, CallPart.PREFILL)
     for d in deployments:
+        source = sources[d.kv_dtype]
         prov = (source.provenance(d.pair.decode, CallPart.DECODE), source.provenance(d.pair.prefill, CallPart.PREFILL))
         cb = (lambda f, label=d.label: progress(label, f)) if progress else None
         run = run_simulation(trace, d, source, rest[d.kv_dtype], model, shapes[d.kv_dtype], slo=slo, progress=cb)
@@ -880,24 +924,26 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], source: Ste
         if search:
             def at(scale: float, d: Deployment = d) -> SimulationRun:
                 if progress:
-                    progress(f"{d.label} at {scale:.3g}× rate", 0.0)
+                    progress(f"{d.label}: rate search at {scale:.3g}× the trace", 0.0)
                 return run_simulation(base.scaled(scale), d, source, rest[d.kv_dtype], model, shapes[d.kv_dtype],
                                       slo=slo, stop_on_failure=True)
-            found = search_rate(at, base, slo, start=base_scale, resolution=resolution, first=run)
+            found = search_rate(at, base, slo, start=base_scale, resolution=resolution, first=run, hint=hint)
+            hint = found.best_scale if found.best_scale and not found.ceiling else hint
         results.append(_result(run, slo, trace, found, prov))
-    findings = _findings(results, cells, source, model, shapes, slo)
+    findings = _findings(results, cells, sources, model, shapes, slo)
     steps = sample_steps([r.run for r in results], sample)
     p = trace.prompt_tokens
     o = trace.output_tokens
     q3 = lambda a: tuple(float(x) for x in np.percentile(a, (10, 50, 90)))  # noqa: E731
     bw = ceilings.bandwidth_gbps if ceilings is not None else float("nan")
     tf = ceilings.matmul_tflops if ceilings is not None else float("nan")
+    name = next(iter(sources.values())).name
     return SimulationReport(trace.source, len(trace), base.rate_per_s, base.duration_s, base_scale, q3(p), q3(o), model,
-                            slo, gpu, source.name, bw, tf, tuple(results), findings, steps, dict(shapes),
+                            slo, gpu, name, bw, tf, tuple(results), findings, steps, dict(shapes),
                             time.perf_counter() - t0)
 
 
-def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement], source: StepCostSource,
+def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement], sources: dict[str | None, StepCostSource],
               model: ModelConfig, shapes: dict[str | None, AttentionShape], slo: SLO) -> Findings:
     deps = [r.deployment for r in results]
     decoders = list(dict.fromkeys(d.pair.decode for d in deps))
@@ -905,35 +951,45 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
     per_call_winner = None
     if len(decoders) >= 2:
         h2h = head_to_head(cells, decoders[0], decoders[1], shapes[deps[0].kv_dtype])
-        w = h2h.winner
-        if w is not None:
-            per_call_winner = next(d.label for d in deps if d.pair.decode == w)
-    ranked = sorted(results, key=lambda r: -(r.search.best_rate_per_s or 0.0) if r.search else -r.attainment)
+        per_call_winner = h2h.winner
+
+    def served(r: DeploymentResult) -> float:
+        return (r.search.best_rate_per_s or 0.0) if r.search else r.attainment
+
+    ranked = sorted(results, key=served, reverse=True)
     winner = None
     tie = False
     ratio = None
-    if len(ranked) >= 2 and ranked[0].search is not None:
-        a, b = ranked[0].search, ranked[1].search
-        if a.best_rate_per_s and b is not None and b.best_rate_per_s:
-            ratio = a.best_rate_per_s / b.best_rate_per_s
-            res = max(a.resolution, b.resolution)
-            tie = ratio <= 1 + res + 1e-9 or (a.ceiling and b.ceiling)
-        elif a.best_rate_per_s and (b is None or not b.best_rate_per_s):
-            ratio = math.inf
-        winner = None if tie else ranked[0].deployment.label
-    elif len(ranked) == 1:
+    if len(ranked) >= 2:
+        a, b = ranked[0], ranked[1]
+        if a.search is not None and b.search is not None:
+            ra, rb = a.search.best_rate_per_s, b.search.best_rate_per_s
+            if ra and rb:
+                ratio = ra / rb
+                tie = ratio <= 1 + max(a.search.resolution, b.search.resolution) + 1e-9 or (a.search.ceiling and b.search.ceiling)
+            else:
+                ratio = math.inf if ra else None
+                tie = not ra
+        else:  # no rate search: the share of requests within the SLO at the trace's rate, 1 point apart at least
+            tie = abs(a.attainment - b.attainment) < 0.01
+            ratio = a.goodput_per_s / b.goodput_per_s if b.goodput_per_s else None
+        winner = None if tie else a.deployment.label
+    elif ranked:
         winner = ranked[0].deployment.label
     log = results[0].run.steps
-    attn = cross_cost(log, deps, source, model, shapes)
+    attn = cross_cost(log, deps, sources, model, shapes)
     rows = shape_rows(log, attn)
+    shared = {label: float(t.sum()) * 1e-6 for label, t in attn.items()}
+    by_time = sorted(shared, key=lambda label: shared[label])
     dominant = share = delta = None
-    if len(ranked) >= 2:
-        wl, rl = ranked[0].deployment.label, ranked[1].deployment.label
-        diffs = [(r.attention_us[rl] - r.attention_us[wl], r) for r in rows]
+    fast = slow = None
+    if len(by_time) >= 2:
+        fast, slow = by_time[0], by_time[1]
+        diffs = [(r.attention_us[slow] - r.attention_us[fast], r) for r in rows]
         total = sum(d for d, _ in diffs)
         delta = total * 1e-6
-        if diffs and total != 0:
-            d, row = max(diffs, key=lambda t: abs(t[0]))
+        if diffs and total > 0:
+            d, row = max(diffs, key=lambda t: t[0])
             dominant, share = row.cls, d / total
     cap = {r.deployment.label: r.deployment.capacity.tokens for r in results}
     use = {r.deployment.label: r.run.peak_pages / r.deployment.scheduler.num_gpu_blocks for r in results}
@@ -952,6 +1008,6 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
     fp8_ratio = (fp8[0].deployment.capacity.tokens / plain[0].deployment.capacity.tokens) if fp8 and plain else None
     same = None
     if per_call_winner is not None and winner is not None:
-        same = per_call_winner == winner
-    return Findings(h2h, per_call_winner, winner, tie, ratio, same, rows, deps[0].label, dominant, share, delta, cap,
-                    use, pre, pre_best, bound, fp8_ratio)
+        same = next(d.pair.decode for d in deps if d.label == winner) == per_call_winner
+    return Findings(h2h, per_call_winner, winner, tie, ratio, same, rows, deps[0].label, shared, fast, slow, dominant,
+                    share, delta, float(log.dur_s.sum()), cap, use, pre, pre_best, bound, fp8_ratio)

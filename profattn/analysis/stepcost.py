@@ -223,10 +223,9 @@ def call_physics(calls: CallSums, shape: AttentionShape, ceilings: Ceilings) -> 
     (1e9) and TFLOP/s (:func:`_coefficients`).
     """
     a, b, c = _coefficients(shape, ceilings)
-    bw = ceilings.bandwidth_gbps * 1e3
     roof = np.maximum(a * calls.kv_tokens + b * calls.q_tokens, c * calls.pairs)
-    return (a * bw * calls.kv_tokens, c * ceilings.matmul_tflops * 1e6 * calls.pairs, shape.num_kv_heads * calls.tiles,
-            roof)
+    kv_bytes = 2.0 * shape.num_kv_heads * shape.head_dim * shape.kv_itemsize * calls.kv_tokens
+    return kv_bytes, 4.0 * shape.num_q_heads * shape.head_dim * calls.pairs, shape.num_kv_heads * calls.tiles, roof
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,10 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     distinct_outputs(("--json", json_out), ("--markdown", md_out), ("--html", html_out), ("--export-steps", steps_out),
                      *((f"--out ({p.name})", p) for p in files.get("--out", [])))
 
+    SchedulerConfig(num_gpu_blocks=1, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                    block_size=page_sizes[0] if page_sizes else 16)  # the knobs checked before anything is read
+    for p in page_sizes:
+        SchedulerConfig(num_gpu_blocks=1, block_size=p)
     model = parse_model_spec(model_spec)
     trace = parse_synthetic_spec(requests_path) if requests_path.startswith("poisson:") else load_requests(requests_path)
     if len(trace) < 2 and (rate is not None):

@@ -520,7 +520,8 @@ class LatencySummary:
 class RatePoint:
     """A deployment at one rate scale: the arrival ``rate_per_s``, the share of requests meeting the SLO (a lower
     bound when ``stopped``), ``meets``, TTFT / TPOT p90 (None when stopped), ``goodput_per_s`` (requests meeting
-    the SLO per second of arrivals) and the simulation's ``steps`` and ``wall_s``."""
+    the SLO per second of arrivals), the simulation's ``steps`` and ``wall_s``, its preemptions and peak pages, and
+    its steps' attention and rest time (seconds)."""
 
     scale: float
     rate_per_s: float
@@ -536,6 +537,8 @@ class RatePoint:
     wall_s: float
     preemptions: int
     peak_pages: int
+    attention_s: float = 0.0
+    rest_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -549,6 +552,8 @@ class RateSearch:
     points: tuple[RatePoint, ...]
     resolution: float
     ceiling: bool
+    #: the simulation at ``best_scale`` (its steps are the schedule the findings price every deployment on)
+    best_run: SimulationRun | None = field(default=None, repr=False, compare=False)
 
 
 def _rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
@@ -557,8 +562,11 @@ def _rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
     ttft = LatencySummary.of(run.ttft_s) if not run.stopped else LatencySummary(None, None, None)
     tpot = LatencySummary.of(run.tpot_s) if not run.stopped else LatencySummary(None, None, None)
     span = trace.duration_s or 1.0
+    st = run.steps
+    attn = float(st.attn_decode_us.sum() + st.attn_prefill_us.sum()) * 1e-6
     return RatePoint(run.rate_scale, run.rate_per_s, att, meets, run.stopped, ttft.p90, tpot.p90, ttft.p99, tpot.p99,
-                     float(run.meets(slo).sum()) / span, len(run.steps), run.wall_s, run.num_preemptions, run.peak_pages)
+                     float(run.meets(slo).sum()) / span, len(run.steps), run.wall_s, run.num_preemptions, run.peak_pages,
+                     attn, float(st.rest_us.sum()) * 1e-6)
 
 
 def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTrace, slo: SLO, *, start: float = 1.0,
@@ -566,15 +574,20 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
                 first: SimulationRun | None = None, hint: float | None = None) -> RateSearch:
     """The highest rate scale meeting ``slo``: from ``start``, steps of 2× up (or down) until the answer changes,
     then geometric bisection until the bracket is within ``resolution``. With ``hint`` (another deployment's answer)
-    the first step goes to the hint and the next ones by 1 + 2 × ``resolution``. ``simulate_at(scale)`` runs the
+    the first step goes to the hint and the next ones by 1 + 2 × ``resolution``, squared at every further step (up
+    to 2×). ``simulate_at(scale)`` runs the
     deployment (with early stopping); ``first``: a finished run at ``start`` to reuse. Assumes the share of requests
     within the SLO falls as the rate rises."""
     points: list[RatePoint] = []
+    best: dict[float, SimulationRun] = {}
 
     def at(scale: float) -> bool:
         run = first if (first is not None and scale == start) else simulate_at(scale)
         p = _rate_point(run, slo, trace.scaled(scale))
         points.append(p)
+        if p.meets and (not best or scale > next(iter(best))):
+            best.clear()
+            best[scale] = run
         return p.meets
 
     def steps(x: float, up: bool):
@@ -585,6 +598,8 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
         while True:
             x = x * f if up else x / f
             yield x
+            if hint is not None:
+                f = min(2.0, f * f)  # from a hint: steps that grow until they reach the plain search's
 
     lo: float | None
     hi: float | None
@@ -592,7 +607,7 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
         lo, hi = start, None
         for nxt in steps(start, True):
             if nxt > max_scale:
-                return RateSearch(lo, lo * trace.rate_per_s, tuple(points), 1.0, True)
+                return RateSearch(lo, lo * trace.rate_per_s, tuple(points), 1.0, True, best.get(lo))
             if at(nxt):
                 lo = nxt
             else:
@@ -614,7 +629,7 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
             lo = mid
         else:
             hi = mid
-    return RateSearch(lo, lo * trace.rate_per_s, tuple(points), hi / lo - 1, False)
+    return RateSearch(lo, lo * trace.rate_per_s, tuple(points), hi / lo - 1, False, best.get(lo))
 
 
 # ---- step shapes --------------------------------------------------------------------------------------------
@@ -816,8 +831,10 @@ class Findings:
     attention on it; ``dominant``: the class contributing most to the attention difference between the top two
     deployments on those steps, with its share of that difference (``dominant_share``) and the difference in all
     (``attention_delta_s``, runner-up − winner, seconds); capacity: per label ``capacity_tokens``, ``peak_use``
-    (peak pages / pages at the trace's rate), ``preemptions`` at the trace's rate and at the best rate found,
-    ``capacity_bound`` (the cache filled or preempted at the best rate)."""
+    (peak pages / pages at the highest rate served within the SLO, else at the trace's rate), ``preemptions`` at the trace's rate and at the best rate found,
+    ``capacity_bound`` (the cache filled or preempted at the best rate); ``capacity_decides``: the deployment
+    winner holds more KV tokens than the ``runner_up``, whose cache was bound at the best rate it served;
+    ``fp8_capacity_ratio``: an FP8 deployment's tokens over a bf16 one's."""
 
     per_call: HeadToHead | None
     per_call_winner: str | None
@@ -827,6 +844,8 @@ class Findings:
     same: bool | None
     shapes: tuple[ShapeRow, ...]
     schedule_of: str
+    schedule_scale: float
+    attention_share: float
     attention_on_steps: dict[str, float]
     fastest_on_steps: str | None
     next_on_steps: str | None
@@ -839,6 +858,8 @@ class Findings:
     preemptions: dict[str, int]
     preemptions_at_best: dict[str, int]
     capacity_bound: dict[str, bool]
+    capacity_decides: bool
+    runner_up: str | None
     fp8_capacity_ratio: float | None
 
 
@@ -976,7 +997,9 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
         winner = None if tie else a.deployment.label
     elif ranked:
         winner = ranked[0].deployment.label
-    log = results[0].run.steps
+    top = ranked[0] if ranked else results[0]
+    sched_run = top.search.best_run if top.search is not None and top.search.best_run is not None else top.run
+    log = sched_run.steps
     attn = cross_cost(log, deps, sources, model, shapes)
     rows = shape_rows(log, attn)
     shared = {label: float(t.sum()) * 1e-6 for label, t in attn.items()}
@@ -992,7 +1015,7 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
             d, row = max(diffs, key=lambda t: t[0])
             dominant, share = row.cls, d / total
     cap = {r.deployment.label: r.deployment.capacity.tokens for r in results}
-    use = {r.deployment.label: r.run.peak_pages / r.deployment.scheduler.num_gpu_blocks for r in results}
+    use = {}
     pre = {r.deployment.label: r.run.num_preemptions for r in results}
     pre_best: dict[str, int] = {}
     bound: dict[str, bool] = {}
@@ -1001,13 +1024,21 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
         best = max(pts, key=lambda p: p.scale) if pts else None
         pre_best[r.deployment.label] = best.preemptions if best else r.run.num_preemptions
         peak = best.peak_pages if best else r.run.peak_pages
+        use[r.deployment.label] = peak / r.deployment.scheduler.num_gpu_blocks
         bound[r.deployment.label] = bool(pre_best[r.deployment.label] > 0
                                          or peak >= 0.98 * r.deployment.scheduler.num_gpu_blocks)
+    decides = False
+    if winner is not None and len(ranked) >= 2:
+        runner = ranked[1].deployment.label
+        decides = cap[winner] > cap[runner] and bound[runner]
     fp8 = [r for r in results if r.deployment.kv_dtype]
     plain = [r for r in results if not r.deployment.kv_dtype]
     fp8_ratio = (fp8[0].deployment.capacity.tokens / plain[0].deployment.capacity.tokens) if fp8 and plain else None
     same = None
     if per_call_winner is not None and winner is not None:
         same = next(d.pair.decode for d in deps if d.label == winner) == per_call_winner
-    return Findings(h2h, per_call_winner, winner, tie, ratio, same, rows, deps[0].label, shared, fast, slow, dominant,
-                    share, delta, float(log.dur_s.sum()), cap, use, pre, pre_best, bound, fp8_ratio)
+    st = log
+    attn_share = float(st.attn_decode_us.sum() + st.attn_prefill_us.sum()) / (float(st.dur_s.sum()) * 1e6 or 1.0)
+    return Findings(h2h, per_call_winner, winner, tie, ratio, same, rows, top.deployment.label, sched_run.rate_scale,
+                    attn_share, shared, fast, slow, dominant, share, delta, float(log.dur_s.sum()), cap, use, pre, pre_best,
+                    bound, decides, ranked[1].deployment.label if len(ranked) >= 2 else None, fp8_ratio)

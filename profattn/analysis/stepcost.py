@@ -46,6 +46,8 @@ __all__ = [
     "causal_pairs_array", "median_ceilings",
 ]
 
+#: Single calls remembered per source (a prompt's first chunk recurs with every request of its length).
+_MEMO_CALLS = 1 << 17
 #: Calls priced one by one in plain floats (fewer numpy calls than a vector's fixed cost); more go as arrays.
 _SCALAR_CALLS = 3
 #: Query rows per work item of a prefill call: a 128-row query tile of one KV head's group (our prefill kernel's
@@ -538,6 +540,7 @@ class MeasuredCells:
                           m.run_id, m.workload_key))
             self.groups.setdefault((m.backend, part), set()).add(w.group_size)
         self._surfaces: dict[tuple[str, CallPart], tuple[_Surface, float, float | None, int, Validation]] = {}
+        self._memo: dict[tuple, tuple[float, int]] = {}
         fp8 = int(Extrapolation.KV_DTYPE) if shape.kv_dtype else 0
         prefill_shape = AttentionShape(shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.dtype, None)
         self._coef = {CallPart.DECODE: (*_coefficients(shape, ceilings), shape.num_kv_heads, fp8),
@@ -585,23 +588,33 @@ class MeasuredCells:
         shift = math.log(factor) if factor is not None else 0.0
         g = calls.group
         if calls.k <= _SCALAR_CALLS:
-            us_l, fl_l = [], []
-            cols = (calls.kv_tokens, calls.q_tokens, calls.pairs, calls.tiles, calls.top_q, calls.top_kv)
-            if calls.k == 1:
+            cols = (calls.num_seqs, calls.kv_tokens, calls.q_tokens, calls.pairs, calls.tiles, calls.top_q, calls.top_kv)
+            if calls.k == 1 and type(calls.kv_tokens) is float and type(calls.num_seqs) is float:
+                rows = [cols]
+            elif calls.k == 1:
                 rows = [tuple(v if type(v) is float else float(v[0]) for v in cols)]
             else:
-                rows = zip(*(_floats(v, calls.k) for v in cols))
-            for kv, q, p, tiles, tq, tk in rows:
-                lt, fl = surf.scalar(hkv * tiles, max(a * kv + b * q, c * p))
-                if tq > 1.0 or tk < kv:  # the longest sequence alone (one decode sequence is the call itself)
-                    lt1, fl1 = surf.scalar(hkv * math.ceil(tq * g / ROWS_PER_TILE),
-                                           max(a * tk + b * tq, c * (tq * tk - 0.5 * tq * (tq - 1.0))))
-                    if lt1 > lt:
-                        lt, fl = lt1, fl1
-                us_l.append(math.exp(lt + shift))
-                fl_l.append(fl | bits)
-            us = np.array(us_l)
-            flags = np.array(fl_l, dtype=np.int8)
+                rows = list(zip(*(_floats(v, calls.k) for v in cols)))
+            memo = self._memo
+            out = []
+            for row in rows:
+                key = (backend, part, *row)
+                got = memo.get(key)
+                if got is None:
+                    n, kv, q, p, tiles, tq, tk = row
+                    lt, fl = surf.scalar(hkv * tiles, max(a * kv + b * q, c * p))
+                    if n > 1.0:  # the longest sequence alone (a call of one sequence is itself)
+                        lt1, fl1 = surf.scalar(hkv * math.ceil(tq * g / ROWS_PER_TILE),
+                                               max(a * tk + b * tq, c * (tq * tk - 0.5 * tq * (tq - 1.0))))
+                        if lt1 > lt:
+                            lt, fl = lt1, fl1
+                    got = (math.exp(lt + shift), fl | bits)
+                    if len(memo) >= _MEMO_CALLS:
+                        memo.clear()
+                    memo[key] = got
+                out.append(got)
+            us = np.array([u for u, _ in out])
+            flags = np.array([f for _, f in out], dtype=np.int8)
         elif calls.run:
             n = float(calls.num_seqs)
             kv = calls.kv_tokens

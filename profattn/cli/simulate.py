@@ -54,6 +54,15 @@ def parse_slo(text: str) -> tuple[float, float, float]:
     return vals["ttft"], vals["tpot"], vals["attainment"]
 
 
+def _same_dtype(name: str, dtype: str) -> bool:
+    from profattn.workload import parse_dtype
+
+    try:
+        return parse_dtype(name) == dtype
+    except ProfattnError:
+        return False
+
+
 def _pairs(backends: tuple[str, ...], prefill: str):
     from profattn.analysis.simulate import BackendPair
 
@@ -82,6 +91,30 @@ def _ceilings(store, gpu: str):
         if run.environment.total_memory_bytes:
             memory.append(run.environment.total_memory_bytes)
     return found, (max(memory) if memory else None)
+
+
+def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num_batched_tokens: int,  # noqa: ANN001
+                      max_num_seqs: int):
+    """What a simulation of ``model`` reads from the store at ``db`` on ``gpu`` (None: the store's only GPU):
+    ``(gpu name, its cells, the median ceilings, the GPU's memory in bytes or None, the measured-cells source, the
+    rest-of-step estimate and the attention shape per KV dtype of kv_dtypes)``.
+
+    Raises:
+        ProfattnError: no store, an unknown GPU, no run with readable ceilings.
+    """
+    from profattn.analysis.recommend import resolve_gpu
+    from profattn.analysis.stepcost import AttentionShape, MeasuredCells, RestOfStep, median_ceilings
+    from profattn.store import open_store
+
+    with open_store(db, create=False) as store:
+        gpu_name = resolve_gpu(store, gpu)
+        cells = store.cells_on(gpu_name)
+        ceilings, memory = _ceilings(store, gpu_name)
+    ceil = median_ceilings(ceilings)
+    shapes = {k: AttentionShape.of_model(model, k) for k in kv_dtypes}
+    sources = {k: MeasuredCells(cells, shapes[k], ceil) for k in kv_dtypes}
+    rest = {k: RestOfStep(model, ceil, max_num_batched_tokens, max_num_seqs) for k in kv_dtypes}
+    return gpu_name, cells, ceil, memory, sources, rest, shapes
 
 
 @main.command()
@@ -127,12 +160,9 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
              steps_path: str | None) -> None:
     """Serve a request trace with each attention backend through a continuous-batching scheduler and say which
     serves the most load within the SLO, and why."""
-    from profattn.analysis.recommend import resolve_gpu
     from profattn.analysis.scheduler import SchedulerConfig, kv_capacity
     from profattn.analysis.simulate import SLO, Deployment, simulate as run
-    from profattn.analysis.stepcost import AttentionShape, MeasuredCells, RestOfStep, median_ceilings
     from profattn.report import simulate as out
-    from profattn.store import open_store
     from profattn.workload.contract import parse_kv_dtype
     from profattn.workload.models import parse_model_spec
     from profattn.workload.requests import load_requests, parse_synthetic_spec
@@ -175,22 +205,16 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     scale = rate_scale if rate_scale is not None else (rate / trace.rate_per_s if rate is not None else 1.0)
     slo = SLO(*parse_slo(slo_text))
     kv_list = []
-    for k in kv_dtypes or ("bf16",):
-        canon = None if k.lower() in ("bf16", model.dtype, "none", "auto") else parse_kv_dtype(k)
+    for k in kv_dtypes or (model.dtype,):
+        canon = None if k.lower() in ("none", "auto") or _same_dtype(k, model.dtype) else parse_kv_dtype(k)
         if canon not in kv_list:
             kv_list.append(canon)
     pages = list(dict.fromkeys(page_sizes or (16,)))
     pairs = list(dict.fromkeys(_pairs(backends, prefill_backend)))
 
-    with open_store(db, create=False) as store:
-        gpu_name = resolve_gpu(store, gpu)
-        cells = store.cells_on(gpu_name)
-        ceilings, memory = _ceilings(store, gpu_name)
-    ceil = median_ceilings(ceilings)
+    inputs_ = simulation_inputs(db, gpu, model, kv_list, max_num_batched_tokens, max_num_seqs)
+    gpu_name, cells, ceil, memory, source_by_kv, rest, shapes = inputs_
     mem = int(gpu_memory * GIB) if gpu_memory is not None else memory
-    shapes = {k: AttentionShape.of_model(model, k) for k in kv_list}
-    source_by_kv = {k: MeasuredCells(cells, shapes[k], ceil) for k in kv_list}
-    rest = {k: RestOfStep(model, ceil, max_num_batched_tokens, max_num_seqs) for k in kv_list}
     deployments = []
     for kv, page, pair in product(kv_list, pages, pairs):
         cap = kv_capacity(model, block_size=page, kv_dtype=kv, gpu_memory_bytes=mem,

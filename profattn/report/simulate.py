@@ -119,7 +119,7 @@ def shape_table(report: SimulationReport, limit: int | None = None) -> tuple[lis
     and prefill tokens, each deployment's attention on these steps (s) and the rest of them (s)."""
     f = report.findings
     labels = [r.deployment.label for r in report.results]
-    head = ["steps (on the schedule of " + f.schedule_of + ")", "count", "of steps", "of time", "median decode K/V",
+    head = [f"steps (the schedule of {f.schedule_of} at {f.schedule_scale:.3g}× the trace)", "count", "of steps", "of time", "median decode K/V",
             "median prefill tokens", *(f"attention: {lb}" for lb in labels), "rest (estimate)"]
     rows = []
     for r in f.shapes[:limit]:
@@ -158,7 +158,7 @@ def export_lines(report: SimulationReport) -> list[str]:
     page = report.results[0].deployment.scheduler.block_size if report.results else 16
     shape = report.shapes[report.results[0].deployment.kv_dtype] if report.results else None
     lines = [f"# profattn simulate: {len(report.steps)} step shapes of {report.model.label} on {report.gpu} "
-             f"({report.trace_source}); replay each line with: profattn profile --workload '<line>' --backend NAME"]
+             f"({os.path.basename(report.trace_source)}); replay each line with: profattn profile --workload '<line>' --backend NAME"]
     for s in report.steps:
         lines.append(f"# {s.kind.value} step {s.index:,} at {s.start_s:,.2f} s: {len(s.decode_kv)} decoding, "
                      f"{len(s.chunks)} prefill chunk(s) ({sum(q for q, _ in s.chunks):,} tokens)")
@@ -228,11 +228,17 @@ def verdict_sentences(report: SimulationReport) -> list[str]:
         if r.search and r.search.best_rate_per_s:
             out.append(f"{r.deployment.label} serves up to {_rate(r.search.best_rate_per_s)} "
                        f"({r.search.best_scale:.3g}× the trace) within the SLO ({slo_text}).")
+    if f.capacity_decides and f.deployment_winner and f.runner_up:
+        w, r = f.deployment_winner, f.runner_up
+        out.append(f"Capacity moved the operating point: {r} fills its {f.capacity_tokens[r]:,} tokens of KV cache and "
+                   f"preempts {f.preemptions_at_best.get(r, 0):,} requests by recompute at the highest rate it serves; "
+                   f"{w} holds {f.capacity_tokens[w] / f.capacity_tokens[r]:.2f}× the tokens.")
     if f.fastest_on_steps and f.next_on_steps and f.attention_delta_s is not None:
         fast, slow = f.fastest_on_steps, f.next_on_steps
         t_fast = f.attention_on_steps[fast]
-        why = (f"Why: priced on the same {sum(r.steps for r in f.shapes):,} steps (the schedule of {f.schedule_of} at "
-               f"{report.rate_scale:.3g}× the trace), {slow} spends {f.attention_delta_s:,.1f} s more in attention than "
+        lead = "The kernels alone" if f.capacity_decides else "Why"
+        why = (f"{lead}: priced on the same {sum(r.steps for r in f.shapes):,} steps (the schedule of {f.schedule_of} at "
+               f"{f.schedule_scale:.3g}× the trace), {slow} spends {f.attention_delta_s:,.1f} s more in attention than "
                f"{fast} ({_pct(f.attention_delta_s / t_fast if t_fast else None)} more; "
                f"{_pct(f.attention_delta_s / f.steps_time_s if f.steps_time_s else None, 1)} of those steps' time)")
         if f.dominant is not None and f.dominant_share is not None:
@@ -240,24 +246,23 @@ def verdict_sentences(report: SimulationReport) -> list[str]:
             why += (f", {_pct(f.dominant_share)} of it in {class_text(f.dominant)} steps ({_pct(row.step_share)} of "
                     f"the steps, {_pct(row.time_share)} of the time, median {row.median_decode_kv:,.0f} K/V tokens decoded)")
         out.append(why + ".")
-        first = res[f.schedule_of]
-        share = (first.attention_decode_s + first.attention_prefill_s) / (
-            first.attention_decode_s + first.attention_prefill_s + first.rest_s or 1.0)
-        out.append(f"Attention is {_pct(share)} of the step time there; the rest of each step (projections, MLP, "
-                   f"logits: {_pct(1 - share)}) is the same estimate for every backend, so a difference in attention "
+        share = f.attention_share
+        out.append(f"Attention is {_pct(share)} of the step time on that schedule; the rest of each step (projections, "
+                   f"MLP, logits: {_pct(1 - share)}) is the same estimate for every backend, so a difference in attention "
                    f"moves the served load by at most about that share.")
     caps = []
+    where = "the highest rate served" if searched else f"{report.rate_scale:.3g}× the trace"
     for r in report.results:
         lb = r.deployment.label
         bound = f.capacity_bound.get(lb)
         peak = f.peak_use.get(lb, 0.0)
         tokens = f.capacity_tokens.get(lb, 0)
         if bound:
-            caps.append(f"{lb}: {tokens:,} tokens of KV cache, bound at the highest rate served "
-                        f"({f.preemptions_at_best.get(lb, 0):,} preemptions by recompute)")
+            caps.append(f"{lb}: {tokens:,} tokens of KV cache, bound at {where} "
+                        f"({_pct(peak, 1)} in use at the peak, {f.preemptions_at_best.get(lb, 0):,} preemptions by recompute)")
         else:
-            caps.append(f"{lb}: {tokens:,} tokens, never full ({_pct(peak, 1)} at peak at the trace's rate, "
-                        f"no preemption at the highest rate served)")
+            caps.append(f"{lb}: {tokens:,} tokens, never full at {where} ({_pct(peak, 1)} in use at the peak, "
+                        "no preemption)")
     if caps:
         out.append("KV capacity — " + "; ".join(caps) + ".")
     if f.fp8_capacity_ratio:
@@ -339,9 +344,9 @@ def breakdown_chart(report: SimulationReport) -> dict[str, Any]:
                               ("rest of the step (estimate)", "rest_s", "#BBBBBB")):
         fig.add_bar(y=labels, x=[getattr(r, attr) for r in report.results], name=name, orientation="h",
                     marker={"color": color}, hovertemplate="%{x:,.1f} s<extra>" + name + "</extra>")
-    fig.update_layout(barmode="stack", height=max(220, 60 * len(labels) + 120), xaxis_title="seconds over the trace",
+    fig.update_layout(barmode="stack", height=max(240, 60 * len(labels) + 160), xaxis_title="seconds over the trace",
                       title=f"Step time at {report.rate_scale:.3g}× the trace's rate", yaxis={"autorange": "reversed"},
-                      legend={"orientation": "h", "y": -0.3})
+                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"})
     return json.loads(fig.to_json())
 
 
@@ -431,7 +436,8 @@ def _result_dict(r: DeploymentResult) -> dict[str, Any]:
             "points": [{"scale": p.scale, "rate_per_s": p.rate_per_s, "attainment": p.attainment, "meets": p.meets,
                         "stopped": p.stopped, "ttft_p90_s": p.ttft_p90_s, "ttft_p99_s": p.ttft_p99_s,
                         "tpot_p90_s": p.tpot_p90_s, "tpot_p99_s": p.tpot_p99_s, "goodput_per_s": p.goodput_per_s,
-                        "steps": p.steps, "wall_s": p.wall_s, "preemptions": p.preemptions, "peak_pages": p.peak_pages}
+                        "steps": p.steps, "wall_s": p.wall_s, "preemptions": p.preemptions, "peak_pages": p.peak_pages,
+                        "attention_s": p.attention_s, "rest_s": p.rest_s}
                        for p in r.search.points]},
         "priced_from": [_prov(p) for p in r.provenance],
         "series": _series(r.run.steps),
@@ -467,12 +473,14 @@ def simulation_to_dict(report: SimulationReport) -> dict[str, Any]:
                                                 "at_model_shape": list(h.at_shape), "winner": h.winner},
             "per_call_winner": f.per_call_winner, "deployment_winner": f.deployment_winner,
             "deployment_tie": f.deployment_tie, "rate_ratio": None if f.rate_ratio in (None, math.inf) else f.rate_ratio,
-            "same": f.same, "schedule_of": f.schedule_of, "attention_on_steps_s": f.attention_on_steps,
+            "same": f.same, "schedule_of": f.schedule_of, "schedule_scale": f.schedule_scale,
+            "attention_share": f.attention_share, "attention_on_steps_s": f.attention_on_steps,
             "fastest_on_steps": f.fastest_on_steps, "next_on_steps": f.next_on_steps,
             "dominant": None if f.dominant is None else class_text(f.dominant), "dominant_share": f.dominant_share,
             "attention_delta_s": f.attention_delta_s, "steps_time_s": f.steps_time_s,
             "capacity_tokens": f.capacity_tokens, "peak_use": f.peak_use, "preemptions": f.preemptions,
             "preemptions_at_best": f.preemptions_at_best, "capacity_bound": f.capacity_bound,
+            "capacity_decides": f.capacity_decides, "runner_up": f.runner_up,
             "fp8_capacity_ratio": f.fp8_capacity_ratio,
             "step_shapes": [{"class": class_text(r.cls), "kind": r.cls.kind.value, "batch_lo": r.cls.batch_lo,
                              "batch_hi": r.cls.batch_hi, "steps": r.steps, "step_share": r.step_share,

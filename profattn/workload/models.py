@@ -168,22 +168,22 @@ MODELS: dict[str, ModelConfig] = {
     m.name: m for m in (
         ModelConfig("llama-3-8b", num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096,
                     intermediate_size=14336, vocab_size=128256,
-                    source="meta-llama/Meta-Llama-3-8B config.json (8.03 B parameters)"),
+                    source="meta-llama/Meta-Llama-3-8B config.json"),
         ModelConfig("llama-3.1-8b", num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096,
                     intermediate_size=14336, vocab_size=128256,
-                    source="meta-llama/Llama-3.1-8B config.json (the Llama-3-8B shape; longer RoPE range)"),
+                    source="meta-llama/Llama-3.1-8B config.json"),
         ModelConfig("llama-3-70b", num_layers=80, num_q_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192,
                     intermediate_size=28672, vocab_size=128256,
-                    source="meta-llama/Meta-Llama-3-70B config.json (70.6 B parameters)"),
+                    source="meta-llama/Meta-Llama-3-70B config.json"),
         ModelConfig("qwen2.5-7b", num_layers=28, num_q_heads=28, num_kv_heads=4, head_dim=128, hidden_size=3584,
                     intermediate_size=18944, vocab_size=152064, qkv_bias=True,
-                    source="Qwen/Qwen2.5-7B config.json (7.61 B parameters)"),
+                    source="Qwen/Qwen2.5-7B config.json"),
         ModelConfig("qwen2.5-72b", num_layers=80, num_q_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192,
                     intermediate_size=29568, vocab_size=152064, qkv_bias=True,
-                    source="Qwen/Qwen2.5-72B config.json (72.7 B parameters)"),
+                    source="Qwen/Qwen2.5-72B config.json"),
         ModelConfig("mistral-7b", num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096,
                     intermediate_size=14336, vocab_size=32000,
-                    source="mistralai/Mistral-7B-v0.1 config.json (7.24 B parameters)"),
+                    source="mistralai/Mistral-7B-v0.1 config.json"),
     )
 }
 

@@ -43,6 +43,13 @@ def test_weighted_quantiles():
     assert weighted_quantiles(np.array([np.nan]), None, (0.5,)) == [None]
 
 
+class NoSteps:
+    attn_decode_us = attn_prefill_us = rest_us = np.zeros(0)
+
+    def __len__(self) -> int:
+        return 0
+
+
 def test_rate_search_brackets_a_known_threshold():
     tr = load_requests(SLICE)
     threshold = 3.3  # the "deployment" meets the SLO up to 3.3× the trace's rate
@@ -54,7 +61,7 @@ def test_rate_search_brackets_a_known_threshold():
             ok = scale <= threshold
             self.ttft_s = np.full(len(tr), 0.1 if ok else 9.0)
             self.tpot_s = np.full(len(tr), 0.01)
-            self.stopped, self.steps, self.wall_s, self.num_preemptions, self.peak_pages = not ok, [], 0.0, 0, 0
+            self.stopped, self.steps, self.wall_s, self.num_preemptions, self.peak_pages = not ok, NoSteps(), 0.0, 0, 0
 
         def meets(self, slo: SLO) -> np.ndarray:
             return (self.ttft_s <= slo.ttft_s) & (self.tpot_s <= slo.tpot_s)
@@ -126,7 +133,9 @@ def test_a_faster_decode_kernel_serves_more_and_says_where():
         if cls.kind is StepKind.DECODE:
             assert r.attention_us["B + P"] == pytest.approx(4 * r.attention_us["A + P"])
     assert f.dominant is not None and f.dominant.kind in (StepKind.DECODE, StepKind.MIXED) and 0 < f.dominant_share <= 1
-    assert sum(r.steps for r in f.shapes) == len(a.run.steps) and dec_a > 0
+    best = a.search.best_run  # type: ignore[union-attr]
+    assert f.schedule_scale == best.rate_scale == a.search.best_scale  # type: ignore[union-attr]
+    assert sum(r.steps for r in f.shapes) == len(best.steps) and dec_a > 0 and 0 < f.attention_share < 1
     assert sum(r.step_share for r in f.shapes) == pytest.approx(1.0)
     assert f.per_call is not None and f.per_call.workloads == 0  # no cells: no per-call answer
     assert 1 <= len(rep.steps) <= 6 and {s.kind for s in rep.steps} <= set(StepKind)
@@ -167,3 +176,23 @@ def test_shape_classes():
     assert math.isclose(sum(r.time_share for r in rows), 1.0)
     picked = sample_steps([rep.results[0].run], 3)
     assert len(picked) == 3 and len({(s.decode_kv, s.chunks) for s in picked}) == 3
+
+
+def test_more_kv_capacity_moves_the_operating_point():
+    from profattn.analysis.simulate import simulate
+    from profattn.results import Ceilings
+    from profattn.workload.requests import load_requests as load
+
+    model = parse_model_spec("layers=4,hq=8,hkv=2,d=64,hidden=512,intermediate=1024,vocab=1000")
+    ceil = Ceilings(100.0, 0, 10.0, 0, "bfloat16", "t", read_gbps=100.0)
+    deps = []
+    for blocks in (500, 4000):  # the same kernels; one cache 8× the other
+        cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
+        deps.append(Deployment(BackendPair("A", "P"), cfg, kv_capacity(model, block_size=16, kv_budget_tokens=blocks * 16)))
+    deps[1] = Deployment(BackendPair("A", "P2"), deps[1].scheduler, deps[1].capacity)
+    rep = simulate(load(SLICE).scaled(2.0), deps, {None: LinearAttention({"A": 0.002, "P": 0.05, "P2": 0.05})}, model,
+                   rest={None: RestOfStep(model, ceil, 2048, 64)}, shapes={None: AttentionShape.of_model(model)},
+                   slo=SLO(0.5, 0.02), resolution=0.05, sample=2, ceilings=ceil)
+    f = rep.findings
+    assert f.deployment_winner == "A + P2" and f.runner_up == "A + P" and f.capacity_decides
+    assert f.capacity_bound["A + P"] and f.preemptions_at_best["A + P"] > 0

@@ -34,10 +34,13 @@ class FreeAttention:
 
 
 class FixedStep:
-    """The rest of every step: 1 ms, whatever it computes."""
+    """The rest of every step: 1 ms, whatever it computes (``RestOfStep``'s two look-ups)."""
 
     def at(self, tokens: int, sampled: int) -> float:
         return 1000.0
+
+    def us(self, tokens: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(tokens), 1000.0)
 
 
 def trace(rows: list[tuple[float, int, int]]) -> RequestTrace:
@@ -96,19 +99,22 @@ def test_preemption_by_recompute_conserves_tokens(audit: bool):
     assert sorted(run.itl_s.tolist())[-1] == pytest.approx(0.010)
 
 
-def test_every_request_of_the_slice_finishes_with_its_tokens_and_the_pages_add_up():
-    tr = load_requests(SLICE).scaled(8.0)
-    cfg = SchedulerConfig(num_gpu_blocks=600, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
+@pytest.mark.parametrize("scale, blocks", [(8.0, 600), (1.0, 4000)])
+def test_every_request_of_the_slice_finishes_with_its_tokens_and_the_pages_add_up(scale: float, blocks: int):
+    # 8×: a tight cache (preemptions, requests waiting); 1×: room for all (decode runs go through finishes)
+    tr = load_requests(SLICE).scaled(scale)
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
     audit = simulate(tr, cfg, audit=True)  # checks pages = Σ ⌈len / page⌉ after every step
     fast = simulate(tr, cfg, audit=False)
-    assert audit.num_preemptions > 0  # the budget is tight enough to preempt
+    assert (audit.num_preemptions > 0) == (scale > 1)
     need = int((tr.prompt_tokens + tr.output_tokens - 1).sum())
     for run in (audit, fast):
         assert not np.isnan(run.e2e_s).any() and run.final_pages == 0
         assert run.tokens_scheduled == need + run.tokens_discarded
     assert len(audit.steps) == len(fast.steps) and audit.num_preemptions == fast.num_preemptions
-    assert np.array_equal(audit.steps.num_decode, fast.steps.num_decode)
-    assert np.array_equal(audit.steps.decode_kv, fast.steps.decode_kv)
+    assert audit.peak_pages == fast.peak_pages
+    for f in ("num_decode", "decode_kv", "decode_max_kv", "prefill_tokens"):
+        assert np.array_equal(getattr(audit.steps, f), getattr(fast.steps, f)), f
     assert np.allclose(audit.e2e_s, fast.e2e_s, rtol=0, atol=1e-9)
 
 

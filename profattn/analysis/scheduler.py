@@ -47,7 +47,7 @@ from profattn.errors import ProfattnError
 from profattn.workload.models import ModelConfig
 from profattn.workload.requests import RequestTrace
 
-__all__ = ["GIB", "DecodeRun", "KVCapacity", "Scheduler", "SchedulerConfig", "SchedulerError", "StepPlan", "kv_capacity"]
+__all__ = ["GIB", "KVCapacity", "Scheduler", "SchedulerConfig", "SchedulerError", "StepPlan", "kv_capacity"]
 
 GIB = 1 << 30
 
@@ -487,97 +487,31 @@ class Scheduler:
         assert used == total, f"step {s}: {used} pages in use, Σ ⌈len / page⌉ = {total}"
 
     # ---- decode-only runs --------------------------------------------------------------------------------
-    def decode_run(self, max_steps: int) -> DecodeRun | None:
-        """The decode-only steps that run from step ``self.step`` with no scheduling event, or None when the next
-        step needs the general path. Nothing may be in chunked prefill, no waiting request admissible, the pool
-        never short (checked as if every sequence decoded to the end). With nothing waiting the run goes through
-        decoders finishing (a finish can then admit nobody: the caller cuts the run at the next arrival); with
-        requests waiting (blocked) it ends at the first finish, which may let them in. At most ``max_steps``."""
+    def decode_run(self, max_steps: int) -> int:
+        """How many decode-only steps, from step ``self.step``, run unchanged with no event: nothing in chunked
+        prefill, no waiting request admissible (the caller cuts the run at the next arrival when nothing waits),
+        no decoder finishing before the last of them, the pool never short. 0 when the next step needs the general
+        path."""
         if self.audit or self.prefilling is not None or not self.base:
-            return None
+            return 0
         s = self.step
-        waiting = self.waiting
-        if waiting and not self.admission_blocked(s):
-            return None
+        if self.waiting and not self.admission_blocked(s):
+            return 0
         h = self.finish_heap
-        valid = self._valid
-        while h and not valid(h[0]):
+        while h and (h[0][1] not in self.base or self.version[h[0][1]] != h[0][2]):
             heapq.heappop(h)
-        n = len(self.base)
-        k = min(max_steps, h[0][0] - s + 1) if waiting else max_steps
-        if n * -(-k // self.page) > self.free:  # the pool might run short: find the step exactly (all decoding)
+        k = min(max_steps, h[0][0] - s + 1)
+        if k <= 0:
+            return 0
+        if len(self.base) * -(-k // self.page) > self.free:  # the pool might run short: find the step exactly
             cum = np.cumsum(np.asarray(self.residue)[(-(s + np.arange(k))) % self.page])
             if cum[-1] > self.free:
                 k = int(np.searchsorted(cum, self.free, side="right"))
-        if k <= 0:
-            return None
-        fin: list[tuple[int, int, int]] = []
-        while h and h[0][0] <= s + k - 1:
-            e, r, v = heapq.heappop(h)
-            if valid((e, r, v)):
-                fin.append((e, r, v))
-        if len(fin) == n:  # everyone finishes inside: the run ends with the last
-            k = fin[-1][0] - s + 1
-        return DecodeRun(s, k, n, fin, [self.base[r] for _, r, _ in fin])
-
-    def _valid(self, entry: tuple[int, int, int]) -> bool:
-        _, r, v = entry
-        return r in self.base and self.version[r] == v
-
-    def run_sequences(self, run: DecodeRun, k: int) -> tuple[np.ndarray | int, np.ndarray, np.ndarray]:
-        """Per step of the first ``k`` of ``run``: decoding sequences (one int when none leaves), their K/V tokens
-        in all and the longest one's (int64 ``[k]``). A sequence that finishes at step ``e`` decodes in it and is
-        gone from ``e + 1``: the run is stretches of equal counts, one more gone after each finish step."""
-        s = run.start
-        j = np.arange(s, s + k, dtype=np.int64)
-        if not run.finishers:
-            return run.num_seqs, j * run.num_seqs + self.base_sum, j + self.decode_max_base()
-        # stretch i: steps after the i-th distinct finish step; its count, K/V base sum and longest base
-        fin = run.finishers
-        leaving = {r for _, r, _ in fin}
-        top_rest = self._max_base_excluding(leaving)
-        counts, sums, tops, lens = [], [], [], []
-        n, total, start = run.num_seqs, self.base_sum, s
-        i = 0
-        while start < s + k:
-            end = fin[i][0] if i < len(fin) else s + k - 1
-            end = min(end, s + k - 1)
-            counts.append(n)
-            sums.append(total)
-            tops.append(max([top_rest, *run.bases[i:]]))
-            lens.append(end - start + 1)
-            while i < len(fin) and fin[i][0] == end:  # every finisher of that step leaves after it
-                n -= 1
-                total -= run.bases[i]
-                i += 1
-            start = end + 1
-        reps = np.array(lens)
-        nn = np.repeat(np.array(counts, dtype=np.int64), reps)
-        kv = np.repeat(np.array(sums, dtype=np.int64), reps) + nn * j
-        return nn, kv, np.repeat(np.array(tops, dtype=np.int64), reps) + j
-
-    def _max_base_excluding(self, leaving: set[int]) -> int:
-        """The largest base of the decoders not in ``leaving`` (a very small number when there is none)."""
-        h = self.longest_heap
-        while h and (h[0][1] not in self.base or self.version[h[0][1]] != h[0][2]):
-            heapq.heappop(h)
-        if h and h[0][1] not in leaving:
-            return -h[0][0]
-        rest = [b for r, b in self.base.items() if r not in leaving]
-        return max(rest) if rest else -(1 << 62)
-
-    def _opened(self, b: int, x0: int, x1: int) -> int:
-        """Pages a decoder of base ``b`` opens over steps ``x0 … x1`` (its write at step ``x`` is position
-        ``b − 1 + x``: a new page when that is a multiple of the page size)."""
-        if x1 < x0:
-            return 0
-        page = self.page
-        first = x0 + (-(b - 1 + x0)) % page
-        return 0 if first > x1 else (x1 - first) // page + 1
+        return k
 
     def _run_pages(self, s: int, k: int) -> int:
-        """Pages the decoding sequences allocate over steps ``s … s + k − 1`` were they all to decode in every one: a
-        sequence of residue ``φ`` (its first page-opening step) needs one at each step ``j`` with ``(φ + j) % page == 0``."""
+        """Pages the decoding sequences allocate over steps ``s … s + k − 1``: a sequence of residue ``φ`` (its
+        first page-opening step) needs one at each step ``j`` with ``(φ + j) % page == 0``."""
         page = self.page
         total = 0
         for phi, count in enumerate(self.residue):
@@ -587,57 +521,24 @@ class Scheduler:
                     total += count * ((k - 1 - j0) // page + 1)
         return total
 
-    def advance_decode(self, run: DecodeRun, k: int, ends: np.ndarray) -> tuple[list[int], int]:
-        """The first ``k`` steps of ``run`` ended at ``ends`` (seconds ``[k]``): pages allocated, tokens emitted, each
-        finisher retired at the end of its last step, the ones beyond ``k`` put back; returns the finished and the
-        pages in use at the run's peak (exact when it sets the run's :attr:`peak_pages`; else an upper bound when some
-        finished inside, their pages counted to the end)."""
-        s = run.start
-        last = s + k - 1
-        done_fin = [f for f in run.finishers if f[0] <= last]
-        for f in run.finishers[len(done_fin):]:
-            heapq.heappush(self.finish_heap, f)
-        bases = dict(zip((f[1] for f in run.finishers), run.bases))
-        used0 = self.cfg.num_gpu_blocks - self.free
-        alloc = self._run_pages(s, k) - sum(self._opened(bases[r], e + 1, last) for e, r, _ in done_fin)
-        peak = used0 + alloc  # an upper bound when some finished inside (their pages went back before the end)
-        if done_fin and used0 + self._run_pages(s, k) > self.peak_pages:  # it might be a new peak: find it exactly
-            peak = used0
-            for t in sorted({f[0] for f in done_fin} | {last}):  # usage grows inside a stretch, drops after a finish
-                gone = [(e, bases[r]) for e, r, _ in done_fin if e < t]
-                at_t = self._run_pages(s, t - s + 1) - sum(self._opened(b, e + 1, t) for e, b in gone)
-                peak = max(peak, used0 + at_t - sum(self._pages(b + e) for e, b in gone))
-        self.free -= alloc
-        self.peak_pages = max(self.peak_pages, peak)
-        self.tokens_scheduled += k * run.num_seqs - sum(last - e for e, _, _ in done_fin)
-        done = []
-        for e, r, _ in done_fin:
-            b = self._leave(r)
-            self.generated[r] = self.output[r]
-            self.computed[r] = b + e
-            self._retire(r, float(ends[e - s]), self._pages(b + e))
-            done.append(r)
-        self._end_step(last)
-        return done, peak
+    def advance_decode(self, k: int, end: float) -> tuple[list[int], int]:
+        """``k`` decode-only steps (from :meth:`decode_run`), the last ending at ``end`` (seconds): pages allocated,
+        tokens emitted, the last step's finishers retired; returns them and the pages in use after the run's
+        allocations (before they left)."""
+        s = self.step
+        self.free -= self._run_pages(s, k)
+        self._note_peak()
+        used = self.cfg.num_gpu_blocks - self.free
+        self.tokens_scheduled += k * len(self.base)
+        done = self._finish_decoders(s + k - 1, end)
+        self._end_step(s + k - 1)
+        return done, used
 
     @property
     def pages_in_use(self) -> int:
         """Pages allocated now."""
         return self.cfg.num_gpu_blocks - self.free
 
-    def decode_sequences(self, s: int, gone: set[int] | frozenset[int] = frozenset()) -> list[int]:
-        """Every decoding sequence's kv_len at step ``s`` but those in ``gone`` (for a step's export)."""
-        return [b + s for r, b in self.base.items() if r not in gone]
-
-
-@dataclass
-class DecodeRun:
-    """Decode-only steps :meth:`Scheduler.decode_run` found: from step ``start``, at most ``steps``, ``num_seqs``
-    decoding at the first; ``finishers``: the finish-heap entries ``(last step, request, version)`` of those that
-    finish inside, in order (off the heap until :meth:`Scheduler.advance_decode`), with their ``bases``."""
-
-    start: int
-    steps: int
-    num_seqs: int
-    finishers: list[tuple[int, int, int]]
-    bases: list[int]
+    def decode_sequences(self, s: int) -> list[int]:
+        """Every decoding sequence's kv_len at step ``s`` (for a step's export)."""
+        return [b + s for b in self.base.values()]

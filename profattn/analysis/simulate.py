@@ -170,14 +170,6 @@ _LOG_TYPES = {"start_s": np.float64, "dur_s": np.float64, "num_decode": np.int32
               "rest_us": np.float32, "extrapolation": np.int8, "pages_used": np.int32}
 
 
-def _per_step(values: tuple, durs: tuple, dtype) -> np.ndarray:  # noqa: ANN001
-    """Runs' per-step values: a scalar repeated over its run's steps, an array as it is."""
-    if all(not isinstance(v, np.ndarray) for v in values):
-        return np.repeat(np.array(values, dtype=dtype), [len(d) for d in durs])
-    return np.concatenate([v.astype(dtype) if isinstance(v, np.ndarray) else np.full(len(d), v, dtype=dtype)
-                           for v, d in zip(values, durs)])
-
-
 class _Recorder:
     """Collects steps: general-path steps as rows, decode-only runs as their arrays; :meth:`log` puts them in time
     order (steps never overlap, so by start time)."""
@@ -190,11 +182,11 @@ class _Recorder:
     def row(self, *values) -> None:
         self.rows.append(values)
 
-    def run(self, ends: np.ndarray, dur: np.ndarray, n: int | np.ndarray, kv: np.ndarray, top: np.ndarray,
-            rest_s: float | np.ndarray, flags: np.ndarray | int, pages: int) -> None:
-        """A decode-only run: its steps' end times and durations (s), ``n`` sequences (one int, or per step when some
-        finished inside) over ``kv`` K/V tokens (the longest ``top``), the rest of each step (s; attention is the
-        remainder of the duration), the flags and the pages in use at the run's peak."""
+    def run(self, ends: np.ndarray, dur: np.ndarray, n: int, kv: np.ndarray, top: np.ndarray, rest_s: float,
+            flags: np.ndarray | int, pages: int) -> None:
+        """A decode-only run: its steps' end times and durations (s), ``n`` sequences over ``kv`` K/V tokens (the
+        longest ``top``), the rest of each step (s; attention is the remainder of the duration), the flags and the
+        pages in use after the run's allocations."""
         self.runs.append((ends, dur, n, kv, top, rest_s, flags, pages))
 
     def log(self, steps: int) -> StepLog:
@@ -217,8 +209,8 @@ class _Recorder:
             else:
                 fl = np.concatenate([f if isinstance(f, np.ndarray) else np.full(len(d_), f, np.int8)
                                      for f, d_ in zip(flags, dur)])
-            rest_us = _per_step(rest, dur, np.float64) * 1e6
-            run = dict(start_s=np.concatenate(ends) - d, dur_s=d, num_decode=_per_step(n, dur, np.int32),
+            rest_us = np.repeat(np.array(rest) * 1e6, lens)
+            run = dict(start_s=np.concatenate(ends) - d, dur_s=d, num_decode=np.repeat(np.array(n, dtype=np.int32), lens),
                        decode_kv=np.concatenate(kv), decode_max_kv=np.concatenate(top),
                        attn_decode_us=d * 1e6 - rest_us, rest_us=rest_us,
                        extrapolation=fl, pages_used=np.repeat(np.array(pages, dtype=np.int32), lens))
@@ -354,7 +346,6 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
     now = float(trace.arrival_s[0]) if len(trace) else 0.0
     stopped = False
     loops = 0
-    rest_min = rest.at(1, 1) * 1e-6
 
     def tpot_fail(done: list[int]) -> int:
         nonlocal failed
@@ -378,18 +369,17 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                 stopped = True
                 break
         sched.arrive(now)
-        nxt = sched.next_arrival()
-        cut_at_arrival = nxt < math.inf and not sched.waiting
-        kmax = MAX_RUN
-        if cut_at_arrival:  # no step is shorter than the rest of a one-sequence step: the arrival bounds the run
-            kmax = min(kmax, int((nxt - now) / rest_min) + 1)
-        run_ = sched.decode_run(kmax)
-        if run_ is not None:
-            s, k = run_.start, run_.steps
-            n, kv, top = sched.run_sequences(run_, k)
-            calls = CallSums.decode_steps(n, kv, top, group)
+        k = sched.decode_run(MAX_RUN)
+        if k:
+            s = sched.step
+            n = sched.num_decode
+            rest_s = rest.at(n, n) * 1e-6
+            nxt = sched.next_arrival()
+            cut_at_arrival = nxt < math.inf and not sched.waiting
+            if cut_at_arrival:  # no step is shorter than its rest: bound the run by the arrival
+                k = min(k, int((nxt - now) / rest_s) + 1)
+            calls = CallSums.decode_run(n, sched.decode_kv(s), sched.decode_max_base() + s, k, group)
             est = source.attention_us(dec, CallPart.DECODE, calls)
-            rest_s = rest.at(n, n) * 1e-6 if isinstance(n, int) else rest.us(n, n) * 1e-6
             dur = est.us
             dur *= layers * 1e-6
             dur += rest_s
@@ -400,17 +390,14 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                 cut = int(ends.searchsorted(nxt)) + 1
                 if cut < k:
                     k = cut
-                    ends, dur, kv, top = ends[:k], dur[:k], kv[:k], top[:k]
-                    if not isinstance(n, int):
-                        n, rest_s = n[:k], rest_s[:k]
+                    ends, dur = ends[:k], dur[:k]
                     if not isinstance(flags, int):
                         flags = flags[:k]
             for j in range(-(-s // SNAPSHOT_EVERY) * SNAPSHOT_EVERY, s + k, SNAPSHOT_EVERY):
-                gone = {r for e, r, _ in run_.finishers if e < j}
-                snaps.append(StepShape(j, float(ends[j - s] - dur[j - s]), tuple(sched.decode_sequences(j, gone)), ()))
+                snaps.append(StepShape(j, float(ends[j - s] - dur[j - s]), tuple(sched.decode_sequences(j)), ()))
             now = float(ends[-1])
-            done, used = sched.advance_decode(run_, k, ends)
-            rec.run(ends, dur, n, kv, top, rest_s, flags, used)
+            done, used = sched.advance_decode(k, now)
+            rec.run(ends, dur, n, calls.kv_tokens[:k], calls.top_kv[:k], rest_s, flags, used)
             if done:
                 tpot_fail(done)
             continue
@@ -722,7 +709,7 @@ def cross_cost(log: StepLog, deployments: Sequence[Deployment], sources: dict[st
 def sample_steps(runs: Sequence[SimulationRun], n: int) -> tuple[StepShape, ...]:
     """Up to ``n`` distinct step shapes from the runs' snapshots covering the kinds and sizes that occurred: for each
     kind (decode-only, mixed, prefill-only) the smallest, median and largest by attention work (decode K/V tokens +
-    prefill pairs), then spread over the rest by that work; deterministic."""
+    prefill pairs), then evenly in log work over the rest; deterministic."""
     pool = sorted({(s.decode_kv, s.chunks): s for r in runs for s in r.snapshots}.values(), key=lambda s: s.index)
     if not pool or n <= 0:
         return ()
@@ -737,10 +724,12 @@ def sample_steps(runs: Sequence[SimulationRun], n: int) -> tuple[StepShape, ...]
             if ks[i] not in picked and len(picked) < n:
                 picked.append(ks[i])
     rest = sorted((s for s in pool if s not in picked), key=work)
-    if rest and len(picked) < n:
-        want = n - len(picked)
-        for i in np.unique(np.linspace(0, len(rest) - 1, num=min(want, len(rest))).round().astype(int)):
-            picked.append(rest[int(i)])
+    if rest and len(picked) < n:  # then evenly in log work between the smallest and the largest left
+        w = np.log(np.maximum([work(s) for s in rest], 1.0))
+        for target in np.linspace(w[0], w[-1], num=min(n - len(picked), len(rest))):
+            i = int(np.argmin(np.abs(w - target)))
+            if rest[i] not in picked:
+                picked.append(rest[i])
     return tuple(picked[:n])
 
 
@@ -965,7 +954,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
             hint = found.best_scale if found.best_scale and not found.ceiling else hint
         results.append(_result(run, slo, trace, found, prov))
     findings = _findings(results, cells, sources, model, shapes, slo)
-    steps = sample_steps([r.run for r in results], sample)
+    best_runs = [r.search.best_run for r in results if r.search is not None and r.search.best_run is not None]
+    steps = sample_steps([r.run for r in results] + best_runs, sample)  # the trace's rate and the busiest served
     p = trace.prompt_tokens
     o = trace.output_tokens
     q3 = lambda a: tuple(float(x) for x in np.percentile(a, (10, 50, 90)))  # noqa: E731

@@ -192,17 +192,9 @@ class CallSums:
         """``steps`` consecutive decode steps of ``num_seqs`` sequences over ``kv_tokens`` K/V tokens in all at the
         first (the longest over ``top_kv``), each step every sequence one token longer (:attr:`run`)."""
         kv = np.arange(kv_tokens, kv_tokens + num_seqs * steps, num_seqs, dtype=np.float64)
-        return cls.decode_steps(num_seqs, kv, np.arange(top_kv, top_kv + steps, dtype=np.float64), group, sequences)
-
-    @classmethod
-    def decode_steps(cls, num_seqs: int | np.ndarray, kv_tokens: np.ndarray, top_kv: np.ndarray, group: int,
-                     sequences: object = None) -> "CallSums":
-        """Consecutive decode steps (:attr:`run`) given per step: the sequences (one int while none leaves, else
-        ``[k]``), their K/V tokens in all and the longest one's (``[k]``)."""
-        n = float(num_seqs) if isinstance(num_seqs, (int, np.integer)) else np.asarray(num_seqs, dtype=np.float64)
-        kv = np.asarray(kv_tokens, dtype=np.float64)
-        return cls(int(kv.shape[0]), n, n, kv, kv, n * math.ceil(group / ROWS_PER_TILE), 1.0,
-                   np.asarray(top_kv, dtype=np.float64), group, sequences, True)
+        top = np.arange(top_kv, top_kv + steps, dtype=np.float64)
+        n = float(num_seqs)
+        return cls(steps, n, n, kv, kv, n * math.ceil(group / ROWS_PER_TILE), 1.0, top, group, sequences, True)
 
     def column(self, name: str) -> np.ndarray:
         """Field ``name`` as float64 ``[k]`` (a float broadcast)."""
@@ -624,23 +616,12 @@ class MeasuredCells:
             us = np.array([u for u, _ in out])
             flags = np.array([f for _, f in out], dtype=np.int8)
         elif calls.run:
-            n = calls.num_seqs
+            n = float(calls.num_seqs)
             kv = calls.kv_tokens
             lr = np.log(a * kv + b * n) if a >= c else np.log(np.maximum(a * kv + b * n, c * kv))
-            if isinstance(n, float):
-                lt, flags = surf.sorted_run(hkv * float(calls.tiles), lr)
-            else:  # sequences left inside the run: one sorted piece per count
-                cuts = [0, *(np.flatnonzero(n[1:] != n[:-1]) + 1).tolist(), calls.k]
-                tiles = calls.tiles
-                parts = [surf.sorted_run(hkv * float(tiles[i]), lr[i:j]) for i, j in zip(cuts, cuts[1:])]
-                lt = np.concatenate([p[0] for p in parts])
-                if all(isinstance(p[1], int) and p[1] == parts[0][1] for p in parts):
-                    flags = parts[0][1]
-                else:
-                    flags = np.concatenate([p[1] if isinstance(p[1], np.ndarray) else np.full(j - i, p[1], dtype=np.int8)
-                                            for p, i, j in zip(parts, cuts, cuts[1:])])
-            tk = float(calls.top_kv.max())  # the longest sequence alone, at its longest
-            if surf.scalar(hkv * math.ceil(g / ROWS_PER_TILE), max(a * tk + b, c * tk))[0] > float(lt.min()):
+            lt, flags = surf.sorted_run(hkv * float(calls.tiles), lr)
+            tk = float(calls.top_kv[-1])  # the longest sequence alone, at its longest
+            if surf.scalar(hkv * math.ceil(g / ROWS_PER_TILE), max(a * tk + b, c * tk))[0] > float(lt[0]):
                 tkv = calls.top_kv
                 lt1, flags1 = surf.log_time(hkv * math.ceil(g / ROWS_PER_TILE), np.log(np.maximum(a * tkv + b, c * tkv)))
                 if isinstance(flags, int):

@@ -149,7 +149,7 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the versioned JSON (schema profattn.simulation) to FILE.")
 @click.option("--markdown", "md_path", default=None, metavar="FILE", help="Write the GitHub Markdown summary to FILE.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write the HTML report to FILE.")
-@click.option("--steps", "n_steps", type=int, default=8, show_default=True, metavar="N", help="Step shapes to sample for a measured replay.")
+@click.option("--steps", "n_steps", type=int, default=12, show_default=True, metavar="N", help="Step shapes to sample for a measured replay.")
 @click.option("--export-steps", "steps_path", default=None, metavar="FILE",
               help="Write the sampled step shapes as `profattn profile --workload` lines (step, decode and prefill calls) to FILE.")
 def simulate(requests_path: str, rate_scale: float | None, rate: float | None, model_spec: str, backends: tuple[str, ...],

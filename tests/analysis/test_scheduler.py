@@ -101,7 +101,7 @@ def test_preemption_by_recompute_conserves_tokens(audit: bool):
 
 @pytest.mark.parametrize("scale, blocks", [(8.0, 600), (1.0, 4000)])
 def test_every_request_of_the_slice_finishes_with_its_tokens_and_the_pages_add_up(scale: float, blocks: int):
-    # 8×: a tight cache (preemptions, requests waiting); 1×: room for all (decode runs go through finishes)
+    # 8×: a tight cache (preemptions, requests waiting); 1×: room for all, nothing waiting between arrivals
     tr = load_requests(SLICE).scaled(scale)
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
     audit = simulate(tr, cfg, audit=True)  # checks pages = Σ ⌈len / page⌉ after every step

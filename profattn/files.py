@@ -21,6 +21,8 @@ _HTML_MARKER = b'<meta name="generator" content="profattn">'
 #: The start of an ``analyze --json`` or ``simulate --json`` document (:data:`profattn.report.analyze.SCHEMA`,
 #: :data:`profattn.report.simulate.SCHEMA`).
 _ANALYSIS_JSON = re.compile(rb'\A\{\s*"schema"\s*:\s*"profattn\.(?:analysis|simulation)"')
+#: The first line of ``profattn simulate --export-steps`` (:func:`profattn.report.simulate.export_lines`).
+_STEPS_MARKER = b"# profattn simulate: "
 #: Bytes read from an existing file to tell whether profattn wrote it.
 _HEAD_BYTES = 4096
 
@@ -50,7 +52,7 @@ def is_profattn_output(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a regular file that profattn wrote as an output: an HTML page carrying
     ``<meta name="generator" content="profattn">``, Markdown whose first line is :data:`MARKDOWN_MARKER`,
     or an ``analyze --json`` / ``simulate --json`` document (schema ``profattn.analysis`` / ``profattn.simulation``),
-    each judged from its first 4 KiB.
+    or a ``simulate --export-steps`` file, each judged from its first 4 KiB.
     A results.json is not an output (it is a run) and gives False, as do unreadable files."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -60,7 +62,8 @@ def is_profattn_output(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     head = head.removeprefix(b"\xef\xbb\xbf")
-    return (_HTML_MARKER in head or head.startswith(MARKDOWN_MARKER.encode()) or _ANALYSIS_JSON.match(head) is not None)
+    return (_HTML_MARKER in head or head.startswith(MARKDOWN_MARKER.encode()) or _ANALYSIS_JSON.match(head) is not None
+            or head.startswith(_STEPS_MARKER))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

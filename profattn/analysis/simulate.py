@@ -378,7 +378,8 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
             cut_at_arrival = nxt < math.inf and not sched.waiting
             if cut_at_arrival:  # no step is shorter than its rest: bound the run by the arrival
                 k = min(k, int((nxt - now) / rest_s) + 1)
-            calls = CallSums.decode_run(n, sched.decode_kv(s), sched.decode_max_base() + s, k, group)
+            calls = CallSums.decode_run(n, sched.decode_kv(s), sched.decode_max_base() + s, k, group,
+                                        lambda j, s=s: _decode_lengths(sched, s + j))
             est = source.attention_us(dec, CallPart.DECODE, calls)
             dur = est.us
             dur *= layers * 1e-6
@@ -441,6 +442,15 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                          sched.num_preemptions, stopped, failed, time.perf_counter() - t0)
 
 
+def _decode_lengths(sched: Scheduler, step: int) -> tuple[np.ndarray, np.ndarray]:
+    kv = np.array(sched.decode_sequences(step), dtype=np.int64)
+    return np.ones_like(kv), kv
+
+
+def _chunk_lengths(plan: StepPlan) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([n for _, n, _ in plan.chunks], dtype=np.int64), np.array([kv for _, _, kv in plan.chunks], dtype=np.int64))
+
+
 def _first_flag(x: np.ndarray | int) -> int:
     return x if isinstance(x, int) else int(x[0])
 
@@ -454,7 +464,8 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
     if nd:
         e = source.attention_us(dec, CallPart.DECODE, CallSums(1, float(nd), float(nd), float(plan.decode_kv),
                                                                float(plan.decode_kv), float(nd * -(-group // 128)), 1.0,
-                                                               float(plan.decode_max_kv), group))
+                                                               float(plan.decode_max_kv), group,
+                                                               lambda j: _decode_lengths(sched, plan.index)))
         attn_d = float(e.us[0]) * layers
         flags |= _first_flag(e.extrapolation)
     attn_p = 0.0
@@ -475,7 +486,8 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
             sampled += 1
     if plan.chunks:
         e = source.attention_us(pre, CallPart.PREFILL, CallSums(1, float(len(plan.chunks)), float(q_tok), float(kv_tok),
-                                                                pairs, float(tiles), float(top[0]), float(top[1]), group))
+                                                                pairs, float(tiles), float(top[0]), float(top[1]), group,
+                                                                lambda j: _chunk_lengths(plan)))
         attn_p = float(e.us[0]) * layers
         flags |= _first_flag(e.extrapolation)
     tokens = nd + q_tok

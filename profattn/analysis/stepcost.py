@@ -138,7 +138,8 @@ class CallSums:
     new tokens); ``pairs`` = Σ causal pairs (bottom-right); ``tiles`` = Σ ⌈q_len · group / 128⌉ (work items per KV
     head, :data:`ROWS_PER_TILE`); ``top_q`` / ``top_kv``: the sequence with the most pairs (the longest). ``k``: the
     number of calls; ``group``: query heads per KV head the tiles were counted for. ``sequences``: optional,
-    ``j → (q_lens, kv_lens)`` of call ``j`` for a source that wants every sequence. ``run``: the calls are
+    ``j → (q_lens, kv_lens)`` (int64 arrays) of call ``j`` for a source that wants every sequence's lengths (the
+    simulation sets it; valid while the source prices the calls, as the scheduler moves on after). ``run``: the calls are
     consecutive decode steps of one unchanged set of sequences (``num_seqs``, ``q_tokens``, ``tiles``, ``top_q``
     constant floats; ``kv_tokens`` and ``top_kv`` growing by ``num_seqs`` and 1 per step), which a source may
     exploit (:meth:`decode_run`).

@@ -196,3 +196,23 @@ def test_more_kv_capacity_moves_the_operating_point():
     f = rep.findings
     assert f.deployment_winner == "A + P2" and f.runner_up == "A + P" and f.capacity_decides
     assert f.capacity_bound["A + P"] and f.preemptions_at_best["A + P"] > 0
+
+
+def test_a_source_may_read_every_sequence_of_a_call():
+    """A source that wants each sequence's own lengths (a cost model on workload fields) gets them through
+    ``CallSums.sequences``, consistent with the sums it is asked to price."""
+    seen = []
+
+    class Checking(LinearAttention):
+        def attention_us(self, backend, part, calls):  # noqa: ANN001, ANN201
+            q, kv = calls.sequences(calls.k - 1)
+            kv_sum = calls.kv_tokens if isinstance(calls.kv_tokens, float) else calls.kv_tokens[-1]
+            assert float(kv.sum()) == float(kv_sum) and len(q) == float(calls.num_seqs if isinstance(calls.num_seqs, float) else calls.num_seqs[-1])
+            seen.append(part)
+            return super().attention_us(backend, part, calls)
+
+    tr = load_requests(SLICE).head(60)
+    cfg = SchedulerConfig(num_gpu_blocks=3000, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
+    run_simulation(tr, deployment("A", cfg), Checking({"A": 0.001, "P": 0.01}), RestOfStep(MODEL, CEIL, 2048, 64),  # type: ignore[arg-type]
+                   MODEL, SHAPE)
+    assert {p.value for p in seen} == {"decode", "prefill"}

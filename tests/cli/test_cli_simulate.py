@@ -62,9 +62,14 @@ def test_simulate_end_to_end(db: Path, tmp_path: Path):
     assert specs and all(parse_workload_spec(s).num_q_heads == 32 for s in specs)
     # a second run may replace its own outputs; it refuses a file profattn did not write
     again = invoke("simulate", "--requests", str(SLICE), "--model", "llama-3-8b", "--backend", "triton-paged-decode",
-                   "--db", str(db), "--out", str(out), "--no-search", "--rate-scale", "2")
+                   "--db", str(db), "--out", str(out), "--no-search", "--rate-scale", "2",
+                   "--export-steps", str(tmp_path / "steps.txt"))
     assert again.exit_code == 0, again.output
     assert json.loads((out / "simulation.json").read_text())["trace"]["rate_scale"] == 2.0
+    (tmp_path / "mine.txt").write_text("my notes\n")
+    refused = invoke("simulate", "--requests", str(SLICE), "--model", "llama-3-8b", "--backend", "triton-paged-decode",
+                     "--db", str(db), "--no-search", "--export-steps", str(tmp_path / "mine.txt"))
+    assert refused.exit_code == 2 and "was not written by profattn" in refused.output
 
 
 def test_fp8_and_page_sizes_are_deployments_of_their_own(db: Path, tmp_path: Path):

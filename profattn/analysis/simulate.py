@@ -901,6 +901,9 @@ class SimulationReport:
     steps: tuple[StepShape, ...]
     shapes: dict[str | None, AttentionShape]
     wall_s: float
+    #: per sampled step, per deployment label, one layer's priced attention (µs) of its ``decode`` and ``prefill``
+    #: calls: what a measured replay of :attr:`steps` checks
+    step_prices: tuple[dict[str, dict[str, float]], ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
 
 
@@ -973,10 +976,29 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
     q3 = lambda a: tuple(float(x) for x in np.percentile(a, (10, 50, 90)))  # noqa: E731
     bw = ceilings.bandwidth_gbps if ceilings is not None else float("nan")
     tf = ceilings.matmul_tflops if ceilings is not None else float("nan")
+    prices = tuple(_step_prices(st, deployments, sources, shapes) for st in steps)
     name = next(iter(sources.values())).name
     return SimulationReport(trace.source, len(trace), base.rate_per_s, base.duration_s, base_scale, q3(p), q3(o), model,
                             slo, gpu, name, bw, tf, tuple(results), findings, steps, dict(shapes),
-                            time.perf_counter() - t0)
+                            time.perf_counter() - t0, prices)
+
+
+def _step_prices(step: StepShape, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],
+                 shapes: dict[str | None, AttentionShape]) -> dict[str, dict[str, float]]:
+    """One layer's priced attention (µs) of ``step``'s decode and prefill calls for every deployment."""
+    out: dict[str, dict[str, float]] = {}
+    for d in deployments:
+        g = shapes[d.kv_dtype].group
+        src = sources[d.kv_dtype]
+        parts: dict[str, float] = {}
+        if step.decode_kv:
+            parts["decode"] = float(src.attention_us(d.pair.decode, CallPart.DECODE,
+                                                     CallSums.of([1] * len(step.decode_kv), step.decode_kv, g)).us[0])
+        if step.chunks:
+            parts["prefill"] = float(src.attention_us(d.pair.prefill, CallPart.PREFILL,
+                                                      CallSums.of([q for q, _ in step.chunks], [k for _, k in step.chunks], g)).us[0])
+        out[d.label] = parts
+    return out
 
 
 def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement], sources: dict[str | None, StepCostSource],

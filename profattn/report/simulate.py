@@ -492,7 +492,9 @@ def simulation_to_dict(report: SimulationReport) -> dict[str, Any]:
         "verdict": verdict_sentences(report),
         "sampled_steps": [{"index": s.index, "start_s": s.start_s, "kind": s.kind.value,
                            "decode_seqs": len(s.decode_kv), "prefill_chunks": [list(c) for c in s.chunks],
-                           "workloads": s.specs(shape, page)} for s in report.steps] if shape else [],  # type: ignore[arg-type]
+                           "workloads": s.specs(shape, page),  # type: ignore[arg-type]
+                           "priced_us_per_layer": report.step_prices[i] if i < len(report.step_prices) else {}}
+                          for i, s in enumerate(report.steps)] if shape else [],
         "notes": list(report.notes),
         "simulation_wall_s": report.wall_s,
     }

@@ -96,3 +96,15 @@ def test_text_and_no_search():
     text = out.text_report(rep)
     assert text.splitlines()[0].startswith("custom on test GPU, 400 requests at") and "A + P" in text
     assert out.latency_chart(rep) is None and out.rate_rows(rep) == []
+
+
+def test_sampled_steps_carry_their_prices(faster_a):
+    doc = out.simulation_to_dict(faster_a)
+    for s in doc["sampled_steps"]:
+        prices = s["priced_us_per_layer"]
+        assert set(prices) == {"A + P", "B + P"}
+        for label, parts in prices.items():
+            assert set(parts) == ({"decode"} if s["kind"] == "decode" else {"prefill"} if s["kind"] == "prefill"
+                                  else {"decode", "prefill"})
+        if "decode" in prices["A + P"]:  # LinearAttention: 0.001 against 0.004 µs per K/V token
+            assert prices["B + P"]["decode"] == pytest.approx(4 * prices["A + P"]["decode"])

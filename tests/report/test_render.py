@@ -49,7 +49,7 @@ def pages() -> dict[str, str]:
 
 
 def test_every_page_template_extends_the_base():
-    assert set(PAGE_KINDS) == {"report", "analyze", "compare"}
+    assert set(PAGE_KINDS) == {"report", "analyze", "compare", "simulate"}
     for kind, name in PAGE_KINDS.items():
         text = (templates_dir() / name).read_text()
         assert text.startswith('{% extends "base.html.j2" %}\n'), kind

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from profattn.analysis.comm import cp_summaries
 from profattn.report.cp import cp_markdown
 from profattn.results import read_results
 from profattn.workload.contract import CP_SCHEMES
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     run = read_results(Path(a.out))
     print()
-    print(cp_markdown(run.cells))
+    print(cp_markdown(cp_summaries(run.cells)))
     return 0
 
 

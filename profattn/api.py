@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from profattn.results import RunResult, read_results
 
@@ -23,29 +23,48 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from profattn.analysis.calls import TraceCalls
+    from profattn.analysis.run import RunAnalysis
     from profattn.trace.kineto import Trace
 
 __all__ = ["ATTENTION_CALL_COLUMNS", "RunResult", "TraceAnalysis", "analyze_trace", "load_run"]
 
 
-def load_run(path: str | os.PathLike[str], *, reattach: bool = True) -> RunResult:
+@overload
+def load_run(path: str | os.PathLike[str], *, reattach: bool = True, analysis: Literal[False] = False) -> RunResult: ...
+@overload
+def load_run(path: str | os.PathLike[str], *, reattach: bool = True, analysis: Literal[True]) -> RunAnalysis: ...
+
+
+def load_run(path: str | os.PathLike[str], *, reattach: bool = True, analysis: bool = False) -> RunResult | RunAnalysis:
     """A profattn run: ``path`` is a run directory or its ``results.json``.
 
     With ``reattach`` (default), each cell's trace evidence (kernels, launch shapes, GPU time) is rebuilt
     from the traces the run names, as ``profattn report`` does; cells whose trace file is absent keep the
     summary stored in ``results.json``. Use :meth:`RunResult.to_pandas` for a DataFrame.
 
+    With ``analysis``, the run analysed once as the report sees it (:func:`profattn.analysis.run.analyze_run`):
+    a :class:`~profattn.analysis.run.RunAnalysis` — winners, the verdict with its mechanisms and per-layout answers,
+    ledgers, serving/GQA/context-parallel sections, noise findings, and the traces that could not be read
+    (``trace_problems``); ``.run`` is the :class:`RunResult`.
+
     Raises:
         ResultsError: no ``results.json``, or one that is not a profattn results file of a readable version.
-        TraceError: a trace the run names exists but cannot be parsed.
+        (A trace that cannot be read is not an error: its cells keep their stored summary, and with ``analysis`` it
+        is listed in ``trace_problems``.)
     """
     path = Path(path)
     run = read_results(path)
-    if not reattach:
-        return run
-    from profattn.analysis.reattach import reattach_traces
+    problems: tuple = ()
+    if reattach:
+        from profattn.analysis.reattach import reattach_traces
 
-    return reattach_traces(run, path if path.is_dir() else path.parent)
+        read = reattach_traces(run, path if path.is_dir() else path.parent)
+        run, problems = read.run, read.problems
+    if not analysis:
+        return run
+    from profattn.analysis.run import analyze_run
+
+    return analyze_run(run, traces=problems)
 
 
 #: Columns of :attr:`TraceAnalysis.attention_calls`, in order (units in the names: ``_us`` µs, ``_bytes`` bytes).

@@ -42,10 +42,11 @@ class Interface(str, enum.Enum):
 
 class Layout(str, enum.Enum):
     """The K/V layout a kernel reads: ``dense`` (contiguous ``[B, Hkv, L, d]``; on a paged workload, the contiguous
-    copy of the same cache), ``paged`` (the page pool through a block table or CSR page list), ``packed`` (packed
-    ``[Σ n, Hkv, d]`` tokens with offsets)."""
+    copy of the same cache; ``CONTIGUOUS`` is the same member), ``paged`` (the page pool through a block table or CSR
+    page list), ``packed`` (packed ``[Σ n, Hkv, d]`` tokens with offsets)."""
 
     DENSE = "dense"
+    CONTIGUOUS = "dense"
     PAGED = "paged"
     PACKED = "packed"
 

@@ -102,3 +102,58 @@ def gqa_run() -> RunResult:
     return replace(run(cells), preset="gqa", ceilings=Ceilings(4000.0, 2 << 30, 790.0, 8192, "bfloat16", "test", read_gbps=4603.0),
                    counters_info=CountersInfo("measured", ncu_version="test", cache_control="all", replay_mode="kernel",
                                                clock_control="base", wall_s=12.0))
+
+
+# ---- simulate: a step-cost source with a known price, and a small simulation -------------------------------
+
+
+class LinearAttention:
+    """A step-cost source (``profattn.analysis.stepcost.StepCostSource``) whose attention takes ``us_per_token[b]``
+    µs per K/V token read (decode) or per query row (prefill) of backend ``b``, in one layer."""
+
+    name = "linear (test)"
+
+    def __init__(self, us_per_token: dict[str, float]) -> None:
+        self.us = us_per_token
+
+    def attention_us(self, backend, part, calls):  # noqa: ANN001, ANN201
+        import numpy as np
+
+        from profattn.analysis.stepcost import AttentionEstimate, CallPart
+
+        x = calls.kv_tokens if part is CallPart.DECODE else calls.q_tokens
+        return AttentionEstimate(np.asarray(x, dtype=np.float64) * self.us[backend] + np.zeros(calls.k), 0, 0.0)
+
+    def provenance(self, backend, part):  # noqa: ANN001, ANN201
+        from profattn.analysis.stepcost import Provenance, Validation
+
+        return Provenance(self.name, backend, part, 1, ("run",), (1, 1), (1, 1), 1.0, 0.0,
+                          Validation(0, None, None, None, None))
+
+
+def simulation(us_per_token: dict[str, float], decoders=("A", "B"), *, search: bool = True, blocks: int = 3000,
+               scale: float = 2.0, sample: int = 6):
+    """``profattn.analysis.simulate.simulate`` of the committed 400-request slice at ``scale`` × its rate on a small
+    model, one deployment per decode backend (each paired with prefill backend ``P``), priced by
+    :class:`LinearAttention`."""
+    from pathlib import Path
+
+    from profattn.analysis.scheduler import SchedulerConfig, kv_capacity
+    from profattn.analysis.simulate import SLO, BackendPair, Deployment, simulate
+    from profattn.analysis.stepcost import AttentionShape, RestOfStep
+    from profattn.results import Ceilings
+    from profattn.workload.models import parse_model_spec
+    from profattn.workload.requests import load_requests
+
+    model = parse_model_spec("layers=4,hq=8,hkv=2,d=64,hidden=512,intermediate=1024,vocab=1000")
+    shape = AttentionShape.of_model(model)
+    ceil = Ceilings(copy_gbps=100.0, copy_bytes=0, matmul_tflops=10.0, matmul_n=0, dtype="bfloat16", method="t",
+                    read_gbps=100.0)
+    tr = load_requests(Path(__file__).resolve().parent / "data" / "requests" / "azure_conv_first400.csv").scaled(scale)
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16)
+    cap = kv_capacity(model, block_size=16, kv_budget_tokens=blocks * 16)
+    deps = [Deployment(BackendPair(d, "P"), cfg, cap) for d in decoders]
+    return simulate(tr, deps, {None: LinearAttention(us_per_token)}, model, rest={None: RestOfStep(model, ceil, 2048, 64)},
+                    shapes={None: shape}, slo=SLO(ttft_s=0.5, tpot_s=0.02), search=search, resolution=0.05,
+                    sample=sample, gpu="test GPU", ceilings=ceil)
+

@@ -35,6 +35,18 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Violations that work in progress on this issue removes (the analysis/report twins); each must still
 #: occur (a fixed one fails :func:`test_pending_violations_still_exist` until it is deleted here).
 PENDING: tuple[str, ...] = ()
+#: The only analysis *functions* the report layer may import: the run analysis itself and formatters — functions
+#: that turn a typed record or a name into text or the exported JSON, computing nothing the report then shows as a
+#: finding. Everything else the report imports from analysis must be a type (a class: records, enums) or an
+#: UPPER_CASE constant; an analysis module is never imported whole (``import profattn.analysis.x``, ``from
+#: profattn.analysis import x``), so no ranking, comparison or verdict is re-derived in ``report/``.
+REPORT_ANALYSIS_FUNCTIONS: dict[str, str] = {
+    "analyze_run": "the one run analysis (profattn.analysis.run) every run renderer formats",
+    "policy_to_dict": "the exported profattn.policy JSON of a Policy record (a format)",
+    "validation_dict": "a Validation record as the exported JSON's numbers (a format)",
+    "kernel_stem": "a kernel's unqualified name, the key the analyze page groups its shapes by (a name format)",
+    "trace_group": "the directory part of a shown trace path (a path format)",
+}
 #: What the workload layer may import of profattn; and its one module that may import torch.
 WORKLOAD_ALLOWED = ("profattn.errors", "profattn.workload")
 WORKLOAD_TORCH = "profattn.workload.paged"
@@ -92,6 +104,57 @@ def collect_imports(sources: Mapping[str, tuple[str, bool]]) -> list[Import]:
                 rest = tuple(n for n in names if n not in submodules)
                 if rest or not submodules:
                     out.append(Import(module, base, rest, node.lineno, id(node) in top))
+    return out
+
+
+def _kinds(source: str) -> dict[str, str]:
+    """Top-level names of a module's source → ``"class"``, ``"function"``, ``"constant"`` (UPPER_CASE assignment),
+    ``"import"`` (a name it imports) or ``"other"``."""
+    out: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = "class"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = "function"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = "constant" if t.id.isupper() else "other"
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                out.setdefault((a.asname or a.name).split(".")[0], "import")
+    return out
+
+
+def _report_analysis_problems(imports: list[Import], sources: Mapping[str, tuple[str, bool]]) -> list[str]:
+    """The report layer's imports from analysis that are neither types, constants nor
+    :data:`REPORT_ANALYSIS_FUNCTIONS` (see there); a name an analysis module only re-exports is judged where it is
+    defined."""
+    kinds = {m: _kinds(src) for m, (src, _) in sources.items() if _within(m, "profattn.analysis")}
+    origin: dict[tuple[str, str], str] = {}
+    for imp in imports:  # where each name an analysis module imports comes from
+        if _within(imp.importer, "profattn.analysis"):
+            for n in imp.names:
+                origin[(imp.importer, n)] = imp.target
+    out = []
+    for imp in imports:
+        if not (_within(imp.importer, "profattn.report") and _within(imp.target, "profattn.analysis")):
+            continue
+        where = f"{imp.importer}:{imp.line}"
+        if not imp.names:
+            out.append(f"{where}: report imports the analysis module {imp.target} whole (import its types by name)")
+            continue
+        for n in imp.names:
+            module, seen = imp.target, set()
+            while kinds.get(module, {}).get(n) == "import" and (module, n) in origin and module not in seen:
+                seen.add(module)
+                module = origin[(module, n)]
+            kind = kinds.get(module, {}).get(n, "other")
+            if kind in ("class", "constant") or (kind == "function" and n in REPORT_ANALYSIS_FUNCTIONS):
+                continue
+            out.append(f"{where}: report imports the analysis {kind} {n} from {module} (only types, constants, "
+                       "analyze_run and the formatters)")
     return out
 
 
@@ -161,6 +224,7 @@ def violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
             for name in imp.names:
                 if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
                     out.append(f"{where}: imports private name {name} from {imp.target}")
+    out.extend(_report_analysis_problems(imports, sources))
     for module, (source, is_package) in sources.items():
         if is_package:
             out.extend(_init_problems(module, source))
@@ -230,7 +294,11 @@ GOOD = dict(
     profattn__workload__paged="import torch\nfrom profattn.workload.contract import Workload\n",
     profattn__trace__init="from profattn.trace.kineto import load_trace\n",
     profattn__trace__kineto="import pandas\nfrom profattn.errors import TraceError\n",
-    profattn__analysis__cells="from profattn.trace.kineto import load_trace\nfrom profattn.families import KernelFamily\n",
+    profattn__analysis__cells=("from profattn.trace.kineto import load_trace\nfrom profattn.families import KernelFamily\n"
+                               "LIMIT = 3\nclass Evidence: pass\ndef summarize(): pass\ndef analyze_run(): pass\n"),
+    profattn__analysis__run="from profattn.analysis.cells import Evidence, analyze_run, summarize\n",
+    profattn__report__run=("from profattn.analysis.cells import LIMIT, Evidence, analyze_run\n"
+                           "from profattn.analysis.run import Evidence as E\n"),
     profattn__families="",
     profattn__backends__registry="import torch\nfrom profattn.backends.plugins import load_spec\nfrom profattn.workload import Workload\n",
     profattn__backends__plugins="import torch\n",
@@ -259,6 +327,12 @@ def test_checker_accepts_a_good_package():
     ("profattn__harness__session", "def f():\n    from profattn.report.run import _plotly_js, fmt\n", "imports private name _plotly_js"),
     ("profattn__trace__init", "from profattn.trace.kineto import load_trace\nREGISTRY = {}\n", "__init__ holds a Assign"),
     ("profattn__trace__init", "def helper():\n    pass\n", "__init__ holds a FunctionDef"),
+    ("profattn__report__run", "from profattn.analysis.cells import summarize\n",
+     "report imports the analysis function summarize from profattn.analysis.cells"),
+    ("profattn__report__run", "def f():\n    from profattn.analysis import cells\n",
+     "report imports the analysis module profattn.analysis.cells whole"),
+    ("profattn__report__run", "from profattn.analysis.run import summarize\n",
+     "report imports the analysis function summarize from profattn.analysis.cells"),
     ("profattn__families", "def f():\n    from profattn.analysis.cells import x\n",
      "import cycle: profattn.analysis.cells -> profattn.families -> profattn.analysis.cells"),
     ("profattn__backends__plugins", "from profattn.backends.registry import register\n",

@@ -169,3 +169,36 @@ def test_results_that_are_not_regular_files_or_too_large_are_refused(tmp_path, m
     monkeypatch.setattr(rio, "RESULTS_MAX_BYTES", 64)
     with pytest.raises(ResultsError, match="102 bytes, larger than any results file"):
         rio.read_results(big)
+
+
+def test_closed_sets_read_and_write_as_their_strings(tmp_path):
+    """Enums serialise to the strings results.json always held, so committed runs load and round-trip unchanged."""
+    import json
+
+    from profattn.results import RankRecord, RankStatus, read_results, write_results
+    from profattn.workload import CpScheme, KVLenDist, Workload
+
+    from factories import cell, run
+
+    w = Workload(phase="train", batch=1, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32, cp_ranks=2,
+                 cp_scheme="ring")
+    d = Workload(phase="decode", batch=4, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32,
+                 kv_layout="paged", page_size=16, kv_len_dist="lognormal", kv_len_seed=7)
+    assert w.cp_scheme is CpScheme.RING and d.kv_len_dist is KVLenDist.LOGNORMAL and d.kv_len_dist.drawn
+    assert d.tag.endswith("_paged16_lognormal7") and w.tag.endswith("_cp2ring")  # tags as before the enums
+    c = cell(w, "sdpa-flash", 10.0)
+    from dataclasses import replace
+
+    c = replace(c, ranks=(RankRecord(0), RankRecord(1, status="failed", error="rank 1: boom")))
+    assert [r.status for r in c.ranks] == [RankStatus.OK, RankStatus.FAILED]
+    write_results(run([c, cell(d, "triton-paged-decode", 5.0)]), tmp_path / "results.json")
+    raw = json.loads((tmp_path / "results.json").read_text())
+    assert [r["status"] for r in raw["cells"][0]["ranks"]] == ["ok", "failed"]
+    assert raw["cells"][0]["workload"]["cp_scheme"] == "ring" and raw["cells"][1]["workload"]["kv_len_dist"] == "lognormal"
+    back = read_results(tmp_path / "results.json")
+    assert back.cells[0].ranks[1].status is RankStatus.FAILED and back.cells[0].workload == w
+    assert back.cells[1].workload == d
+    import pytest
+
+    with pytest.raises(ValueError):
+        RankRecord(0, status="lost")

@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
+from profattn.results import CellStatus
 from profattn.trace.kineto import Trace
 
 #: ``c10d::`` operator → (collective, index of the argument whose size is the rank's payload, rule). Rules:
@@ -66,6 +68,17 @@ class CommOp:
     itemsize: int | None
 
 
+class CommSource(str, Enum):
+    """Where a rank's communication time was read from (module docstring); ``str()`` gives the value."""
+
+    NCCL_KERNELS = "nccl kernels"  #: NCCL's kernels on the GPU
+    GLOO_RANGES = "gloo ranges"  #: gloo's ``gloo:<op>`` ranges on its worker threads (a CPU)
+    NONE = "none"  #: neither: no communication recorded
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class RankTimeline:
     """One rank's communication against its attention compute (module docstring), per window when ``windows > 0``.
@@ -77,7 +90,7 @@ class RankTimeline:
         sent_bytes / received_bytes: per window; None when an element size is unknown.
         sent_elements / received_elements: per window.
         ops: the collectives inside the windows, in time order.
-        comm_source: ``nccl kernels``, ``gloo ranges`` or ``none``.
+        comm_source: :class:`CommSource` (``nccl kernels``, ``gloo ranges`` or ``none``).
     """
 
     path: str
@@ -94,7 +107,7 @@ class RankTimeline:
     sent_bytes: float | None
     received_bytes: float | None
     ops: tuple[CommOp, ...]
-    comm_source: str
+    comm_source: CommSource
 
     @property
     def overlap_share(self) -> float | None:
@@ -184,18 +197,17 @@ def comm_ops(trace: Trace, *, world_size: int | None = None, itemsize: int | Non
     return tuple(sorted(out, key=lambda o: o.ts_us))
 
 
-def comm_intervals(trace: Trace) -> tuple[list[tuple[float, float]], str]:
-    """The intervals (µs) where data moved (module docstring) and their source: ``nccl kernels``, ``gloo ranges``
-    or ``none``."""
+def comm_intervals(trace: Trace) -> tuple[list[tuple[float, float]], CommSource]:
+    """The intervals (µs) where data moved (module docstring) and their :class:`CommSource`."""
     k = trace.kernels
     nccl = k[k["name"].str.contains("nccl", case=False, regex=False)] if len(k) else k
     if len(nccl):
-        return list(zip(nccl["ts_us"], nccl["ts_us"] + nccl["dur_us"])), "nccl kernels"
+        return list(zip(nccl["ts_us"], nccl["ts_us"] + nccl["dur_us"])), CommSource.NCCL_KERNELS
     r = trace.ranges
     gloo = r[r["name"].str.startswith("gloo:")] if len(r) else r
     if len(gloo):
-        return list(zip(gloo["ts_us"], gloo["ts_us"] + gloo["dur_us"])), "gloo ranges"
-    return [], "none"
+        return list(zip(gloo["ts_us"], gloo["ts_us"] + gloo["dur_us"])), CommSource.GLOO_RANGES
+    return [], CommSource.NONE
 
 
 def compute_intervals(trace: Trace, calls: "TraceCalls | None" = None) -> list[tuple[float, float]]:
@@ -290,7 +302,7 @@ def cp_summaries(cells: Sequence[Any]) -> tuple[CpSummary, ...]:
         if w.cp_ranks < 2:
             continue
         base = single.get((w.single_process.tag, c.backend))
-        one = base.latency_us if base is not None and base.status == "ok" else None
+        one = base.latency_us if base is not None and base.status is CellStatus.OK else None
         step = c.timing.median_us if c.timing is not None else None
         traced = [r for r in c.ranks if r.comm_us is not None]
         spans = [(r, r.profiled_step_us) for r in traced if r.profiled_step_us is not None]

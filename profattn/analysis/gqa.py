@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from profattn.analysis.ledgers import REDUNDANT_DRAM_RATIO, ByteLedger, byte_ledger
-from profattn.analysis.verdict import LAUNCH_BOUND_FRACTION, Margin, margin
+from profattn.analysis.mechanisms import BOUND_FRACTION, LAUNCH_BOUND_FRACTION, Bound, bound_of
+from profattn.analysis.verdict import Margin, margin
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Workload
 
@@ -30,20 +31,12 @@ __all__ = [
 ]
 
 #: A call whose achieved GB/s (requested bytes / latency) reaches this fraction of the run's memory roof
-#: (:attr:`profattn.results.Ceilings.bandwidth_gbps`) is bandwidth-bound: fewer bytes can become less time.
-BANDWIDTH_BOUND_FRACTION = 0.5
+#: (:attr:`profattn.results.Ceilings.bandwidth_gbps`) is bandwidth-bound: fewer bytes can become less time (the one
+#: bound rule, :func:`profattn.analysis.mechanisms.bound_of`; :class:`Bound` is that module's).
+BANDWIDTH_BOUND_FRACTION = BOUND_FRACTION
 #: A call whose latency is within this multiple of its backend's latency floor in the run
 #: (:func:`latency_floors`) is launch-bound: fixed per-call costs, not bytes, set its time.
 LAUNCH_FLOOR_RATIO = 1.5
-
-
-class Bound(Enum):
-    """What sets a call's time, from its timing and the run's ceilings (:func:`cell_bound`)."""
-
-    BANDWIDTH = "bandwidth-bound"  #: achieved GB/s ≥ BANDWIDTH_BOUND_FRACTION × the run's memory roof
-    LAUNCH = "launch-bound"  #: latency ≤ LAUNCH_FLOOR_RATIO × the backend's floor, or kernels < LAUNCH_BOUND_FRACTION of it
-    NEITHER = "neither"  #: below the roof and above the floor: the kernel itself (occupancy, arithmetic) sets the time
-    UNKNOWN = "unknown"  #: not timed, or no memory roof measured and not at the floor
 
 
 class SavingOutcome(Enum):
@@ -191,12 +184,10 @@ def cell_bound(cell: CellResult, run: RunResult, floor_us: float | None) -> Boun
         return Bound.UNKNOWN
     roof = run.ceilings.bandwidth_gbps if run.ceilings else None
     gbps = cell.achieved_gbps
-    if roof and gbps is not None and gbps >= BANDWIDTH_BOUND_FRACTION * roof:
-        return Bound.BANDWIDTH
     gpu = cell.trace.gpu_time_per_call_us if cell.trace is not None else None
-    if (floor_us is not None and lat <= LAUNCH_FLOOR_RATIO * floor_us) or (gpu is not None and gpu < LAUNCH_BOUND_FRACTION * lat):
-        return Bound.LAUNCH
-    return Bound.NEITHER if roof else Bound.UNKNOWN
+    at_floor = floor_us is not None and lat <= LAUNCH_FLOOR_RATIO * floor_us
+    return bound_of(None, gbps / roof if roof and gbps is not None else None, gpu, lat, at_floor=at_floor,
+                    measured=bool(roof))
 
 
 def _heads_cell(cell: CellResult, run: RunResult, floors: dict[tuple[str, object], float]) -> HeadsCell:

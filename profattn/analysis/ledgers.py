@@ -5,6 +5,7 @@ Typed records only; the report layer turns them into text (:func:`profattn.repor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from profattn.results import CellResult, RunResult
@@ -46,20 +47,32 @@ class ByteLedger:
 
 def byte_ledger(cell: CellResult) -> ByteLedger:
     """The :class:`ByteLedger` of ``cell`` (requested only when it has no counters)."""
-    w = cell.workload
-    req = w.requested_bytes
-    scales = sum(t.bytes_total for t in w.traffic() if t.name in ("k_scale", "v_scale"))
-    c = cell.counters
-    if c is None:
-        return ByteLedger(req, w.kv_bytes, None, None, None, None, None, None, None, scales)
-    # A counter some kernel lacks stays missing (None), so its ratio and flag are unknown, never a partial sum.
-    dram_ratio = c.dram_bytes / req if c.dram_bytes is not None else None
-    l2_ratio = c.l2_to_sm_read_bytes / req if c.l2_to_sm_read_bytes is not None else None
+    return summed_ledger([cell])
+
+
+def summed_ledger(cells: "Sequence[CellResult]") -> ByteLedger:
+    """One :class:`ByteLedger` over ``cells`` run one after another (a prompt's chunks): requested, K/V and scale
+    bytes summed; a measured sum only when every cell has that counter (a counter some cell lacks stays missing, so
+    its ratio and flag are unknown, never a partial sum)."""
+    ws = [c.workload for c in cells]
+    req = sum(w.requested_bytes for w in ws)
+    kv = sum(w.kv_bytes for w in ws)
+    scales = sum(t.bytes_total for w in ws for t in w.traffic() if t.name in ("k_scale", "v_scale"))
+    cs = [c.counters for c in cells]
+    if any(c is None for c in cs):
+        return ByteLedger(req, kv, None, None, None, None, None, None, None, scales)
+
+    def total(field: str) -> float | None:
+        vals = [getattr(c, field) for c in cs]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    dram, dram_read, l2 = total("dram_bytes"), total("dram_read_bytes"), total("l2_to_sm_read_bytes")
+    dram_ratio = dram / req if dram is not None else None
+    l2_ratio = l2 / req if l2 is not None else None
     redundant = dram_ratio > REDUNDANT_DRAM_RATIO if dram_ratio is not None else None
     l2_rereads = ((not redundant) and l2_ratio > L2_REREAD_RATIO
                   if redundant is not None and l2_ratio is not None else None)
-    return ByteLedger(req, w.kv_bytes, c.dram_bytes, c.dram_read_bytes, c.l2_to_sm_read_bytes, dram_ratio, l2_ratio,
-                      redundant, l2_rereads, scales)
+    return ByteLedger(req, kv, dram, dram_read, l2, dram_ratio, l2_ratio, redundant, l2_rereads, scales)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ knows the families of installed plugins (:func:`profattn.harness.session.reattac
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from profattn.analysis.cells import attach_trace
@@ -18,8 +19,30 @@ from profattn.results import CellResult, RunResult
 from profattn.trace.kineto import Trace, load_trace
 
 
-#: Beginnings of the notes :func:`reattach_traces` leaves on a cell whose trace it did not read.
-NOT_READ_NOTES = ("trace_file ", "trace unreadable")
+class TraceProblemKind(Enum):
+    """Why :func:`reattach_traces` did not read a cell's trace (the cell keeps the summary stored in results.json)."""
+
+    OUTSIDE_RUN = "outside the run directory"  #: the trace_file leaves the run directory (absolute, ``..``, a link out)
+    UNREADABLE = "unreadable"  #: the file exists but cannot be parsed (truncated, not JSON): ``detail`` says why
+
+
+@dataclass(frozen=True)
+class TraceProblem:
+    """One cell whose trace was not read: its id, the ``trace_file`` it names, the :class:`TraceProblemKind` and, for
+    an unreadable file, the parser's one-line message (``detail``)."""
+
+    cell_id: str
+    trace_file: str
+    kind: TraceProblemKind
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    """:func:`reattach_traces`' result: the run with its cells' trace evidence rebuilt, and the traces not read."""
+
+    run: RunResult
+    problems: tuple[TraceProblem, ...] = ()
 
 
 def stored_family(cell: CellResult) -> KernelFamily | None:
@@ -28,7 +51,7 @@ def stored_family(cell: CellResult) -> KernelFamily | None:
 
 
 def reattach_traces(run: RunResult, run_dir: str | Path,
-                    family_of: Callable[[CellResult], KernelFamily | None] = stored_family) -> RunResult:
+                    family_of: Callable[[CellResult], KernelFamily | None] = stored_family) -> TraceRead:
     """Re-parse the traces a run names (paths relative to ``run_dir``) and rebuild every cell's
     :class:`~profattn.results.TraceSummary`; each trace file is parsed once.
 
@@ -36,16 +59,17 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
     (None: e.g. a plugin this install lacks) keep their stored summary. A run directory is a sandbox: a
     ``trace_file`` that leaves it (absolute, ``..``, a symbolic link out; :func:`profattn.files.inside_run`)
     is not opened, and a trace that cannot be parsed (truncated, not JSON) is not used; in both cases the
-    cell keeps its stored summary and gets a note saying why, and the rest of the run is still rebuilt.
+    cell keeps its stored summary, a :class:`TraceProblem` says why, and the rest of the run is still rebuilt.
     """
     run_dir = Path(run_dir)
     cache: dict[Path, Trace | TraceError] = {}
+    problems: list[TraceProblem] = []
     for c in run.cells:
         if c.trace is None:
             continue
         path = inside_run(run_dir, c.trace.trace_file)
         if path is None:
-            run = run.with_cell(_noted(c, f"trace_file {c.trace.trace_file!r} is outside the run directory: not read"))
+            problems.append(TraceProblem(c.cell_id, c.trace.trace_file, TraceProblemKind.OUTSIDE_RUN))
             continue
         if not path.is_file():
             continue
@@ -56,14 +80,10 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
                 cache[path] = exc
         trace = cache[path]
         if isinstance(trace, TraceError):
-            run = run.with_cell(_noted(c, f"trace unreadable, stored summary kept: {trace}"))
+            problems.append(TraceProblem(c.cell_id, c.trace.trace_file, TraceProblemKind.UNREADABLE, str(trace)))
             continue
         family = family_of(c)
         if family is None:
             continue
         run = run.with_cell(attach_trace(c, trace, c.trace.trace_file, family))
-    return run
-
-
-def _noted(cell: CellResult, note: str) -> CellResult:
-    return cell if note in cell.notes else replace(cell, notes=(*cell.notes, note))
+    return TraceRead(run, tuple(problems))

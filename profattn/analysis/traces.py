@@ -30,7 +30,7 @@ from pathlib import Path
 
 from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.calls import find_attention_calls
-from profattn.analysis.comm import RankTimeline, rank_timeline
+from profattn.analysis.comm import CommSource, RankTimeline, rank_timeline
 from profattn.analysis.graphs import CaptureSource
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import Trace, load_trace
@@ -225,7 +225,7 @@ def _analyze_one(item: TraceInput, trace: Trace, sources: list[CaptureSource],
 
         fa = scrub(fa)
     tl = rank_timeline(trace, calls=fa, itemsize=call_itemsize(fa))
-    return fa, (replace(tl, path=fa.path) if tl.ops or tl.comm_source != "none" else None), item.path
+    return fa, (replace(tl, path=fa.path) if tl.ops or tl.comm_source is not CommSource.NONE else None), item.path
 
 
 def rank_clashes(files: Sequence[TraceCalls], real: "Mapping[str, Path] | None" = None) -> tuple[RankClash, ...]:

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from profattn.analysis.comm import CpSummary, cp_summaries
+from profattn.analysis.layout import GATHER_BACKEND, CacheLayout, cell_layout
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
+from profattn.analysis.mechanisms import LAUNCH_BOUND_FRACTION, Gap, call_profile, cell_gap, gap, layout_copy_us
 from profattn.analysis.serving import PromptPlan, prompt_plans
 from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
 from profattn.results import CellResult, CellStatus, RunResult
-from profattn.workload import Phase, Workload
+from profattn.workload import KVLayout, Phase, Workload
 
-#: A cell whose kernels run for less than this fraction of its latency is launch-bound.
-LAUNCH_BOUND_FRACTION = 0.6
 #: Medians closer than this relative difference are within noise (the first part of :func:`margin`'s rule).
 NOISE_FRACTION = 0.02
 
@@ -191,7 +191,8 @@ class CellEvidence:
     (:attr:`Ceilings.bandwidth_gbps`: the read-only stream where measured, else the copy; ``bandwidth_kind``
     says which); ``floor_us`` = requested bytes / that roof (µs); ``gpu_time_us``: the cell's kernels per call (µs);
     ``launch_bound``: the kernels run under :data:`LAUNCH_BOUND_FRACTION` of the latency; ``graph_replay``:
-    the latency is the CUDA-graph replay time; ``ledger``: measured bytes (None without counters).
+    the latency is the CUDA-graph replay time; ``ledger``: measured bytes (None without counters); ``layout``: the
+    cache layout the kernel read (:func:`profattn.analysis.layout.cache_layout`; None for an unknown backend).
     """
 
     backend: str
@@ -213,6 +214,7 @@ class CellEvidence:
     graph_replay: bool = False
     ledger: ByteLedger | None = None
     bandwidth_kind: str = "copy"
+    layout: CacheLayout | None = None
 
     @property
     def persistent_grid(self) -> bool:
@@ -268,7 +270,43 @@ def evidence(cell: CellResult, run: RunResult) -> CellEvidence:
         graph_replay=cell.graph_timing is not None,
         ledger=byte_ledger(cell) if cell.counters is not None else None,
         bandwidth_kind=run.ceilings.bandwidth_kind if run.ceilings else "copy",
+        layout=cell_layout(cell),
     )
+
+
+@dataclass(frozen=True)
+class LayoutRanking:
+    """One cache layout's ranking of a workload: its fastest eligible cell (``winner``), the runner-up's margin, the
+    backends tied with the winner, and why the runner-up trails (``gap``)."""
+
+    layout: CacheLayout
+    winner: CellEvidence
+    runner_up: CellEvidence | None
+    margin: Margin | None
+    tied: tuple[str, ...]
+    gap: Gap | None
+
+
+@dataclass(frozen=True)
+class LayoutSplit:
+    """A paged decode workload answered per layout: ``paged`` (kernels that read the page pool) and ``contiguous``
+    (dense kernels, which read a contiguous copy made outside their timing). ``between``: the two winners against
+    each other (:func:`margin`). ``gather_backend`` / ``gather_us``: the gather + SDPA backend measured on this
+    workload and its layout-copy kernels' GPU time per call (µs, from its trace: what getting a contiguous cache from
+    the pages costs); ``gather_latency_us``: that backend's whole call. None where not measured."""
+
+    paged: LayoutRanking
+    contiguous: LayoutRanking
+    between: Margin
+    gather_backend: str | None = None
+    gather_us: float | None = None
+    gather_latency_us: float | None = None
+
+    @property
+    def dense_on_paged_us(self) -> float | None:
+        """The contiguous winner's latency plus the measured gather (µs): what it costs over the paged cache."""
+        w = self.contiguous.winner.latency_us
+        return w + self.gather_us if w is not None and self.gather_us is not None else None
 
 
 class Standing(Enum):
@@ -300,6 +338,14 @@ class WorkloadVerdict:
     winner's cell on this workload (None when absent); ``training_margin``: that cell against this winner
     when another backend is fastest (eligible cells only); ``explained``: the cells the reasons cover (the
     winner, then the training winner's cell when another backend won, else the runner-up).
+
+    Where the workload's cache is paged and both paged and contiguous-reading kernels have eligible cells,
+    ``layouts`` answers per layout (:class:`LayoutSplit`) and ``winner``, ``runner_up``, ``margin``, ``tied`` and the
+    standing are those of the contiguous-cache ranking, the one the (dense) training winner competes in; the fastest
+    cell overall is the faster of the two layout winners.
+
+    ``gap``: why the runner-up trails the winner (:class:`~profattn.analysis.mechanisms.Gap`); ``training_gap``: why
+    the training winner's cell trails the winner here (None when it won, or has no eligible cell here).
     """
 
     workload: Workload
@@ -311,6 +357,9 @@ class WorkloadVerdict:
     training_here: CellEvidence | None
     training_margin: Margin | None
     explained: tuple[CellEvidence, ...]
+    gap: Gap | None = None
+    training_gap: Gap | None = None
+    layouts: "LayoutSplit | None" = None
 
     @property
     def workload_tag(self) -> str:
@@ -360,6 +409,10 @@ class ServingRow:
     ``reference_margin``: that time against the winner when another backend is fastest;
     ``reference_vs_unchunked`` / ``winner_vs_unchunked`` (chunked rows): the backend's time per prompt here
     over its own unchunked time (None where either is missing).
+
+    Mechanisms (:class:`~profattn.analysis.mechanisms.Gap`, per prompt over the chunks): ``gap``, the runner-up against
+    the winner; ``reference_gap``, the reference backend here against the winner; ``chunking`` (chunked rows), the
+    reference backend's prompt chunked against the same prompt whole; ``winner_chunking``, the same for the winner.
     """
 
     call: ServingCall
@@ -373,6 +426,11 @@ class ServingRow:
     reference_margin: Margin | None
     reference_vs_unchunked: float | None = None
     winner_vs_unchunked: float | None = None
+    gap: Gap | None = None
+    reference_gap: Gap | None = None
+    chunking: Gap | None = None
+    winner_chunking: Gap | None = None
+    winner_layout: CacheLayout | None = None
 
     @property
     def chunk_size(self) -> int | None:
@@ -398,7 +456,8 @@ class ServingVerdict:
     ``reference``: its winner's time (None: no eligible cell); ``reference_margin``: the runner-up against it;
     ``reference_tied``: the backends within noise of it (the comparisons use the faster median, as training
     does); ``rows``: the prompt at each smaller chunk size (largest first), then every mixed step of the same
-    heads, head dim, dtype, mask and layout (run order; a step goes to the longest such prompt).
+    heads, head dim, dtype, mask and layout (run order; a step goes to the longest such prompt). ``reference_gap``:
+    why the unchunked prompt's runner-up trails its winner; ``reference_layout``: what the winner read.
     """
 
     prompt: Workload
@@ -406,6 +465,8 @@ class ServingVerdict:
     reference_margin: Margin | None
     reference_tied: tuple[str, ...]
     rows: tuple[ServingRow, ...]
+    reference_gap: Gap | None = None
+    reference_layout: CacheLayout | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -440,6 +501,8 @@ class Verdict:
     #: Context-parallel cells against the one-process call (:func:`profattn.analysis.comm.cp_summaries`): scaling
     #: across ranks is a question of its own, kept out of ``rows`` and the training winner.
     cp: tuple[CpSummary, ...] = ()
+    #: Why the training runner-up trails the training winner.
+    training_gap: Gap | None = None
 
     @property
     def decode_rows(self) -> tuple[WorkloadVerdict, ...]:
@@ -456,9 +519,12 @@ def verdict(run: RunResult) -> Verdict:
 
     The training winner is the fastest eligible training cell; a backend whose cell is within noise of it is
     listed in ``training_tied``. On another workload the training winner *stays* when it is fastest there,
-    *ties* when a faster backend is within noise of its cell, and *changes* otherwise. ``serving``: the same
-    question for chunked prompts and mixed steps against the unchunked prefill winner (:func:`serving_verdicts`).
-    Context-parallel workloads are left out of the training winner and the rows; ``cp`` summarizes them.
+    *ties* when a faster backend is within noise of its cell, and *changes* otherwise. A paged workload on which
+    both paged and contiguous-reading kernels have eligible cells is answered per layout (``layouts``,
+    :func:`layout_split`); its standing is judged among the contiguous-reading cells, where the training winner
+    competes. ``serving``: the same question for chunked prompts and mixed steps against the unchunked prefill
+    winner (:func:`serving_verdicts`). Context-parallel workloads are left out of the training winner and the rows;
+    ``cp`` summarizes them. Every comparison carries its mechanism (:func:`profattn.analysis.mechanisms.gap`).
     """
     win = winners(run)
     # context-parallel workloads answer another question (scaling across ranks, ``cp``): never a winner row
@@ -472,10 +538,13 @@ def verdict(run: RunResult) -> Verdict:
     for tag, w in by_tag.items():
         if w.phase is Phase.TRAIN:
             continue
-        cw = win.get(tag)
         cells_here = [c for c in run.cells if c.workload.tag == tag]
+        split = layout_split(run, cells_here)
+        pool = ([c for c in cells_here if cell_layout(c) is CacheLayout.CONTIGUOUS] if split is not None else cells_here)
+        ranked = sorted((c for c in pool if c.eligible), key=lambda c: c.latency_us)  # type: ignore[arg-type, return-value]
+        cw = ranked[0] if ranked else None
+        second = ranked[1] if len(ranked) > 1 else None
         t_here = next((c for c in cells_here if tw is not None and c.backend == tw.backend), None)
-        second = runner_up(run, tag, cw)
         t_margin = (margin(cw, t_here) if cw is not None and t_here is not None and t_here.eligible
                     and t_here.backend != cw.backend else None)
         standing = _standing(cw.backend if cw else None, tw.backend if tw else None, t_margin,
@@ -486,16 +555,50 @@ def verdict(run: RunResult) -> Verdict:
             winner=evidence(cw, run) if cw else None,
             runner_up=evidence(second, run) if second else None,
             margin=margin(cw, second) if cw and second else None,
-            tied=tied_with(run, tag, cw),
+            tied=tuple(c.backend for c in ranked[1:] if margin(cw, c).tie) if cw else (),  # type: ignore[arg-type]
             training_here=evidence(t_here, run) if t_here else None,
             training_margin=t_margin,
             explained=tuple(evidence(c, run) for c in (cw, other) if c is not None),
+            gap=cell_gap(cw, second, run) if cw and second else None,
+            training_gap=cell_gap(cw, t_here, run) if t_margin is not None else None,  # type: ignore[arg-type]
+            layouts=split,
         ))
     return Verdict(training, tw.backend if tw else None, tw.workload.tag if tw else None,
                    evidence(tw, run) if tw else None, tuple(rows),
                    training_margin=margin(tw, t_second) if tw and t_second else None,
                    training_tied=tied_with(run, tw.workload.tag, tw) if tw else (),
-                   serving=serving_verdicts(run), cp=cp_summaries(run.cells))
+                   serving=serving_verdicts(run), cp=cp_summaries(run.cells),
+                   training_gap=cell_gap(tw, t_second, run) if tw and t_second else None)
+
+
+def _ranking(run: RunResult, layout: CacheLayout, cells: list[CellResult]) -> LayoutRanking | None:
+    """The eligible ``cells`` that read ``layout``, ranked (None when there is none)."""
+    ranked = sorted((c for c in cells if c.eligible and cell_layout(c) is layout), key=lambda c: c.latency_us)  # type: ignore[arg-type, return-value]
+    if not ranked:
+        return None
+    best, second = ranked[0], ranked[1] if len(ranked) > 1 else None
+    return LayoutRanking(layout, evidence(best, run), evidence(second, run) if second else None,
+                         margin(best, second) if second else None,
+                         tuple(c.backend for c in ranked[1:] if margin(best, c).tie),
+                         cell_gap(best, second, run) if second else None)
+
+
+def layout_split(run: RunResult, cells: list[CellResult]) -> LayoutSplit | None:
+    """The per-layout answer of one workload's ``cells`` (:class:`LayoutSplit`): for a paged decode workload on which
+    both paged and contiguous-reading kernels have an eligible cell; None otherwise. The gather is the layout-copy
+    kernels' GPU time of :data:`~profattn.analysis.layout.GATHER_BACKEND`'s cell (measured only where it ran and was
+    traced)."""
+    if not cells or cells[0].workload.phase is not Phase.DECODE or cells[0].workload.kv_layout is not KVLayout.PAGED:
+        return None
+    paged, dense = _ranking(run, CacheLayout.PAGED, cells), _ranking(run, CacheLayout.CONTIGUOUS, cells)
+    if paged is None or dense is None:
+        return None
+    by_backend = {c.backend: c for c in cells}
+    ref = by_backend.get(GATHER_BACKEND)
+    gather = layout_copy_us(ref) if ref is not None and ref.eligible else None
+    between = margin(by_backend[paged.winner.backend], by_backend[dense.winner.backend])
+    return LayoutSplit(paged, dense, between, GATHER_BACKEND if gather is not None else None, gather,
+                       ref.latency_us if gather is not None else None)  # type: ignore[union-attr]
 
 
 def _standing(winner: str | None, reference: str | None, reference_margin: Margin | None, pending: bool) -> Standing:
@@ -517,19 +620,27 @@ def _model(w: Workload) -> tuple[object, ...]:
 
 
 def _serving_row(call: ServingCall, workload: Workload, chunks: int, times: dict[str, JudgedTime], pending: bool,
-                 ref: JudgedTime | None, unchunked: dict[str, JudgedTime]) -> ServingRow:
+                 ref: JudgedTime | None, unchunked: dict[str, JudgedTime], profiles: "_Profiles",
+                 whole: "_Profiles | None", run: RunResult) -> ServingRow:
     """One call's row from its eligible backends' times (run order), against ``ref``; ``unchunked``: each
-    backend's time for the whole prompt (chunked rows only, else empty)."""
+    backend's time for the whole prompt (chunked rows only, else empty); ``profiles`` / ``whole``: each backend's
+    :class:`~profattn.analysis.mechanisms.CallProfile` here and on the whole prompt (for the mechanisms)."""
     ranked = sorted(times.values(), key=lambda t: t.median_us)
     win = ranked[0] if ranked else None
     here = times.get(ref.backend) if ref is not None else None
     ref_margin = judged_margin(win, here) if win is not None and here is not None and here.backend != win.backend else None
     standing = _standing(win.backend if win else None, ref.backend if ref else None, ref_margin, pending)
+    group = workload.group_size
 
     def vs_unchunked(t: JudgedTime | None) -> float | None:
         base = unchunked.get(t.backend) if t is not None else None
         return t.median_us / base.median_us if t is not None and base is not None else None
 
+    def gap_of(a: str | None, b: str | None, pa: "_Profiles", pb: "_Profiles") -> Gap | None:
+        x, y = (pa.get(a) if a else None), (pb.get(b) if b else None)
+        return gap(x, y, group) if x is not None and y is not None else None
+
+    chunked = call is ServingCall.CHUNKED and whole is not None
     return ServingRow(
         call=call, workload=workload, chunks=chunks, standing=standing, winner=win,
         margin=judged_margin(win, ranked[1]) if len(ranked) > 1 else None,
@@ -537,7 +648,16 @@ def _serving_row(call: ServingCall, workload: Workload, chunks: int, times: dict
         reference_here=here, reference_margin=ref_margin,
         reference_vs_unchunked=vs_unchunked(here) if call is ServingCall.CHUNKED else None,
         winner_vs_unchunked=vs_unchunked(win) if call is ServingCall.CHUNKED else None,
+        gap=gap_of(win.backend, ranked[1].backend, profiles, profiles) if win and len(ranked) > 1 else None,
+        reference_gap=gap_of(win.backend, here.backend, profiles, profiles) if win and ref_margin is not None else None,  # type: ignore[union-attr]
+        chunking=gap_of(here.backend, here.backend, whole, profiles) if chunked and here is not None else None,  # type: ignore[arg-type]
+        winner_chunking=gap_of(win.backend, win.backend, whole, profiles) if chunked and win is not None else None,  # type: ignore[arg-type]
+        winner_layout=profiles[win.backend].layout if win is not None and win.backend in profiles else None,
     )
+
+
+#: Each backend's :class:`~profattn.analysis.mechanisms.CallProfile` of one serving call (a prompt: over its chunks).
+_Profiles = dict
 
 
 def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
@@ -546,21 +666,24 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
     the chunks, :func:`summed_time`) and in each mixed step of the same shape (its one call), each tested with
     :func:`judged_margin`'s rule. Prompts come from :func:`profattn.analysis.serving.prompt_plans` (shapes
     only); a prompt without its unchunked chunk, or with nothing to compare with, gives no verdict. Cells
-    count when :attr:`CellResult.eligible`; a prompt's time needs every chunk's cell eligible.
+    count when :attr:`CellResult.eligible`; a prompt's time needs every chunk's cell eligible. Every comparison
+    carries its mechanism, per prompt (:func:`profattn.analysis.mechanisms.gap` over the chunks' profiles).
     """
     cells = run.cells
     by_key = {(c.workload, c.backend): c for c in cells}
     backends = list(dict.fromkeys(c.backend for c in cells))
     plans = prompt_plans([c.workload for c in cells])
 
-    def plan_times(plan: PromptPlan) -> tuple[dict[str, JudgedTime], bool]:
+    def plan_times(plan: PromptPlan) -> tuple[dict[str, JudgedTime], bool, _Profiles]:
         times: dict[str, JudgedTime] = {}
+        profiles: _Profiles = {}
         for b in backends:
             chunk_cells = [by_key.get((w, b)) for w in plan.workloads]
             if all(c is not None and c.eligible for c in chunk_cells):
                 times[b] = summed_time(chunk_cells)  # type: ignore[arg-type]
+                profiles[b] = call_profile(chunk_cells, run)  # type: ignore[arg-type]
         present = [c for w in plan.workloads for b in backends if (c := by_key.get((w, b))) is not None]
-        return times, bool(present) and all(c.status == CellStatus.PENDING for c in present)
+        return times, bool(present) and all(c.status == CellStatus.PENDING for c in present), profiles
 
     prompts: dict[Workload, list[PromptPlan]] = {}
     for plan in plans:
@@ -579,35 +702,27 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
         chunked = [p for p in ps if p is not base]
         if not chunked and not steps[whole]:
             continue
-        unchunked, _ = plan_times(base)
+        unchunked, _, whole_profiles = plan_times(base)
         ranked = sorted(unchunked.values(), key=lambda t: t.median_us)
         ref = ranked[0] if ranked else None
-        rows = [_serving_row(ServingCall.CHUNKED, p.workloads[0], len(p.workloads), *plan_times(p), ref, unchunked)
-                for p in chunked]
+        rows = []
+        for p in chunked:
+            times, pending, profiles = plan_times(p)
+            rows.append(_serving_row(ServingCall.CHUNKED, p.workloads[0], len(p.workloads), times, pending, ref, unchunked,
+                                     profiles, whole_profiles, run))
         for step in steps[whole]:
-            here = {c.backend: judged_time(c) for c in cells if c.workload == step and c.eligible}
+            mine = [c for c in cells if c.workload == step and c.eligible]
+            here = {c.backend: judged_time(c) for c in mine}
+            profiles = {c.backend: call_profile([c], run) for c in mine}
             pending = all(c.status == CellStatus.PENDING for c in cells if c.workload == step)
-            rows.append(_serving_row(ServingCall.MIXED, step, 1, here, pending, ref, {}))
+            rows.append(_serving_row(ServingCall.MIXED, step, 1, here, pending, ref, {}, profiles, None, run))
+        second = ranked[1] if len(ranked) > 1 else None
         out.append(ServingVerdict(
             prompt=whole, reference=ref,
-            reference_margin=judged_margin(ref, ranked[1]) if len(ranked) > 1 else None,  # type: ignore[arg-type]
+            reference_margin=judged_margin(ref, second) if second else None,  # type: ignore[arg-type]
             reference_tied=tuple(t.backend for t in ranked[1:] if judged_margin(ref, t).tie),  # type: ignore[arg-type]
-            rows=tuple(rows)))
+            rows=tuple(rows),
+            reference_gap=(gap(whole_profiles[ref.backend], whole_profiles[second.backend], whole.group_size)  # type: ignore[union-attr]
+                           if second else None),
+            reference_layout=whole_profiles[ref.backend].layout if ref else None))
     return tuple(out)
-
-
-@dataclass(frozen=True)
-class RankedCell:
-    """A cell of the result matrix: ``winner`` marks the fastest eligible cell of its workload."""
-
-    cell: CellResult
-    winner: bool
-
-
-def ranked_cells(run: RunResult) -> tuple[RankedCell, ...]:
-    """Every cell of ``run`` in matrix order (phase train → prefill → decode, then kv_len), winners marked.
-    The HTML matrix and the Markdown summary format these same records."""
-    win = winners(run)
-    order = list(Phase)
-    cells = sorted(run.cells, key=lambda c: (order.index(c.workload.phase), c.workload.kv_len))
-    return tuple(RankedCell(c, (w := win.get(c.workload.tag)) is not None and w.cell_id == c.cell_id) for c in cells)

@@ -1,7 +1,8 @@
-"""The eager reference: attention written out as matmul, mask, softmax, matmul (the general dense path).
+"""The eager backend: attention written out as matmul, mask, softmax, matmul (the general dense path).
 
-This is also the oracle: :func:`eager_attention` on inputs upcast to fp32 (CUDA) or fp64 (CPU) is the
-high-precision reference every cell is checked against.
+It is one of the backends under test; the high-precision reference every cell is checked against is the harness's
+own (:func:`profattn.harness.inputs.grouped_attention` on inputs upcast to fp32 on CUDA, fp64 on a CPU), which shares
+only the mask builder with it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from profattn.backends.base import (AttentionInputs, Prepared, TrainLeaves, Unsu
 from profattn.families import FLEX
 from profattn.backends.masks import causal_mask_mod, document_mask_mod
 from profattn.backends.packing import PackedLeaves, pack_rows, unpack_rows
-from profattn.workload import Mask, Workload
+from profattn.workload import Mask, Phase, Workload
 
 _COMPILED = None
 
@@ -58,7 +58,7 @@ class FlexBackend:
     varlen = True
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        if workload.is_ragged:
+        if workload.kv_len_dist.drawn:
             return "ragged KV lengths on the dense layout are not modelled for FlexAttention; see flex-paged-decode"
         return _flex_missing()
 
@@ -110,7 +110,7 @@ def _trial(workload: Workload, call, leaves: "tuple[torch.Tensor, ...]") -> None
         Unsupported: FlexAttention cannot compile or run it here (e.g. no backward on a CPU); torch's first line.
     """
     try:
-        if workload.phase.value == "train":
+        if workload.phase is Phase.TRAIN:
             for t in leaves:
                 t.requires_grad_(True)
             call().sum().backward()

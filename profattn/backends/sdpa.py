@@ -67,7 +67,7 @@ class SdpaBackend:
         return ADOPTIONS[self.name]
 
     def unsupported_reason(self, workload: Workload, device: torch.device) -> str | None:
-        if workload.is_ragged:
+        if workload.kv_len_dist.drawn:
             return "ragged KV lengths need a per-sequence key-padding mask on a padded dense cache; see the paged backends"
         if self.cuda_only and device.type != "cuda":
             return f"{self.sdpa_backend.name} runs on CUDA only (device is {device.type})"
@@ -114,7 +114,7 @@ def _trial(workload: Workload, device: torch.device, backend: SDPBackend) -> Non
         lk = min(lk, 16)
     else:  # keep Lq < Lk (bottom-right bias) or Lq > Lk
         lq, lk = (min(lq, 8), min(lk, 16)) if lq < lk else (min(lq, 16), min(lk, 8))
-    phase = "prefill" if workload.phase.value == "mixed" else workload.phase
+    phase = Phase.PREFILL if workload.phase is Phase.MIXED else workload.phase
     small = Workload(phase=phase, batch=1, q_len=lq, kv_len=lk, num_q_heads=workload.num_q_heads,
                      num_kv_heads=workload.num_kv_heads, head_dim=workload.head_dim, dtype=workload.dtype, mask=workload.mask)
     margs = sdpa_mask_args(small)
@@ -133,7 +133,7 @@ def _trial(workload: Workload, device: torch.device, backend: SDPBackend) -> Non
         warnings.simplefilter("always")
         try:
             with sdpa_kernel([backend]):
-                if workload.phase.value == "train":
+                if workload.phase is Phase.TRAIN:
                     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
                     forward(q, k, v).sum().backward()
                 else:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
@@ -71,15 +72,32 @@ COMBINE_FIXED_TILES = 1.0
 COMBINE_TILES_PER_SPLIT = 1 / 64
 #: Relative cost difference the split rule treats as a tie (to fewer splits).
 SPLIT_COST_TIE = 0.015
-#: How the splits are combined: "auto" (fused up to :data:`FUSED_MAX_SPLITS` splits, else the second kernel),
-#: "separate" (a second kernel) or "fused" (the last-arriving split program combines; one launch). The backend
-#: reads ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can review another schedule.
-COMBINE = "auto"
+
+
+class Combine(str, Enum):
+    """How a split plan's partial outputs are combined (a ``str`` enum: members equal their text, JSON writes it):
+    ``auto`` (fused up to :data:`FUSED_MAX_SPLITS` splits, else the second kernel), ``separate`` (a second kernel),
+    ``fused`` (the last-arriving split program combines; one launch) — the settings — and ``direct``, what runs with
+    one split (it writes the output; no combine)."""
+
+    AUTO = "auto"
+    FUSED = "fused"
+    SEPARATE = "separate"
+    DIRECT = "direct"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The default combine setting. The backend reads ``$PROFATTN_PAGED_COMBINE`` (:func:`combine_setting`) so a run can
+#: review another schedule.
+COMBINE = Combine.AUTO
 #: Up to this many splits the fused combine was as fast or within 1 % (0.90–1.01× the two-kernel path at 2 and 4
 #: splits over 16 points); above, 0.98–4.8× (more than 1 % slower at 14 of 20 points: one program reads every
 #: split's partials).
 FUSED_MAX_SPLITS = 4
-COMBINES = ("auto", "fused", "separate")
+#: The combine settings a caller may ask for (``direct`` is not one: it follows from one split).
+COMBINES = (Combine.AUTO.value, Combine.FUSED.value, Combine.SEPARATE.value)
 #: An FP8 cache's tile and warps (:func:`choose_launch`): the codes are half the bytes, so a 64-token tile streams what
 #: a 32-token bf16 tile does; two warps keep the 108-register FP8 path at 4 programs per SM. Chosen on the H200
 #: (NOTES.md, "FP8 decode": 32.2 µs vs 38.8 µs for the bf16 defaults at the seed's kv 8192).
@@ -240,9 +258,9 @@ def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: in
     return DecodeLaunch(plan, warps, stages, work, programs)
 
 
-def combine_for(num_splits: int, combine: str = COMBINE) -> str:
-    """The combine schedule that runs: ``"direct"`` (one split, no combine), else ``combine`` with ``"auto"``
-    resolved to ``"fused"`` up to :data:`FUSED_MAX_SPLITS` splits and ``"separate"`` above.
+def combine_for(num_splits: int, combine: "Combine | str" = COMBINE) -> Combine:
+    """The :class:`Combine` that runs: ``direct`` (one split, no combine), else ``combine`` with ``auto`` resolved to
+    ``fused`` up to :data:`FUSED_MAX_SPLITS` splits and ``separate`` above.
 
     Raises:
         ValueError: ``combine`` is not one of :data:`COMBINES`.
@@ -250,10 +268,10 @@ def combine_for(num_splits: int, combine: str = COMBINE) -> str:
     if combine not in COMBINES:
         raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
     if num_splits == 1:
-        return "direct"
-    if combine == "auto":
-        return "fused" if num_splits <= FUSED_MAX_SPLITS else "separate"
-    return combine
+        return Combine.DIRECT
+    if combine == Combine.AUTO:
+        return Combine.FUSED if num_splits <= FUSED_MAX_SPLITS else Combine.SEPARATE
+    return Combine(combine)
 
 
 def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, block_table: torch.Tensor,
@@ -340,7 +358,7 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         ws["lse"] = torch.empty((batch, hq, max(plan.num_splits, 1)), dtype=torch.float32, device=q.device)
         ws["arrivals"] = torch.zeros((batch * hkv,), dtype=torch.int32, device=q.device)
     partial, lse, arrivals = ws["partial"], ws["lse"], ws["arrivals"]
-    fused = combine_for(plan.num_splits, COMBINE if combine is None else combine) == "fused"
+    fused = combine_for(plan.num_splits, COMBINE if combine is None else combine) is Combine.FUSED
     block_g = max(16, 1 << (group - 1).bit_length())
     group_p2 = max(2, 1 << (group - 1).bit_length())
     block_s = max(2, 1 << (plan.num_splits - 1).bit_length())
@@ -417,7 +435,7 @@ def ctas_per_sm_setting() -> int:
     return value
 
 
-def combine_setting() -> str:
+def combine_setting() -> Combine:
     """:data:`COMBINE`, or ``$PROFATTN_PAGED_COMBINE`` when set (one of :data:`COMBINES`).
 
     Raises:
@@ -428,7 +446,7 @@ def combine_setting() -> str:
         return COMBINE
     if raw not in COMBINES:
         raise Unsupported(f"${COMBINE_ENV}={raw!r} is none of {', '.join(COMBINES)}")
-    return raw
+    return Combine(raw)
 
 
 def _num_sms(device: torch.device) -> int:
@@ -471,7 +489,7 @@ class TritonPagedDecode:
         span = workload.kv_len if window is None else min(workload.kv_len, window)  # tokens one sequence reads
         quant = workload.is_kv_quantized
         lens = None
-        if len(set(workload.kv_lens)) > 1:  # ragged: plan with each sequence's span (as FlashInfer's plan() does)
+        if workload.is_ragged:  # plan with each sequence's span (as FlashInfer's plan() does)
             lens = tuple(n if window is None else min(n, window) for n in workload.kv_lens)
         launch = choose_launch(batch=workload.batch, num_kv_heads=workload.num_kv_heads, max_kv_len=span,
                                num_sms=sms, ctas_per_sm=ctas_per_sm, kv_lens=lens, quantized=quant)
@@ -519,9 +537,9 @@ class TritonPagedDecode:
             + f" (BLOCK_N {plan.block_n}, {num_warps} warps, {num_stages} stages; wave-quantization split rule"
             + (f"; a work list of the ragged batch's {len(work_items)} busy (sequence, split) items" if work_items else "")
             + (f", {ctas_per_sm} CTA{'s' * (ctas_per_sm != 1)} per SM from ${CTAS_PER_SM_ENV}" if ctas_per_sm != CTAS_PER_SM else "") + ")",
-            "split combine: " + {"direct": "none (one split writes the output)",
-                                 "fused": "last-arriving split program (one launch)",
-                                 "separate": "second kernel"}[ran]
+            "split combine: " + {Combine.DIRECT: "none (one split writes the output)",
+                                 Combine.FUSED: "last-arriving split program (one launch)",
+                                 Combine.SEPARATE: "second kernel"}[ran]
             + (f" (${COMBINE_ENV}={combine})" if combine != COMBINE else ""),
         ))
 
@@ -578,7 +596,7 @@ class TorchPagedReference:
 
         max_len = workload.kv_len
         pages_needed = math.ceil(max_len / workload.page_size)
-        ragged = len(set(workload.kv_lens)) > 1
+        ragged = workload.is_ragged
         window = workload.window if window_applies(workload) else None
 
         def bind(inputs: AttentionInputs):

@@ -25,8 +25,8 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
     run = read_results(run_dir)
     target = output_file(out_path if out_path is not None else root / "report.html", default_name="report.html",
                          inputs=run_inputs(run_dir), own_report_of=root)
-    run = reattach_traces(run, root)
-    path = write_report(run, target, keep_host_info=keep_host_info)
+    read = reattach_traces(run, root)
+    path = write_report(read.run, target, traces=read.problems, keep_host_info=keep_host_info)
     click.echo(f"report: {path}")
 
 
@@ -146,11 +146,12 @@ def _advise(store, analysis, gpu: str | None, advice_file: Path | None, plan_n: 
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
 def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
+    from profattn.analysis.run import analyze_run
     from profattn.report.markdown import run_markdown
 
     out_path = output_file(out_path, default_name="summary.md", inputs=run_inputs(run_dir)) if out_path is not None else None
 
-    text = run_markdown(read_run(run_dir, keep_host_info))
+    text = run_markdown(analyze_run(read_run(run_dir, keep_host_info)))
     if out_path is None:
         click.echo(text, nl=False)
     else:

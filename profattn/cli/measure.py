@@ -100,13 +100,15 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     verb = "resuming" if stored is not None else "preset"
     console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
 
-    def progress(event: str, cell, done: int, total: int) -> None:
-        if event == "start":
+    from profattn.harness.session import ProgressEvent
+
+    def progress(event: ProgressEvent, cell, done: int, total: int) -> None:
+        if event is ProgressEvent.START:
             return
-        if event == "counters":
+        if event is ProgressEvent.COUNTERS:
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
-        if event == "repeat":
+        if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
             console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
             return
@@ -125,15 +127,14 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished; "
                       f"`profattn profile --resume --out {out_dir}` measures the rest", markup=False, soft_wrap=True)
         sys.exit(130)
-    path = write_report(run, out_dir / "report.html", keep_host_info=keep_host_info)
-    from profattn.analysis.verdict import verdict
+    from profattn.report.run import noise_texts, report_analysis
     from profattn.report.verdict import summary as verdict_summary
 
-    from profattn.report.run import noise_texts
-
-    for warning in noise_texts(run):
+    analysis = report_analysis(run, keep_host_info=keep_host_info)
+    path = write_report(analysis, out_dir / "report.html")
+    for warning in noise_texts(analysis):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
-    console.print(f"verdict: {verdict_summary(verdict(run))}", soft_wrap=True)
+    console.print(f"verdict: {verdict_summary(analysis.verdict)}", soft_wrap=True)
     console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
     console.print(f"report: {path}")
 
@@ -200,7 +201,8 @@ def counters(run_dir: Path, backends: tuple[str, ...]) -> None:
         raise ProfattnError(f"--backend {unknown[0]} has no cell in {run_dir}")
     run = add_counters(run, run_dir, backends or None)
     write_results(run, run_dir / "results.json")
-    path = write_report(reattach_traces(run, run_dir), run_dir / "report.html")
+    read = reattach_traces(run, run_dir)
+    path = write_report(read.run, run_dir / "report.html", traces=read.problems)
     info = run.counters_info
     from profattn.cli.recommend import store_run
 

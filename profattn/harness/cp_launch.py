@@ -37,9 +37,10 @@ from profattn.backends import Backend
 from profattn.errors import ProfattnError
 from profattn.harness.cp_schemes import TORCH_CP_BACKENDS, ring_backend, torch_cp_reason
 from profattn.harness.timing import summarize
-from profattn.results import CellResult, CellStatus, Correctness, RankRecord
+from profattn.results import CellResult, CellStatus, Correctness, RankRecord, RankStatus
 from profattn.trace.kineto import load_trace
 from profattn.workload import Workload
+from profattn.workload.contract import CpScheme
 from profattn.workload.cp import cp_ledger
 
 
@@ -54,12 +55,15 @@ def free_port() -> int:
 class LaunchOutcome:
     """What the ranks left for each cell ``i`` of the spec: ``results[i][r]`` (rank r's ``rank<r>.<i>.json``, or
     None), ``checks[i]`` (rank 0's ``check.<i>.json``, or None), ``unsupported[i]`` (the reason, or None); ``error``:
-    None, or the one line that ended the launch (a rank's own error, prefixed ``rank r:``, or a time-out)."""
+    None, or the one line that ended the launch (a rank's own error, prefixed ``rank r:``, or a time-out);
+    ``failed_rank``: the rank that line is about (the first rank that failed, or the first still waiting at the
+    time-out), None when the launch ended cleanly."""
 
     results: tuple[tuple[dict | None, ...], ...]
     checks: tuple[dict | None, ...]
     unsupported: tuple[str | None, ...]
     error: str | None
+    failed_rank: int | None = None
 
 
 def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 600.0, grace_s: float = 10.0,
@@ -80,14 +84,15 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
         log = open(work_dir / f"rank{r}.log", "wb")
         procs.append((subprocess.Popen([sys.executable, "-m", "profattn.harness.cp_worker", str(work_dir)], env=e,
                                        stdout=log, stderr=subprocess.STDOUT), log))
-    start, error, deadline = time.monotonic(), None, None
+    start, error, failed, deadline = time.monotonic(), None, None, None
     try:
         while True:
             codes = [p.poll() for p, _ in procs]
             if error is None:
                 bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
                 if bad:
-                    error = f"rank {bad[0]}: {_rank_error(work_dir, bad[0], codes[bad[0]])}"
+                    failed = bad[0]
+                    error = f"rank {failed}: {_rank_error(work_dir, failed, codes[failed])}"
                     deadline = time.monotonic() + grace_s
             if all(c is not None for c in codes):
                 break
@@ -96,7 +101,9 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
                 break
             if now - start > timeout_s:
                 waiting = [r for r, c in enumerate(codes) if c is None]
-                error = error or f"rank {waiting[0]}: no result after {timeout_s:g} s (ranks {waiting} stopped)"
+                if error is None:
+                    failed = waiting[0]
+                    error = f"rank {failed}: no result after {timeout_s:g} s (ranks {waiting} stopped)"
                 break
             time.sleep(0.05)
     finally:
@@ -113,7 +120,7 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
     results = tuple(tuple(_read_json(work_dir / f"rank{r}.{i}.json") for r in range(ranks)) for i in range(n))
     checks = tuple(_read_json(work_dir / f"check.{i}.json") for i in range(n))
     unsupported = tuple(_read_text(work_dir / f"unsupported.{i}.rank0") for i in range(n))
-    return LaunchOutcome(results, checks, unsupported, error)
+    return LaunchOutcome(results, checks, unsupported, error, failed)
 
 
 def _read_text(path: Path) -> str | None:
@@ -152,10 +159,10 @@ def static_reason(w: Workload, backend: Backend, device: torch.device) -> str | 
             return "this torch has no NCCL"
     elif not torch.distributed.is_gloo_available():
         return "this torch has no gloo"
-    if w.cp_scheme == "ring" and backend.name != ring_backend(device):
+    if w.cp_scheme is CpScheme.RING and backend.name != ring_backend(device):
         return (f"ring merges partial outputs by their log-sum-exp: its blocks run {ring_backend(device)}'s kernels "
                 f"on {device.type} (run it with --backend {ring_backend(device)})")
-    if w.cp_scheme == "torch-cp" and backend.name not in TORCH_CP_BACKENDS:
+    if w.cp_scheme is CpScheme.TORCH_CP and backend.name not in TORCH_CP_BACKENDS:
         return torch_cp_reason()
     return None
 
@@ -184,8 +191,8 @@ def run_cp_cells(cells: "list[tuple[Workload, Backend, str]]", device: torch.dev
         return out  # type: ignore[return-value]
     # torch-cp patches torch's SDPA dispatch inside each rank: every such cell has a launch of its own, so no cell's
     # outcome can depend on the one before it; the other schemes share one launch
-    shared = [t for t in todo if t[1].cp_scheme != "torch-cp"]
-    batches = ([shared] if shared else []) + [[t] for t in todo if t[1].cp_scheme == "torch-cp"]
+    shared = [t for t in todo if t[1].cp_scheme is not CpScheme.TORCH_CP]
+    batches = ([shared] if shared else []) + [[t] for t in todo if t[1].cp_scheme is CpScheme.TORCH_CP]
     for batch in batches:
         for pos, cell in zip((t[0] for t in batch), _launch(batch, device, run_dir, seed=seed,
                                                            profile_calls=profile_calls, reps=reps,
@@ -221,7 +228,7 @@ def _launch(todo: list, device: torch.device, run_dir: Path, *, seed: int, profi
             cells.append(CellResult(status=CellStatus.ERROR, reason=start_error, **base))
         else:
             cells.append(_cell(w, base, device, run_dir, outcome.results[i], outcome.checks[i],
-                               outcome.unsupported[i], outcome.error))
+                               outcome.unsupported[i], outcome.error, outcome.failed_rank))
     return cells
 
 
@@ -252,15 +259,15 @@ def run_cp_cell(w: Workload, backend: Backend, device: torch.device, run_dir: Pa
 
 
 def _cell(w: Workload, base: dict, device: torch.device, run_dir: Path, results: tuple, check: dict | None,
-          unsupported: str | None, error: str | None) -> CellResult:
+          unsupported: str | None, error: str | None, failed_rank: int | None = None) -> CellResult:
     if unsupported is not None:
         return CellResult(status=CellStatus.UNSUPPORTED, reason=unsupported, **base)
     if check is not None:
-        error = None  # the cell finished (rank 0 checked it) before the launch ended
+        error = failed_rank = None  # the cell finished (rank 0 checked it) before the launch ended
     got = [res for res in results if res is not None]
     if error is not None and not got:
         return CellResult(status=CellStatus.ERROR, reason=error, **base)
-    records = tuple(_rank_record(w, r, res, run_dir, error) for r, res in enumerate(results))
+    records = tuple(_rank_record(w, r, res, run_dir, error if r == failed_rank else None) for r, res in enumerate(results))
     timing = None
     if len(got) == w.cp_ranks:
         steps = [max(vals) for vals in zip(*(res["samples_us"] for res in got))]
@@ -281,21 +288,22 @@ def _cell(w: Workload, base: dict, device: torch.device, run_dir: Path, results:
 
 
 def _rank_record(w: Workload, rank: int, res: dict | None, run_dir: Path, error: str | None) -> RankRecord:
+    """One rank's record; ``error``: the line that ended the launch when this rank is the one it names
+    (:attr:`LaunchOutcome.failed_rank`), else None."""
     ledger = cp_ledger(w)
     ledger_bytes = ledger.sent_bytes if ledger.counted else None
     if res is None:
-        mine = error if error is not None and error.startswith(f"rank {rank}:") else "stopped before its results"
-        return RankRecord(rank=rank, status="failed", error=mine, ledger_bytes=ledger_bytes)
+        return RankRecord(rank=rank, status=RankStatus.FAILED, error=error or "stopped before its results",
+                          ledger_bytes=ledger_bytes)
     path = Path(res["trace_file"])
     rel = str(path.relative_to(run_dir.resolve())) if path.is_relative_to(run_dir.resolve()) else str(path)
     try:
         tl = rank_timeline(load_trace(path), window=res.get("cell_id") or _cell_of(path), world_size=w.cp_ranks,
                            itemsize=w.itemsize)
     except ProfattnError as exc:
-        return RankRecord(rank=rank, status="ok", error=f"trace unreadable: {exc}", step_us=_median(res["samples_us"]),
+        return RankRecord(rank=rank, status=RankStatus.OK, error=f"trace unreadable: {exc}", step_us=_median(res["samples_us"]),
                           ledger_bytes=ledger_bytes, peak_mem_bytes=res.get("peak_mem_bytes"), trace_file=rel)
-    failed = error is not None and error.startswith(f"rank {rank}:")
-    return RankRecord(rank=rank, status="failed" if failed else "ok", error=error if failed else "",
+    return RankRecord(rank=rank, status=RankStatus.FAILED if error is not None else RankStatus.OK, error=error or "",
                       step_us=_median(res["samples_us"]), compute_us=tl.compute_us, comm_us=tl.comm_us,
                       overlap_us=tl.overlap_us, idle_us=tl.idle_us, sent_bytes=tl.sent_bytes,
                       received_bytes=tl.received_bytes, ledger_bytes=ledger_bytes,

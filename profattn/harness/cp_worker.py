@@ -41,6 +41,7 @@ from profattn.harness.cp_schemes import (
 )
 from profattn.harness.inputs import check, make_inputs, reference
 from profattn.workload import Phase, Workload
+from profattn.workload.contract import CpScheme
 from profattn.workload.cp import shard_chunks
 
 #: The test hook's variable: the rank that fails after its measurements (``"<rank>"``, or ``"<rank>:<cell id>"``).
@@ -76,7 +77,7 @@ def build_step(w: Workload, backend_name: str, rank: int, device: torch.device, 
     def leaves_of(q, k, v):
         return tuple(local_slices(w, rank, t).detach().contiguous().requires_grad_(train) for t in (q, k, v))
 
-    if scheme == "torch-cp":
+    if scheme is CpScheme.TORCH_CP:
         from torch.distributed.device_mesh import init_device_mesh
 
         if backend_name not in TORCH_CP_BACKENDS:
@@ -104,12 +105,12 @@ def build_step(w: Workload, backend_name: str, rank: int, device: torch.device, 
             raise
         return fwd, (q, k, v), stack
     q, k, v = leaves_of(inputs.q, inputs.k, inputs.v)
-    if scheme == "ring":
+    if scheme is CpScheme.RING:
         if backend_name != ring_backend(device):
             raise _Unsupported(f"ring's blocks run {ring_backend(device)}'s kernels on {device.type}")
         return (lambda: RingAttention.apply(q, k, v, w, rank, world)), (q, k, v), contextlib.nullcontext()
     stack = contextlib.ExitStack()
-    if scheme == "allgather":
+    if scheme is CpScheme.ALLGATHER:
         c = w.q_len // (2 * world)
         calls = {}
         for a, _ in shard_chunks(w, rank):
@@ -252,7 +253,7 @@ def _gather_and_check(work: Path, index: int, w: Workload, rank: int, world: int
         for r in range(world):
             place_local(w, r, gathered[i][r], into)
         full.append(into)
-    if w.cp_scheme == "torch-cp" and grads:  # K/V heads were repeated to Hq: sum each group back
+    if w.cp_scheme is CpScheme.TORCH_CP and grads:  # K/V heads were repeated to Hq: sum each group back
         grp = w.group_size
         for i in (2, 3):
             b, h, n, d = full[i].shape

@@ -6,12 +6,12 @@ Never zeros: q, k, v and the output gradient are standard normal, drawn fresh fo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from profattn.backends.base import AttentionInputs
-from profattn.backends.eager import eager_attention
 from profattn.backends.masks import dense_mask, varlen_mask
 from profattn.backends.memory import fit_reason
 from profattn.results import Correctness
@@ -74,7 +74,7 @@ def reference_bytes_needed(workload: Workload, device: torch.device) -> int:
     n = 2 * q + 2 * kv  # q, out, k, v
     if w.phase is Phase.TRAIN:
         n += 2 * q + 2 * kv  # dO, dq, dk, dv
-    mask = w.q_len * w.kv_len * (w.batch if w.is_ragged else 1)
+    mask = w.q_len * w.kv_len * (w.batch if w.is_ragged and not w.is_varlen else 1)  # [B, 1, Lq, Lk]; varlen: per sequence
     if w.is_kv_quantized:
         n += 2 * kv + q  # the dequantized K/V and the second (unquantized) output
     unit = _score_row_bytes(w, hi)
@@ -270,7 +270,9 @@ def _reference_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None) -> torch.Tensor:
     """Reference attention without materialising K/V per query head: the GQA group's queries are stacked
     as extra rows of their KV head (``q`` viewed as ``[B, Hkv, G·Lq, d]``), so memory stays at the size of
-    K/V even for long caches. Same maths as :func:`~profattn.backends.eager.eager_attention`.
+    K/V even for long caches: ``softmax(Q Kᵀ / √d, masked) V`` in the inputs' (reference) precision, a row that sees
+    no key giving zeros. Its own implementation: the ``eager`` backend under test is checked against it, not against
+    itself (they share only the mask builder, :mod:`profattn.backends.masks`).
 
     Args:
         q: ``[B, Hq, Lq, d]``; k, v: ``[B, Hkv, Lk, d]``.
@@ -282,12 +284,15 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask
     hkv = k.shape[1]
     g = hq // hkv
     qg = q.reshape(b, hkv, g * lq, d)
-    m = None
+    scores = torch.matmul(qg, k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
     if mask is not None:
         m = mask if mask.dim() == 4 else mask.view(1, 1, *mask.shape)
         m = m.repeat(1, 1, g, 1)  # rows are (group member, query position), query position fastest
-    out = eager_attention(qg, k, v, mask=m)
-    return out.reshape(b, hq, lq, d)
+        scores = scores.masked_fill(~m, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        probs = torch.nan_to_num(probs, nan=0.0)  # a row without a visible key: zeros, not NaN
+    return torch.matmul(probs, v).reshape(b, hq, lq, d)
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from profattn.analysis.cells import attach_counters, attach_trace
+from profattn.analysis.reattach import TraceRead
 from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
@@ -54,9 +56,20 @@ class SessionConfig:
     keep_host_info: bool = False  #: host/user names in the environment, host-named trace workers, stacks
 
 
-#: progress(event, cell, done, total) — event is "start", "done", "repeat" (then done/total are the round
-#: and the number of rounds) or "counters"; cell is the pending or finished CellResult.
-Progress = Callable[[str, CellResult, int, int], None]
+class ProgressEvent(str, Enum):
+    """What a progress callback is told about (a ``str`` enum: members equal their text)."""
+
+    START = "start"  #: a cell is about to run (``cell`` is pending)
+    DONE = "done"  #: a cell finished (any status)
+    REPEAT = "repeat"  #: a cell took another timing sample (``done``/``total``: the round and the number of rounds)
+    COUNTERS = "counters"  #: the Nsight Compute pass starts
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: progress(event, cell, done, total): ``event`` a :class:`ProgressEvent`; ``cell`` the pending or finished CellResult.
+Progress = Callable[[ProgressEvent, CellResult, int, int], None]
 
 
 def _pending(w: Workload, b: Backend) -> CellResult:
@@ -140,7 +153,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
             if w.is_context_parallel:  # its ranks are processes of their own, each with its inputs and trace
                 for b in todo:
                     if progress:
-                        progress("start", _pending(w, b), done, total)
+                        progress(ProgressEvent.START, _pending(w, b), done, total)
                 cells = run_cp_cells([(w, b, cell_id(w, b.name)) for b in todo], cfg.device, out,
                                      seed=cfg.seed * 1000 + workloads.index(w), profile_calls=cfg.profile_calls)
                 for cell in cells:
@@ -150,7 +163,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
                     run = run.with_cell(cell)
                     write_results(run, results_path)
                     if progress:
-                        progress("done", cell, done, total)
+                        progress(ProgressEvent.DONE, cell, done, total)
                 continue
             inputs, ref, status, reason = _prepare_workload(w, cfg, seed=cfg.seed * 1000 + workloads.index(w))
             if inputs is None:  # too large, or out of memory while allocating: every cell of it says why
@@ -161,13 +174,13 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
                     done += 1
                     run = run.with_cell(cell)
                     if progress:
-                        progress("done", cell, done, total)
+                        progress(ProgressEvent.DONE, cell, done, total)
                 write_results(run, results_path)
                 continue
             keep_alive.append(inputs)
             for b in todo:
                 if progress:
-                    progress("start", _pending(w, b), done, total)
+                    progress(ProgressEvent.START, _pending(w, b), done, total)
                 cell, profiled = run_cell(w, b, inputs, ref, cfg.device)
                 if not cfg.keep_host_info:
                     cell = scrub(cell)  # error messages may name paths, hosts, users
@@ -175,7 +188,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
                 run = run.with_cell(cell)
                 write_results(run, results_path)
                 if progress:
-                    progress("done", cell, done, total)
+                    progress(ProgressEvent.DONE, cell, done, total)
                 if profiled is not None:
                     to_profile.append(profiled)
             del ref
@@ -184,7 +197,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
                 cell = time_again(next(c for c in run.cells if c.cell_id == p.cell_id), p, cfg.device)
                 run = run.with_cell(cell)
                 if progress:  # after the sample, so the line shows the sample just taken
-                    progress("repeat", cell, r, cfg.repeat)
+                    progress(ProgressEvent.REPEAT, cell, r, cfg.repeat)
             write_results(run, results_path)
         if to_profile:
             run = _profile_regime(run, cfg, phase, to_profile, results_path)
@@ -197,7 +210,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
         want = cfg.device.type == "cuda" and find_ncu()[0] is not None
     if want:
         if progress:
-            progress("counters", run.cells[0], done, total)
+            progress(ProgressEvent.COUNTERS, run.cells[0], done, total)
         run = add_counters(run, out)
     else:
         reason = ("CPU run: hardware counters need a CUDA GPU and Nsight Compute" if cfg.device.type != "cuda"
@@ -275,12 +288,13 @@ def _profile_regime(run: RunResult, cfg: SessionConfig, phase: Phase, calls: Seq
     return run
 
 
-def reattach_traces(run: RunResult, run_dir: Path) -> RunResult:
+def reattach_traces(run: RunResult, run_dir: Path) -> TraceRead:
     """Re-parse the traces a run names and rebuild every cell's :class:`TraceSummary` (``profattn report``),
     with each cell's family from the backend registry (installed plugins included).
 
     Cells whose trace file is missing, unreadable or outside the run directory, or whose backend this
-    install does not have, keep their stored summary (see :func:`profattn.analysis.reattach.reattach_traces`).
+    install does not have, keep their stored summary; the traces not read are typed problems beside the run
+    (:class:`profattn.analysis.reattach.TraceRead`).
     """
     return reattach(run, run_dir, family_of=_registered_family)
 

@@ -3,21 +3,24 @@ communication share and overlap, and a per-rank timeline summary (compute vs com
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.comm import cp_summaries
+from profattn.analysis.comm import CpSummary
 from profattn.report.format import fmt_bytes, fmt_us
-from profattn.results import RunResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from profattn.analysis.run import RunAnalysis
 
 
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.0f} %"
 
 
-def cp_rows(cells) -> list[dict[str, str]]:
-    """One row of display strings per context-parallel cell (:func:`profattn.analysis.comm.cp_summaries`)."""
+def cp_rows(summaries: Sequence[CpSummary]) -> list[dict[str, str]]:
+    """One row of display strings per context-parallel cell's :class:`~profattn.analysis.comm.CpSummary`."""
     rows = []
-    for s in cp_summaries(cells):
+    for s in summaries:
         rows.append({
             "cell": s.cell_id, "scheme": s.scheme, "ranks": str(s.ranks), "phase": s.phase, "backend": s.backend,
             "status": s.status, "step": fmt_us(s.step_us), "single": fmt_us(s.single_us),
@@ -42,20 +45,20 @@ def rank_rows(cells) -> list[dict[str, str]]:
     return rows
 
 
-def cp_section(run: RunResult) -> dict[str, Any] | None:
+def cp_section(a: "RunAnalysis") -> dict[str, Any] | None:
     """The section's context (None: the run has no context-parallel cell)."""
-    rows = cp_rows(run.cells)
+    rows = cp_rows(a.cp)
     if not rows:
         return None
-    return {"rows": rows, "ranks": rank_rows(run.cells)}
+    return {"rows": rows, "ranks": rank_rows(a.run.cells)}
 
 
-def cp_markdown(cells) -> str:
-    """The cells' summary as a GitHub Markdown table (the benchmark prints it)."""
+def cp_markdown(summaries: Sequence[CpSummary]) -> str:
+    """The context-parallel cells' summaries as a GitHub Markdown table (the summary and the benchmark print it)."""
     head = ("| scheme | ranks | phase | backend | status | step | 1 process | scaling eff. | comm share | overlap | "
             "idle | ledger |")
     lines = [head, "|---" * 12 + "|"]
-    for r in cp_rows(cells):
+    for r in cp_rows(summaries):
         lines.append("| " + " | ".join(r[k] for k in ("scheme", "ranks", "phase", "backend", "status", "step", "single",
                                                       "efficiency", "comm", "overlap", "idle", "ledger")) + " |")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ __all__ = [
     "fmt_count",
     "fmt_err",
     "fmt_flops_rate",
+    "fmt_latency_s",
     "fmt_opt",
     "fmt_rate",
     "fmt_shape",
@@ -44,6 +45,19 @@ def fmt_us(v: float | None) -> str:
     if v >= 10_000:
         return f"{v / 1000:,.2f} ms"
     return f"{v:,.1f} µs" if v >= 10 else f"{v:.2f} µs"
+
+
+def fmt_latency_s(v: float | None) -> str:
+    """A latency given in seconds, in the unit that keeps it readable: ``850 µs`` (below 1 ms, as :func:`fmt_us`),
+    ``26.0 ms`` / ``157 ms`` (three significant digits below 1 s), ``1.23 s``, ``2,104 s``; "–" for None or NaN."""
+    if v is None or v != v:
+        return MISSING
+    if v < 1e-3:
+        return fmt_us(v * 1e6)
+    if v < 1.0:
+        ms = v * 1e3
+        return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+    return f"{v:.2f} s" if v < 100 else f"{v:,.0f} s"
 
 
 def fmt_us_column(v: float | None, width: int = 10) -> str:

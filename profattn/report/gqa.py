@@ -4,23 +4,25 @@ sentences from :mod:`profattn.analysis.gqa`, rendered by ``templates/gqa.html.j2
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.gqa import (
     BANDWIDTH_BOUND_FRACTION, LAUNCH_FLOOR_RATIO, REDUNDANT_DRAM_RATIO, Bound, CacheSaving, GqaComparison, HeadsCell,
-    SavingOutcome, gqa_comparisons,
+    SavingOutcome,
 )
-from profattn.analysis.verdict import LAUNCH_BOUND_FRACTION
+from profattn.analysis.mechanisms import LAUNCH_BOUND_FRACTION
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_rate, fmt_sig, fmt_us
 from profattn.report.verdict import noise_text
-from profattn.results import RunResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from profattn.analysis.run import RunAnalysis
 
 
-def gqa_section(run: RunResult) -> dict[str, Any] | None:
+def gqa_section(a: "RunAnalysis") -> dict[str, Any] | None:
     """``{"tables": [...], "sentences": [...], "flags": [...], "rules": str}`` for ``templates/gqa.html.j2``, or
     None when the run has no workloads that differ only in ``num_kv_heads`` (the section is then left out).
     ``tables``: one per shape (``title``, ``flops`` text, ``rows`` from :func:`heads_rows`)."""
-    comps = gqa_comparisons(run)
+    comps = a.gqa
     if not comps:
         return None
     return {

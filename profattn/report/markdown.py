@@ -5,19 +5,21 @@ rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10,
 fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". The first line is
 :data:`profattn.files.MARKDOWN_MARKER` (an HTML comment GitHub does not show), so a later run may replace
 the file and never a user's. Rows come from the same records
-the HTML uses (:mod:`profattn.analysis.verdict`, :mod:`profattn.report.compare`).
+the HTML uses (one :class:`~profattn.analysis.run.RunAnalysis`; :mod:`profattn.report.compare`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
 from profattn.files import MARKDOWN_MARKER
 from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
 from profattn.report.verdict import summary as verdict_summary
-from profattn.results import RunResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from profattn.analysis.run import RunAnalysis
 
 #: GitHub rejects comments of 65,536 characters or more; stay a little below.
 MAX_CHARS = 65_000
@@ -60,41 +62,50 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
     return text[: limit - len(note) - 1] + note
 
 
-def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
-    """A run as Markdown: environment line, verdict, the result matrix (winners in bold; workloads by their
-    short label; rates in the unit their header names, three significant digits; an eager column only
-    where some cell was CUDA-graph replayed, so a CPU run shows none)."""
-    from profattn.analysis.verdict import ranked_cells, tied_with, verdict
+def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
+    """A run as Markdown, formatted from its one analysis (:func:`profattn.analysis.run.analyze_run`): environment
+    line, verdict, the compact verdict table (workload, winner with what it read, margin, runner-up, why), the
+    serving calls, GQA and context-parallel sections, and the result matrix (winners in bold; workloads by their
+    short label; rates in the unit their header names, three significant digits; an eager column only where some
+    cell was CUDA-graph replayed, so a CPU run shows none)."""
     from profattn.report.format import fmt_err, fmt_flops_rate, fmt_isolation, fmt_rate, fmt_us
     from profattn.report.cp import cp_markdown
     from profattn.report.gqa import gqa_section
     from profattn.report.run import matrix_columns, noise_texts, workload_labels
     from profattn.report.verdict import render_verdict
 
-    v = render_verdict(verdict(run))
+    run = a.run
+    labels = workload_labels(a)
+    v = render_verdict(a.verdict, labels)
     e = run.environment
     roof = run.ceilings.bandwidth_gbps if run.ceilings else None
     mm = run.ceilings.matmul_tflops if run.ceilings else None
-    cols = matrix_columns(run)
+    cols = matrix_columns(a)
     unit, eager = cols["flops_unit"], cols["eager"]
-    labels = workload_labels(run)
     table = []
-    for rc in ranked_cells(run):
-        c = rc.cell
+    for m in a.matrix:
+        c = m.cell
         t = c.graph_timing or c.timing
         table.append([
-            (("**" + c.backend + "** 🏆" + (" (tie: " + ", ".join(ties) + ")" if (ties := tied_with(run, c.workload.tag, c)) else ""))
-             if rc.winner else c.backend), labels[c.workload.tag], c.status.value,
+            (("**" + c.backend + "** 🏆" + (" (tie: " + ", ".join(m.ties) + ")" if m.ties else ""))
+             if m.winner else c.backend), labels[c.workload.tag], c.status.value,
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
             *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
             fmt_flops_rate(c.achieved_tflops, mm, unit=unit, bare=True),
             fmt_err(c.correctness.out_rel_err if c.correctness else None)
             + (f" ({iso})" if c.correctness and (iso := fmt_isolation(c.correctness.isolated)) else ""), c.reason[:120]])
     headers = ["backend", "workload", "status", "latency", *(["eager"] if eager else []), "GB/s", unit, "out err", "reason"]
-    headline_rows = [[r.label, r.winner or "none", r.headline] for r in v.rows]
-    noise = noise_texts(run)  # the same warnings the report and `profile` print: the verdict's caveat
-    gqa = gqa_section(run)
-    cp = cp_markdown(run.cells) if any(c.workload.is_context_parallel for c in run.cells) else None
+    verdict_headers = ["workload", "winner", "latency", "margin", "runner-up",
+                       *(["training winner here"] if v.has_training else []), "why"]
+    verdict_rows = [[r.label + (f" ({r.layout})" if r.layout else ""), r.winner_text, r.latency, r.margin,
+                     " ".join(filter(None, [r.runner_up, r.runner_up_latency])),
+                     *([r.standing] if v.has_training else []), r.mechanism] for r in v.rows]
+    serving = [(title, [[x["call"], x["winner"], x["time"], x["margin"], " ".join(filter(None, [x["runner_up"], x["runner_up_time"]])),
+                         x["vs"], x["mechanism"] + (f" Chunking: {x['chunking']}" if x["chunking"] else "")] for x in rows])
+               for title, rows in v.serving]
+    noise = noise_texts(a)  # the same warnings the report and `profile` print: the verdict's caveat
+    gqa = gqa_section(a)
+    cp = cp_markdown(a.cp) if a.cp else None
 
     def render(cap: int | None) -> str:
         parts = [
@@ -104,8 +115,11 @@ def run_markdown(run: RunResult, *, limit: int = MAX_CHARS) -> str:
         ]
         parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
         parts += ["### Verdict", f"**{md_text(v.summary)}**"]
-        if headline_rows:
-            parts.append(md_table(["workload", "winner", "why"], headline_rows, cap))
+        if verdict_rows:
+            parts.append(md_table(verdict_headers, verdict_rows, cap))
+        for title, rows in serving:
+            parts += [f"#### Serving calls: {md_text(title)}",
+                      md_table(["call", "winner", "time / prompt", "margin", "runner-up", "against the unchunked winner", "why"], rows, cap)]
         if gqa is not None and (gqa["sentences"] or gqa["flags"]):
             lines = [f"- {md_text(t)}" for t in gqa["sentences"]] + [f"- ⚑ {md_text(t)}" for t in gqa["flags"]]
             parts += ["### GQA: cache traffic vs arithmetic", "\n".join(lines if cap is None else lines[:cap])]

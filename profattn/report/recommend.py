@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profattn.analysis.policy import (
-    BASELINES, Policy, Score, SliceResult, Validation, derive, policy_to_dict, validation_dict,
+    BASELINES, Policy, Score, SliceResult, Validation, policy_to_dict, validation_dict,
 )
 from profattn.analysis.recommend import (
     NEAR_TIE_FRACTION, CallAdvice, ChangeCost, Option, PlannedMeasurement, RankedBackend, Recommendation, Status,
@@ -17,8 +17,7 @@ from profattn.analysis.recommend import (
 )
 from profattn.interfaces import Change, Interface
 from profattn.report.format import MISSING, fmt_bytes, fmt_sig, fmt_span, fmt_us, short_kernel_name
-from profattn.results import RunResult
-from profattn.store import StoredRun, measurements
+from profattn.store import StoredRun
 from profattn.workload import workload_spec
 
 #: What each interface is, for a reader.
@@ -389,12 +388,11 @@ def trace_advice_json(advice: Sequence[TraceAdvice]) -> list[dict[str, Any]]:
 
 
 # ---- the run report's section -----------------------------------------------------------------------------------
-def policy_section(run: RunResult) -> dict[str, Any] | None:
-    """Rows of the run report's "Selection policy" section: the cost models learnt from this run's own cells and
-    their leave-one-workload-out validation beside the constant baselines; None when fewer than three workloads
-    have an eligible cell (nothing to learn or check)."""
-    cells = measurements(run)
-    policy = derive(cells, run.environment.device_name, lowo=True)
+def policy_section(policy: Policy | None) -> dict[str, Any] | None:
+    """Rows of the run report's "Selection policy" section: the cost models learnt from this run's own cells
+    (:attr:`profattn.analysis.run.RunAnalysis.policy`, derived once there) and their leave-one-workload-out validation
+    beside the constant baselines; None when fewer than three workloads have an eligible cell (nothing to learn or
+    check)."""
     if policy is None or policy.workloads < 3 or policy.validation is None:
         return None
     v = policy.validation

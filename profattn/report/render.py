@@ -30,6 +30,7 @@ PAGE_KINDS: dict[str, str] = {
     "report": "report.html.j2",
     "analyze": "analyze.html.j2",
     "compare": "compare.html.j2",
+    "simulate": "simulate.html.j2",
 }
 
 

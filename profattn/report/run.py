@@ -1,6 +1,8 @@
-"""The run report (``profattn profile``/``report``): rows computed here (tests assert on them), charts by
-plotly, the page rendered by :func:`profattn.report.render.render` (``report.html.j2``, autoescaped,
-plotly.js embedded once, so the file opens offline). Numbers are formatted by :mod:`profattn.report.format`.
+"""The run report (``profattn profile``/``report``): display rows formatted here from one
+:class:`~profattn.analysis.run.RunAnalysis` (tests assert on them), charts by plotly, the page rendered by
+:func:`profattn.report.render.render` (``report.html.j2``, autoescaped, plotly.js embedded once, so the file opens
+offline). Numbers are formatted by :mod:`profattn.report.format`. Nothing here ranks, compares or re-derives: the
+winners, ties, verdict, mechanisms, ledgers and sections all come from the analysis.
 
 Rows are plain dicts of display-ready values; every string that came from a trace or an exception is
 escaped by jinja2's autoescape, and chart data travels as JSON through ``|tojson`` (which escapes
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.call_shapes import ATTENTION_OPS
-from profattn.analysis.cells import kernel_stem
-from profattn.analysis.ledgers import ByteLedger, FlopLedger, byte_ledger, flop_ledger
-from profattn.analysis.verdict import ranked_cells, tied_with, verdict, winners, within_noise
+from profattn.analysis.layout import CacheLayout
+from profattn.analysis.noise import NoiseKind
+from profattn.analysis.reattach import TraceProblemKind
+from profattn.analysis.run import MatrixCell, RunAnalysis, analyze_run
 from profattn.report.format import (
     flops_unit,
     fmt_bytes,
@@ -36,58 +39,47 @@ from profattn.report.format import (
 )
 from profattn.report.render import render, write_html_file
 from profattn.results import CellResult, CellStatus, RunResult
-from profattn.workload import Phase, Workload
+from profattn.workload import KVLayout, Phase
 
-PHASE_ORDER = [p.value for p in Phase]
+#: A table with more rows than this opens collapsed (its summary line says what it holds), so a long run's page
+#: stays readable; the verdict carries the findings these tables hold.
+COLLAPSE_ROWS = 12
 
 
 # ---- rows ----------------------------------------------------------------------------------------
 
 
-def workload_order(run: RunResult) -> list[Workload]:
-    """The run's workloads in matrix order: phase (train → prefill → decode), then batch, page size,
-    ragged and shared-prefix batches after uniform ones, then kv_len — so a sweep's series read down."""
-    ws = {c.workload.tag: c.workload for c in run.cells}
-    return sorted(ws.values(), key=lambda w: (PHASE_ORDER.index(w.phase.value), w.batch, w.page_size or 0,
-                                              w.is_ragged, w.shared_prefix_len or 0, w.kv_len, w.q_len, w.tag))
-
-
-def workload_labels(run: RunResult) -> dict[str, str]:
+def workload_labels(a: RunAnalysis) -> dict[str, str]:
     """Workload tag → its short label (:func:`profattn.report.verdict.workload_label`, e.g.
     ``"decode kv 8192 (B=4, page 16)"``); where two workloads of the run share a label (they differ in a
     field the label leaves out, such as heads or dtype) that field is appended
     (:func:`profattn.report.verdict.distinct_labels`)."""
     from profattn.report.verdict import distinct_labels
 
-    return distinct_labels(workload_order(run))
+    return distinct_labels(a.workloads)
 
 
-def run_backends(run: RunResult) -> list[str]:
-    """The run's backends in the order its cells name them (the order they were measured)."""
-    return list(dict.fromkeys(c.backend for c in run.cells))
-
-
-def workload_rows(run: RunResult) -> list[dict[str, Any]]:
+def workload_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """One row per workload of the run: the shape contract and its FLOP and byte ledgers. Not
     :func:`profattn.report.analyze.call_group_rows` (attention calls found in a trace, grouped)."""
-    labels = workload_labels(run)
+    labels = workload_labels(a)
     return [{
         "tag": w.tag, "label": labels[w.tag], "phase": w.phase.value, "batch": w.batch, "q_len": w.q_len,
         "kv_len": w.kv_len, "heads": f"{w.num_q_heads}/{w.num_kv_heads}", "group": w.group_size,
         "head_dim": w.head_dim, "dtype": w.dtype, "mask": w.mask.value, "layout": w.kv_layout.value,
         "flops": fmt_count(w.flops), "requested": fmt_bytes(w.requested_bytes), "kv_bytes": fmt_bytes(w.kv_bytes),
         "intensity": f"{w.arithmetic_intensity:,.1f}",
-    } for w in workload_order(run)]
+    } for w in a.workloads]
 
 
-def matrix_columns(run: RunResult) -> dict[str, Any]:
+def matrix_columns(a: RunAnalysis) -> dict[str, Any]:
     """Which of the detail table's optional columns carry anything in this run, and the FLOP-rate unit
     of its rate column: ``eager`` (some cell was CUDA-graph replayed, so eager differs from latency),
     ``gpu_time`` and ``kernels`` (some trace recorded device kernels), ``peak_mem`` (some cell measured
     its peak), ``grad_err`` (some cell checked gradients), ``family`` (some cell has trace evidence);
     ``flops_unit``: ``"TFLOP/s"`` or ``"GFLOP/s"`` (:func:`profattn.report.format.flops_unit`), the unit
     of every value under the header. A CPU run shows none of the device-only columns."""
-    cells = run.cells
+    cells = a.run.cells
     return {
         "eager": any(c.graph_timing is not None for c in cells),
         "gpu_time": any(c.trace is not None and c.trace.gpu_time_per_call_us is not None for c in cells),
@@ -99,33 +91,33 @@ def matrix_columns(run: RunResult) -> dict[str, Any]:
     }
 
 
-def _matrix_cells(run: RunResult) -> list[tuple[CellResult, bool]]:
-    """Every cell with its winner mark (:func:`profattn.analysis.verdict.ranked_cells`), in matrix
-    order: :func:`workload_order`, then the run's backend order."""
-    order = {w.tag: i for i, w in enumerate(workload_order(run))}
-    backends = {b: i for i, b in enumerate(run_backends(run))}
-    return sorted(((rc.cell, rc.winner) for rc in ranked_cells(run)),
-                  key=lambda cw: (order[cw[0].workload.tag], backends[cw[0].backend]))
+def layout_text(m: MatrixCell) -> str:
+    """What a cell's kernel read (:func:`profattn.report.mechanisms.layout_name`)."""
+    from profattn.report.mechanisms import layout_name
+
+    return layout_name(m.layout, paged_workload=m.cell.workload.kv_layout is KVLayout.PAGED)
 
 
-def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
+def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """The per-cell detail table under the result matrix: one row per cell, display-ready, winners
     marked; ``spread`` and ``grad_err`` are lists of lines. Rates are bare numbers in the unit their header carries (:func:`matrix_columns`:
     ``flops_unit`` for ``tflops``, GB/s for ``gbps``), three significant digits, with the fraction of the
     run's measured ceiling where one exists."""
+    run = a.run
     roof = run.ceilings.bandwidth_gbps if run.ceilings else None  # the read stream where measured
     mm = run.ceilings.matmul_tflops if run.ceilings else None
-    unit = matrix_columns(run)["flops_unit"]
-    labels = workload_labels(run)
+    unit = matrix_columns(a)["flops_unit"]
+    labels = workload_labels(a)
     rows = []
-    for c, winner in _matrix_cells(run):
+    for m in a.matrix:
+        c = m.cell
         t = c.graph_timing or c.timing
         corr = c.correctness
         grads = [f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()] if corr else []
         rows.append({
             "cell_id": c.cell_id, "workload": labels[c.workload.tag], "tag": c.workload.tag,
             "phase": c.workload.phase.value, "kv_len": c.workload.kv_len, "backend": c.backend,
-            "status": c.status.value, "reason": c.reason, "winner": winner,
+            "status": c.status.value, "reason": c.reason, "winner": m.winner, "layout": layout_text(m),
             "latency": fmt_us(t.median_us) if t else "–",
             "latency_kind": "graph" if c.graph_timing else ("eager" if t else ""),
             "eager": fmt_us(c.eager_latency_us),
@@ -148,84 +140,79 @@ def matrix_rows(run: RunResult) -> list[dict[str, Any]]:
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
             "family_ok": None if c.trace is None else c.trace.family_ok,
             "family_note": c.trace.family_note if c.trace else "",
-            "notes": "; ".join([*c.notes, *filter(None, [sdpa_mask_path_text(c)])]),
+            "notes": "; ".join([*c.notes, *filter(None, [sdpa_mask_path_text(m)])]),
         })
     return rows
 
 
-def sdpa_mask_path_text(c: CellResult) -> str | None:
+def sdpa_mask_path_text(m: MatrixCell) -> str | None:
     """For an SDPA cell whose workload reaches SDPA as an explicit boolean mask (a sliding window, or a
     variable-length call padded to the longest sequence), which SDPA path ran, read from the cell's trace
-    (:attr:`TraceSummary.ops`: the dispatched backend op; its dominant kernel): e.g. ``sliding window 4096 as an
-    explicit mask: SDPA ran the math path (aten::_scaled_dot_product_attention_math; dominant kernel
-    gemvx::kernel)``. None for other cells, or when the trace names no SDPA backend op."""
-    w = c.workload
-    if not c.backend.startswith("sdpa") or (w.window is None and not w.is_varlen) or c.trace is None:
+    (:attr:`profattn.analysis.run.MatrixCell.sdpa`): e.g. ``sliding window 4096 as an explicit mask: SDPA ran the
+    math path (aten::_scaled_dot_product_attention_math; dominant kernel gemvx::kernel)``. None for other cells, or
+    when the trace names no SDPA backend op."""
+    p = m.sdpa
+    if p is None:
         return None
-    op = next((o for o in c.trace.ops if ATTENTION_OPS.get(o) is not None and ATTENTION_OPS[o].backend), None)
-    if op is None:
-        return None
-    what = " and ".join(filter(None, [f"sliding window {w.window}" if w.window is not None else "",
-                                      "per-sequence lengths" if w.is_varlen else ""]))
-    backend = ATTENTION_OPS[op].backend
-    ran = "the math path" if backend == "math" else f"{backend}"
-    top = f"; dominant kernel {short_kernel_name(c.trace.dominant_kernel)}" if c.trace.dominant_kernel else ""
-    return f"{what} as an explicit mask: SDPA ran {ran} ({op}{top})"
+    what = " and ".join(filter(None, [f"sliding window {p.window}" if p.window is not None else "",
+                                      "per-sequence lengths" if p.varlen else ""]))
+    ran = "the math path" if p.path == "math" else p.path
+    top = f"; dominant kernel {short_kernel_name(p.dominant_kernel)}" if p.dominant_kernel else ""
+    return f"{what} as an explicit mask: SDPA ran {ran} ({p.op}{top})"
 
 
-def _grid_cell(c: CellResult, winner: bool, best: CellResult | None, label: str, graph: bool,
-               ties: tuple[str, ...] = ()) -> dict[str, Any]:
+def _grid_cell(m: MatrixCell, label: str, graph: bool, winner_backend: str | None) -> dict[str, Any]:
     """One cell of the result matrix: ``kind`` (its CSS class: winner, tie, ok, incorrect, flagged,
-    error, pending, unsupported), ``latency`` (first line), ``sub`` (the compact second line: ratio to the
-    workload's winner, ties, error or status) and ``title`` (everything, on hover)."""
+    error, pending, unsupported), ``latency`` (first line), ``sub`` (the compact second line as pieces that
+    never break inside: ratio to the workload's winner, ties, error or status) and ``title`` (everything, on
+    hover)."""
+    c = m.cell
     t = c.graph_timing or c.timing
     corr = c.correctness
     err = fmt_err(corr.out_rel_err if corr else None)
     how = (" (CUDA-graph replay; eager " + fmt_us(c.eager_latency_us) + ")") if c.graph_timing else (
         " (eager launches)" if graph and t else "")
-    title = [f"{c.backend} on {label}: {c.status.value}"]
+    title = [f"{c.backend} on {label}: {c.status.value}; reads the {layout_text(m)}"]
     if t:
         title.append(f"latency {fmt_us(t.median_us)}{how}, p10–p90 {fmt_span(t.p10_us, t.p90_us, t.median_us)}")
     if corr:
         title.append(f"error {err} (tolerance {corr.tolerance:g})")
     if c.trace is not None and c.trace.family_ok is False:
         title.append("kernels outside the backend's family: " + c.trace.family_note)
-    if (path := sdpa_mask_path_text(c)) is not None:
+    if (path := sdpa_mask_path_text(m)) is not None:
         title.append(path)
     if c.reason:
         title.append(c.reason)
     cell: dict[str, Any] = {"backend": c.backend, "cell_id": c.cell_id, "latency": fmt_us(t.median_us) if t else "",
-                            "sub": "", "footnote": None}
+                            "sub": [], "footnote": None}
     if c.status is CellStatus.UNSUPPORTED:
         cell.update(kind="unsupported", latency="n/s")
     elif c.status is CellStatus.PENDING:
         cell.update(kind="pending", latency="pending")
     elif c.status is CellStatus.ERROR:
         reason = c.reason.split(":", 1)[0][:40]
-        cell.update(kind="error", latency="error", sub=reason)
+        cell.update(kind="error", latency="error", sub=[reason])
     elif c.status is CellStatus.INCORRECT:
-        cell.update(kind="incorrect", sub=f"incorrect · err {err}")
+        cell.update(kind="incorrect", sub=["incorrect", f"err {err}"])
     elif c.trace is not None and c.trace.family_ok is False:
-        cell.update(kind="flagged", sub=f"✗ family · err {err}")
-    elif winner and ties:
-        title.append(f"fastest, but within noise of {', '.join(ties)}: a tie, not a win")
-        cell.update(kind="winner", sub=f"tie · err {err}")
-    elif winner:
+        cell.update(kind="flagged", sub=["✗ family", f"err {err}"])
+    elif m.winner and m.ties:
+        title.append(f"fastest, but within noise of {', '.join(m.ties)}: a tie, not a win")
+        cell.update(kind="winner", sub=["tie", f"err {err}"])
+    elif m.winner:
         title.append("winner: the fastest correct cell of this workload whose kernels belong to its backend's family")
-        cell.update(kind="winner", sub=f"err {err}")
-    elif best is not None and t is not None and best.latency_us:
-        ratio = c.latency_us / best.latency_us  # type: ignore[operator]
-        tie = within_noise(best, c)
-        if tie:
-            title.append(f"within noise of the winner {best.backend}")
-        cell.update(kind="tie" if tie else "ok", sub=f"{'≈ ' if tie else ''}{ratio:.2f}× · err {err}")
+        cell.update(kind="winner", sub=[f"err {err}"])
+    elif m.ratio is not None:
+        if m.tie:
+            title.append(f"within noise of the winner {winner_backend}")
+        cell.update(kind="tie" if m.tie else "ok", sub=[f"{'≈ ' if m.tie else ''}{m.ratio:.2f}×", f"err {err}"])
     else:
-        cell.update(kind="ok", sub=f"err {err}")
+        cell.update(kind="ok", sub=[f"err {err}"])
     cell["title"] = "\n".join(title)
     return cell
 
 
-def matrix_grid(run: RunResult) -> dict[str, Any]:
+def matrix_grid(a: RunAnalysis) -> dict[str, Any]:
     """The result matrix as it fits a screen: one row per workload (its short label), one column per
     backend, each cell its latency with the winner marked and a compact second line (see
     :func:`_grid_cell`). Unsupported cells collapse into a per-workload footnote (identical footnotes
@@ -239,33 +226,33 @@ def matrix_grid(run: RunResult) -> dict[str, Any]:
     """
     from profattn.report.palette import backend_colors
 
-    all_backends = run_backends(run)
+    run = a.run
+    all_backends = list(a.backends)
     unsupported_everywhere = [b for b in all_backends
                               if all(c.status is CellStatus.UNSUPPORTED for c in run.cells if c.backend == b)]
     backends = [b for b in all_backends if b not in unsupported_everywhere]
-    labels = workload_labels(run)
+    labels = workload_labels(a)
     graph = any(c.graph_timing is not None for c in run.cells)
-    win = winners(run)
-    by_tag: dict[str, dict[str, tuple[CellResult, bool]]] = {}
-    for c, w in _matrix_cells(run):
-        by_tag.setdefault(c.workload.tag, {})[c.backend] = (c, w)
+    by_tag: dict[str, dict[str, MatrixCell]] = {}
+    for m in a.matrix:
+        by_tag.setdefault(m.cell.workload.tag, {})[m.cell.backend] = m
     footnotes: dict[str, dict[str, Any]] = {}
     rows = []
-    for wl in workload_order(run):
+    for wl in a.workloads:
         label = labels[wl.tag]
         cells = by_tag.get(wl.tag, {})
-        ties = tied_with(run, wl.tag, win.get(wl.tag))  # once per workload, not per cell
+        best = a.winners.get(wl.tag)
         out = []
         for b in backends:
             if b not in cells:
-                out.append({"backend": b, "cell_id": "", "kind": "absent", "latency": "·", "sub": "",
+                out.append({"backend": b, "cell_id": "", "kind": "absent", "latency": "·", "sub": [],
                             "title": f"{b} was not run on {label}", "footnote": None})
                 continue
-            out.append(_grid_cell(*cells[b], win.get(wl.tag), label, graph, ties=ties))
+            out.append(_grid_cell(cells[b], label, graph, best.backend if best else None))
         reasons: dict[str, list[str]] = {}
         for b in backends:
-            if b in cells and cells[b][0].status is CellStatus.UNSUPPORTED:
-                reasons.setdefault(cells[b][0].reason or "no reason given", []).append(b)
+            if b in cells and cells[b].cell.status is CellStatus.UNSUPPORTED:
+                reasons.setdefault(cells[b].cell.reason or "no reason given", []).append(b)
         n = None
         if reasons:
             text = "; ".join(f"{', '.join(bs)}: {r}" for r, bs in reasons.items())
@@ -278,7 +265,7 @@ def matrix_grid(run: RunResult) -> dict[str, Any]:
         rows.append({"label": label, "tag": wl.tag, "footnote": n, "cells": out})
     hidden = []
     for b in unsupported_everywhere:
-        first = next(c for c in _matrix_cells(run) if c[0].backend == b)[0]
+        first = next(m.cell for m in a.matrix if m.cell.backend == b)
         others = {c.reason for c in run.cells if c.backend == b} - {first.reason}
         hidden.append({"backend": b, "text": (first.reason or "no reason given") + (
             f" (on {labels[first.workload.tag]}; the detail table has each workload's reason)" if others else "")})
@@ -294,7 +281,7 @@ def matrix_grid(run: RunResult) -> dict[str, Any]:
 SECOND_KERNEL_SHARE = 0.10
 
 
-def launch_rows(run: RunResult) -> list[dict[str, Any]]:
+def launch_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """Per traced cell (matrix order): its dominant kernels — the top one by GPU time per call, and the
     second when it holds at least :data:`SECOND_KERNEL_SHARE` of the cell's GPU time — with the name
     shortened (:func:`profattn.report.format.short_kernel_name`), grid, block, CTAs per SM (CTAs / the
@@ -302,10 +289,11 @@ def launch_rows(run: RunResult) -> list[dict[str, Any]]:
     every kernel the cell launched per call with its full launch shape from the trace; ``workload_span``:
     the table rows the workload's label spans on its first cell (0 on the others). Not
     :func:`profattn.report.analyze.launch_shape_rows` (distinct shapes in any one trace file)."""
-    sms = run.environment.num_sms
-    labels = workload_labels(run)
+    sms = a.run.environment.num_sms
+    labels = workload_labels(a)
     out = []
-    for c, _ in _matrix_cells(run):
+    for m in a.matrix:
+        c = m.cell
         if c.trace is None or not c.trace.kernels:
             continue
         total = c.trace.gpu_time_per_call_us or sum(k.dur_us_per_call for k in c.trace.kernels)
@@ -335,23 +323,14 @@ def launch_rows(run: RunResult) -> list[dict[str, Any]]:
     return out
 
 
-def ledger_entries(run: RunResult) -> dict[Phase, list[tuple[CellResult, ByteLedger, FlopLedger]]]:
-    """Per regime (only those with entries): every timed cell with its byte and FLOP ledgers."""
-    out: dict[Phase, list[tuple[CellResult, ByteLedger, FlopLedger]]] = {p: [] for p in Phase}
-    for c in run.cells:
-        if _ok(c):
-            out[c.workload.phase].append((c, byte_ledger(c), flop_ledger(c, run)))
-    return {p: rows for p, rows in out.items() if rows}
-
-
-def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
-    """Per regime: the byte ledger (requested vs DRAM vs L2→SM) and the FLOP ledger of every timed cell.
-    Transferred columns stay "not measured" unless counters were read for that cell."""
+def ledger_rows(a: RunAnalysis) -> dict[str, list[dict[str, Any]]]:
+    """Per regime: the byte ledger (requested vs DRAM vs L2→SM) and the FLOP ledger of every timed cell
+    (:attr:`RunAnalysis.ledgers`). Transferred columns stay "not measured" unless counters were read for that cell."""
     from profattn.report.verdict import ledger_note
 
-    labels = workload_labels(run)
+    labels = workload_labels(a)
     return {phase.value: [{
-        "cell_id": c.cell_id, "workload": labels[c.workload.tag], "backend": c.backend,
+        "cell_id": e.cell.cell_id, "workload": labels[e.cell.workload.tag], "backend": e.cell.backend,
         "requested": fmt_bytes(bl.requested_bytes), "kv": fmt_bytes(bl.kv_bytes),
         "kv_extra": f"+ scales {fmt_bytes(bl.scale_bytes)}" if bl.scale_bytes else "",
         "flops_extra": "; ".join(
@@ -362,74 +341,53 @@ def ledger_rows(run: RunResult) -> dict[str, list[dict[str, Any]]]:
         "l2": fmt_bytes(bl.l2_to_sm_bytes) if bl.l2_to_sm_bytes is not None else "not measured",
         "dram_ratio": f"{bl.dram_ratio:.2f}×" if bl.dram_ratio is not None else "–",
         "l2_ratio": f"{bl.l2_ratio:.2f}×" if bl.l2_ratio is not None else "–",
-        "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": ledger_note(bl) if c.counters else "",
+        "redundant": bl.redundant, "l2_rereads": bl.l2_rereads, "note": ledger_note(bl) if e.cell.counters else "",
         "flops": fmt_count(fl.flops), "tflops": fmt_flops_rate(fl.achieved_tflops),
         "tflops_frac": f"{fmt_sig(100 * fl.fraction_of_ceiling, 2)}%" if fl.fraction_of_ceiling is not None else "–",
-    } for c, bl, fl in entries] for phase, entries in ledger_entries(run).items()}
+    } for e in entries for bl, fl in [(e.bytes, e.flops)]] for phase, entries in a.ledgers.items()}
 
 
-def counter_kernel_rows(run: RunResult) -> list[dict[str, Any]]:
-    """Kernel-level counters, with ncu's launch shape beside the trace's (they must agree)."""
-    labels = workload_labels(run)
+def counter_kernel_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Kernel-level counters, with ncu's launch shape beside the trace's (they must agree:
+    :attr:`RunAnalysis.counters`)."""
+    labels = workload_labels(a)
     rows = []
-    for c in run.cells:
-        if c.counters is None:
-            continue
-        traced: dict[str, list] = {}
-        for t in (c.trace.kernels if c.trace else ()):
-            traced.setdefault(kernel_stem(t.name), []).append(t)
-        for k in c.counters.kernels:
-            same = traced.get(kernel_stem(k.name), [])
-            shapes = {sh for t in same for sh in (t.shapes or ((t.grid, t.block),))}
-            agree = None if not same else (k.grid, k.block) in shapes
-            t = next((x for x in same if (k.grid, k.block) in (x.shapes or ((x.grid, x.block),))), same[0] if same else None)
-            rows.append({
-                "workload": labels[c.workload.tag], "backend": c.backend, "kernel": k.name,
-                "ncu_grid": fmt_shape(k.grid), "ncu_block": fmt_shape(k.block),
-                "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
-                "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
-                "trace_grid": (fmt_shape(k.grid) if agree else fmt_shape(t.grid)) if t else "not in trace",
-                "trace_block": (fmt_shape(k.block) if agree else fmt_shape(t.block)) if t else "",
-                "agree": agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
-                "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
-                "waves": fmt_opt(k.waves_per_sm, ".2f"),
-            })
+    for m in a.counters:
+        k, t, c = m.kernel, m.traced, m.cell
+        rows.append({
+            "workload": labels[c.workload.tag], "backend": c.backend, "kernel": k.name,
+            "ncu_grid": fmt_shape(k.grid), "ncu_block": fmt_shape(k.block),
+            "ncu_regs": "n/a" if k.registers_per_thread is None else str(k.registers_per_thread),
+            "ncu_smem": fmt_bytes((k.shared_mem_dynamic_bytes or 0) + (k.shared_mem_static_bytes or 0)),
+            "trace_grid": (fmt_shape(k.grid) if m.agree else fmt_shape(t.grid)) if t else "not in trace",
+            "trace_block": (fmt_shape(k.block) if m.agree else fmt_shape(t.block)) if t else "",
+            "agree": m.agree, "dram": fmt_bytes((k.dram_read_bytes or 0) + (k.dram_write_bytes or 0)),
+            "l2": fmt_bytes(k.l2_to_sm_read_bytes), "time": fmt_us(k.gpu_time_us),
+            "waves": fmt_opt(k.waves_per_sm, ".2f"),
+        })
     return rows
 
 
-def crossover_rows(run: RunResult) -> list[dict[str, Any]]:
-    """For each (batch, page_size) series of uniform decode workloads: the winner at each kv_len (with the
-    backends tied with it by the verdict's noise rule) and where the winner changes. A change counts as a
-    crossover only beyond noise: the new winner is not tied with the old one at either kv_len."""
-    win = winners(run)
-    series: dict[tuple[int, int], dict[int, tuple[str | None, float | None, tuple[str, ...]]]] = {}
-    for c in run.cells:
-        w = c.workload
-        if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen or w.window is not None:
-            continue
-        best = win.get(w.tag)
-        series.setdefault((w.batch, w.page_size or 0), {})[w.kv_len] = (
-            best.backend if best else None, best.latency_us if best else None, tied_with(run, w.tag, best))
+def crossover_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """For each (batch, page_size) series of uniform decode workloads (:attr:`RunAnalysis.series`): the winner at
+    each kv_len (with the backends tied with it by the verdict's noise rule) and where the winner changes. A change
+    counts as a crossover only beyond noise: the new winner is not tied with the old one at either kv_len. ``kernels``:
+    which ranking (all kernels, or one cache layout's where the workloads are answered per layout)."""
     rows = []
-    for (batch, page), by_kv in sorted(series.items()):
-        pts = sorted(by_kv.items())
-        changes, noisy = [], []
-        for (kv_a, (a, _, tie_a)), (kv_b, (b, _, tie_b)) in zip(pts, pts[1:]):
-            if a == b:
-                continue
-            if a is not None and b is not None and (b in tie_a or a in tie_b):
-                noisy.append(f"{a} → {b} between kv {kv_a} and {kv_b}")
-            else:
-                changes.append(f"{a} → {b} between kv {kv_a} and {kv_b}")
+    for s in a.series:
+        changes = [f"{x} → {y} between kv {ka} and {kb}" for ka, kb, x, y in s.changes]
+        noisy = [f"{x} → {y} between kv {ka} and {kb}" for ka, kb, x, y in s.noisy]
         text = "; ".join(changes) if changes else "none beyond noise"
         if noisy:
             text += " (the fastest changes only within noise: " + "; ".join(noisy) + ")"
         elif not changes:
             text = "none: the same winner at every kv_len"
         rows.append({
-            "batch": batch, "page_size": page or "dense",
-            "winners": ", ".join(f"kv {kv}: {name or 'none'}" + (f" {fmt_us(t)}" if t else "")
-                                 + (f" ≈ {', '.join(tie)}" if tie else "") for kv, (name, t, tie) in pts),
+            "batch": s.batch, "page_size": s.page_size or "dense",
+            "kernels": {None: "all", CacheLayout.PAGED: "paged kernels (page pool)",
+                        CacheLayout.CONTIGUOUS: "contiguous-copy kernels"}.get(s.layout, s.layout.value if s.layout else "all"),
+            "winners": ", ".join(f"kv {p.kv_len}: {p.winner or 'none'}" + (f" {fmt_us(p.latency_us)}" if p.latency_us else "")
+                                 + (f" ≈ {', '.join(p.tied)}" if p.tied else "") for p in s.points),
             "crossovers": text,
         })
     return rows
@@ -466,39 +424,38 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
 # ---- charts --------------------------------------------------------------------------------------
 
 
-def _ok(c: CellResult) -> bool:
-    return c.timing is not None and c.status in (CellStatus.OK, CellStatus.INCORRECT)
-
-
-def _decode_groups(run: RunResult) -> dict[tuple[int, int, str], list[CellResult]]:
-    """Timed uniform-length decode cells grouped by (batch, page_size, backend); sliding-window cells are left out
-    (their kv_len is not what they read)."""
+def _decode_groups(a: RunAnalysis) -> dict[tuple[int, int, str], list[CellResult]]:
+    """Timed uniform-length decode cells grouped by (batch, page_size, backend); sliding-window cells and
+    variable-length calls are left out (their kv_len is not what they read)."""
     groups: dict[tuple[int, int, str], list[CellResult]] = {}
-    for c in run.cells:
+    for c in a.timed_cells():
         w = c.workload
-        if w.phase is Phase.DECODE and _ok(c) and not w.is_ragged and not w.shared_prefix_len and w.window is None:
+        if w.phase is Phase.DECODE and not w.is_ragged and not w.is_varlen and not w.shared_prefix_len and w.window is None:
             groups.setdefault((w.batch, w.page_size or 0, c.backend), []).append(c)
     return {k: sorted(v, key=lambda c: c.workload.kv_len) for k, v in groups.items()}
 
 
-def chart_figures(run: RunResult) -> list[dict[str, Any]]:
+def chart_figures(a: RunAnalysis) -> list[dict[str, Any]]:
     """Plotly figures as JSON-ready dicts: latency per backend and workload; decode latency and K/V GB/s
-    against kv_len (one panel per batch size); the page-size effect; the roofline. Every backend has one
-    colour in all of them (:func:`profattn.report.palette.backend_colors` over the run's backends)."""
+    against kv_len (one panel per batch size, each panel's roof line labelled); the page-size effect; the roofline.
+    Every backend has one colour in all of them (:func:`profattn.report.palette.backend_colors` over the run's
+    backends)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from profattn.report.palette import backend_colors
 
+    run = a.run
     figs: list[tuple[str, str, go.Figure]] = []
-    backends = run_backends(run)
+    backends = list(a.backends)
     colors = backend_colors(backends)
-    labels = workload_labels(run)
-    tags = [w.tag for w in workload_order(run)]
+    labels = workload_labels(a)
+    tags = [w.tag for w in a.workloads]
+    timed = a.timed_cells()
     if len(tags) <= 12:
         lat = go.Figure()
         for b in backends:
-            cells = {c.workload.tag: c for c in run.cells if c.backend == b and _ok(c)}
+            cells = {c.workload.tag: c for c in timed if c.backend == b}
             if cells:
                 xs = [t for t in tags if t in cells]
                 lat.add_bar(name=b, x=[labels[t] for t in xs], y=[cells[t].latency_us for t in xs], marker_color=colors[b],
@@ -506,7 +463,7 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
         lat.update_layout(barmode="group", yaxis_type="log", yaxis_title="median latency (µs, log)",
                           title="Latency per backend and workload", legend_title="backend")
         figs.append(("latency", "Latency per backend and workload", lat))
-    groups = _decode_groups(run)
+    groups = _decode_groups(a)
     if groups:
         batches = sorted({b for b, _, _ in groups})
         page = min(p for _, p, _ in groups)  # panels at the smallest page size; its effect has its own chart
@@ -523,8 +480,10 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
                 bw.add_scatter(x=x, y=[c.kv_gbps for c in pts], row=1, col=i, **common)
             if run.ceilings:
                 ceil = run.ceilings
+                # every panel's line is labelled: plotly writes its "new text" placeholder on an annotation without text
                 bw.add_hline(y=ceil.bandwidth_gbps, line_dash="dash", row=1, col=i,
-                             annotation_text=f"{ceil.bandwidth_kind} {ceil.bandwidth_gbps:,.0f} GB/s" if i == 1 else None)
+                             annotation_text=f"{ceil.bandwidth_kind} {ceil.bandwidth_gbps:,.0f} GB/s",
+                             annotation_position="bottom right")
         kv_ticks = sorted({c.workload.kv_len for cs in groups.values() for c in cs})
         for fig in (dl, bw):
             fig.update_xaxes(type="log", tickvals=kv_ticks, ticktext=[str(t) for t in kv_ticks], title_text="kv_len")
@@ -541,7 +500,7 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
             by: dict[tuple[str, int, int], dict[int, float]] = {}
             for (batch, p_, b), cells in groups.items():
                 for c in cells:
-                    by.setdefault((b, batch, c.workload.kv_len), {})[p_] = c.latency_us
+                    by.setdefault((b, batch, c.workload.kv_len), {})[p_] = c.latency_us  # type: ignore[assignment]
             dashes = {batch: d for batch, d in zip(batches, ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot") * 4)}
             for (b, batch, kv), vals in sorted(by.items()):
                 if len(vals) > 1 and kv == max(k for (_, bb, k) in by if bb == batch):
@@ -550,41 +509,44 @@ def chart_figures(run: RunResult) -> list[dict[str, Any]]:
             ps.update_layout(title="Page-size effect (longest kv_len of each batch)", xaxis_title="page_size (tokens)",
                              yaxis_title="median latency (µs)", yaxis_type="log")
             figs.append(("page-size", "Page-size effect", ps))
-    roof = _roofline(run, colors, labels)
+    roof = _roofline(a, colors, labels)
     if roof is not None:
         figs.append(("roofline", "Roofline", roof))
     return [{"id": fid, "title": title, "figure": json.loads(fig.to_json())} for fid, title, fig in figs]
 
 
-def ledger_figures(run: RunResult) -> list[dict[str, Any]]:
-    """Per regime, requested vs DRAM vs L2→SM bytes per cell (bars); only cells with counters."""
+def ledger_figures(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Per regime, requested vs DRAM vs L2→SM bytes per cell (bars, one per cell, named by backend and the
+    workload's distinct label); only cells with counters."""
     import plotly.graph_objects as go
 
+    labels_of = workload_labels(a)
     out = []
-    for phase, entries in ledger_entries(run).items():
-        measured = [(c, bl) for c, bl, _ in entries if bl.measured]
+    for phase, entries in a.ledgers.items():
+        measured = [e for e in entries if e.bytes.measured]
         if not measured:
             continue
         fig = go.Figure()
-        labels = [f"{c.backend} · {c.workload.phase.value} kv{c.workload.kv_len}" for c, _ in measured]
-        fig.add_bar(name="requested", x=labels, y=[bl.requested_bytes for _, bl in measured])
-        fig.add_bar(name="DRAM (read + write)", x=labels, y=[bl.dram_bytes for _, bl in measured])
-        fig.add_bar(name="L2 → SM reads", x=labels, y=[bl.l2_to_sm_bytes for _, bl in measured])
+        labels = [f"{e.cell.backend} · {labels_of[e.cell.workload.tag]}" for e in measured]
+        fig.add_bar(name="requested", x=labels, y=[e.bytes.requested_bytes for e in measured])
+        fig.add_bar(name="DRAM (read + write)", x=labels, y=[e.bytes.dram_bytes for e in measured])
+        fig.add_bar(name="L2 → SM reads", x=labels, y=[e.bytes.l2_to_sm_bytes for e in measured])
         fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="bytes per call (log)",
                           title=f"{phase.value}: requested vs transferred bytes (Nsight Compute, cold caches)")
         out.append({"id": f"bytes-{phase.value}", "title": f"{phase.value} bytes", "figure": json.loads(fig.to_json())})
     return out
 
 
-def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
+def _roofline(a: RunAnalysis, colors: dict[str, str], labels: dict[str, str]):
     """Arithmetic intensity (FLOP per requested byte; per measured DRAM byte where counters exist) against
     achieved TFLOP/s, with the two measured ceilings. None without ceilings (CPU runs)."""
+    run = a.run
     if run.ceilings is None:
         return None
     import plotly.graph_objects as go
 
     c = run.ceilings
-    cells = [x for x in run.cells if _ok(x) and x.achieved_tflops]
+    cells = [x for x in a.timed_cells() if x.achieved_tflops]
     if not cells:
         return None
     fig = go.Figure()
@@ -596,8 +558,8 @@ def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
     fig.add_scatter(x=xs, y=[min(c.matmul_tflops, x * bw_roof * 1e9 / 1e12) for x in xs], mode="lines",
                     name=f"roof: {c.bandwidth_kind} {bw_roof:,.0f} GB/s, GEMM {c.matmul_tflops:,.0f} TFLOP/s", line=dict(color="black", dash="dash"))
     for b in dict.fromkeys(x.backend for x in cells):
-        pts = [(a, x) for a, x in zip(ai, cells) if x.backend == b]
-        fig.add_scatter(x=[a for a, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,
+        pts = [(ai_, x) for ai_, x in zip(ai, cells) if x.backend == b]
+        fig.add_scatter(x=[p for p, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,
                         marker=dict(color=colors[b], size=9), text=[labels[x.workload.tag] for _, x in pts],
                         hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.2f} TFLOP/s<extra>" + b + "</extra>")
     fig.update_layout(title="Roofline (ceilings measured in this run; x uses measured DRAM bytes where counters exist)",
@@ -609,58 +571,66 @@ def _roofline(run: RunResult, colors: dict[str, str], labels: dict[str, str]):
 # ---- rendering -----------------------------------------------------------------------------------
 
 
-def render_html(run: RunResult, *, title: str = "profattn report") -> str:
-    """The whole report as one self-contained HTML string (plotly.js inline, no network access)."""
+def render_html(a: RunAnalysis, *, title: str = "profattn report") -> str:
+    """The whole report of one analysed run as one self-contained HTML string (plotly.js inline, no network
+    access). Every row is a format of ``a``; nothing here ranks or compares."""
     from profattn.report.cp import cp_section
     from profattn.report.gqa import gqa_section
     from profattn.report.recommend import policy_section
     from profattn.report.serving import serving_section
     from profattn.report.verdict import render_verdict
 
-    v = render_verdict(verdict(run))
+    run = a.run
+    labels = workload_labels(a)
+    ledgers = ledger_rows(a)
+    launches = launch_rows(a)
     ctx = {
         "title": title,
         "run": run,
         "environment": environment_rows(run),
-        "workloads": workload_rows(run),
-        "labels": workload_labels(run),
-        "grid": matrix_grid(run),
-        "columns": matrix_columns(run),
-        "matrix": matrix_rows(run),
-        "launches": launch_rows(run),
-        "verdict": v,
-        "charts": chart_figures(run),
-        "serving": serving_section(run),
-        "gqa": gqa_section(run),
-        "cp": cp_section(run),
-        "policy": policy_section(run),
-        "ledgers": ledger_rows(run),
-        "counter_kernels": counter_kernel_rows(run),
-        "crossovers": crossover_rows(run),
+        "workloads": workload_rows(a),
+        "labels": labels,
+        "grid": matrix_grid(a),
+        "columns": matrix_columns(a),
+        "matrix": matrix_rows(a),
+        "launches": launches,
+        "verdict": render_verdict(a.verdict, labels),
+        "charts": chart_figures(a),
+        "serving": serving_section(a),
+        "gqa": gqa_section(a),
+        "cp": cp_section(a),
+        "policy": policy_section(a.policy),
+        "ledgers": ledgers,
+        "counter_kernels": counter_kernel_rows(a),
+        "crossovers": crossover_rows(a),
         "counters_info": run.counters_info,
-        "ledger_charts": ledger_figures(run),
-        "trace_warnings": trace_warnings(run),
-        "noise_warnings": noise_texts(run),
-        "pending": sum(1 for c in run.cells if c.status == CellStatus.PENDING),
+        "ledger_charts": ledger_figures(a),
+        "trace_warnings": trace_warnings(a),
+        "noise_warnings": noise_texts(a),
+        "pending": a.pending,
+        "collapse": COLLAPSE_ROWS,
         "default_note": "the default preset for this device" if run.preset == ("seed" if run.environment.device == "cuda" else "small") else "chosen explicitly",
     }
     return render("report", ctx)
 
 
-def trace_warnings(run: RunResult) -> list[str]:
-    """``<cell id>: <note>`` for every cell whose trace could not be read when the report was built
-    (outside the run directory, or unreadable; :data:`profattn.analysis.reattach.NOT_READ_NOTES`)."""
-    from profattn.analysis.reattach import NOT_READ_NOTES
-
-    return [f"{c.cell_id}: {n}" for c in run.cells for n in c.notes if n.startswith(NOT_READ_NOTES)]
-
-
-def noise_texts(run: RunResult) -> list[str]:
-    """The run's noise findings (:func:`profattn.analysis.noise.noise_findings`) as warnings."""
-    from profattn.analysis.noise import NoiseKind, noise_findings
-
+def trace_warnings(a: RunAnalysis) -> list[str]:
+    """``<cell id>: <why>`` for every cell whose trace could not be read when the report was built
+    (:attr:`RunAnalysis.trace_problems`: outside the run directory, or unreadable); the cell keeps its stored
+    summary."""
     out = []
-    for f in noise_findings(run):
+    for p in a.trace_problems:
+        if p.kind is TraceProblemKind.OUTSIDE_RUN:
+            out.append(f"{p.cell_id}: trace_file {p.trace_file!r} is outside the run directory: not read")
+        else:
+            out.append(f"{p.cell_id}: trace unreadable, stored summary kept: {p.detail}")
+    return out
+
+
+def noise_texts(a: RunAnalysis) -> list[str]:
+    """The run's noise findings (:attr:`RunAnalysis.noise`) as warnings."""
+    out = []
+    for f in a.noise:
         if f.kind is NoiseKind.SPREAD:
             out.append(f"{f.count} of {f.of} timed cells spread widely (p90/p10 > {f.threshold:g}, worst {f.worst:.2f}): "
                        "the machine was noisy; small differences are not evidence")
@@ -672,11 +642,21 @@ def noise_texts(run: RunResult) -> list[str]:
     return out
 
 
-def write_report(run: RunResult, path: str | os.PathLike[str], *, keep_host_info: bool = False) -> Path:
-    """Render and write the report; returns the path. Unless ``keep_host_info``, host and user names and
-    absolute paths are scrubbed from everything shown (:mod:`profattn.privacy`)."""
+def report_analysis(run: RunResult, *, traces: Sequence[Any] = (), keep_host_info: bool = False) -> RunAnalysis:
+    """``run`` analysed once for display (:func:`profattn.analysis.run.analyze_run`; ``traces``: the
+    :class:`~profattn.analysis.reattach.TraceProblem` records of the traces not read). Unless ``keep_host_info``, host
+    and user names and absolute paths are scrubbed from the run and the problems first (:mod:`profattn.privacy`), so
+    nothing shown carries them."""
     if not keep_host_info:
         from profattn.privacy import scrub
 
-        run = scrub(run)
-    return write_html_file(render_html(run), path)
+        run, traces = scrub(run), scrub(tuple(traces))
+    return analyze_run(run, traces=traces)
+
+
+def write_report(report: "RunAnalysis | RunResult", path: str | os.PathLike[str], *, traces: Sequence[Any] = (),
+                 keep_host_info: bool = False) -> Path:
+    """Render and write the report of an analysed run (:func:`report_analysis`); a bare ``RunResult`` is analysed
+    first (``traces`` and ``keep_host_info`` as there). Returns the path."""
+    a = report if isinstance(report, RunAnalysis) else report_analysis(report, traces=traces, keep_host_info=keep_host_info)
+    return write_html_file(render_html(a), path)

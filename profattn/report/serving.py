@@ -5,19 +5,23 @@ parts — display rows from :mod:`profattn.analysis.serving`, rendered by ``temp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.serving import MixedSplit, PartTime, PromptTime, mixed_splits, prompt_times
+from profattn.analysis.serving import MixedSplit, PartTime, PromptTime
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_us
-from profattn.results import CellStatus, RunResult
+from profattn.results import CellStatus
 from profattn.workload import Workload
 from profattn.workload.spec import seqs_spec
 
+if TYPE_CHECKING:  # pragma: no cover
+    from profattn.analysis.run import RunAnalysis
 
-def serving_section(run: RunResult) -> dict[str, Any] | None:
-    """``{"prompts": [...], "mixed": [...]}`` for the template (see :func:`prompt_rows`, :func:`mixed_rows`),
-    or None when the run has neither a chunked prompt nor a mixed step (the section is then left out)."""
-    times, splits = prompt_times(run.cells), mixed_splits(run.cells)
+
+def serving_section(a: "RunAnalysis") -> dict[str, Any] | None:
+    """``{"prompts": [...], "mixed": [...]}`` for the template (see :func:`prompt_rows`, :func:`mixed_rows`) from
+    the analysis' serving views (:attr:`RunAnalysis.prompts`, :attr:`RunAnalysis.mixed`), or None when the run has
+    neither a chunked prompt nor a mixed step (the section is then left out)."""
+    times, splits = a.prompts, a.mixed
     if not times and not splits:
         return None
     shown_t = tuple(t for t in times if not _never_ran(t))

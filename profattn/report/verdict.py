@@ -7,16 +7,18 @@ One renderer for the HTML report, the Markdown summary, ``profattn profile``'s l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from profattn.analysis.comm import CpSummary
+from profattn.analysis.layout import CacheLayout
 from profattn.analysis.ledgers import ByteLedger
 from profattn.analysis.verdict import (
-    NOISE_FRACTION, CellEvidence, Margin, ServingCall, ServingRow, ServingVerdict, Standing, TieReason, TrainingOutcome, Verdict,
-    WorkloadVerdict,
+    NOISE_FRACTION, CellEvidence, LayoutRanking, LayoutSplit, Margin, ServingCall, ServingRow, ServingVerdict, Standing,
+    TieReason, TrainingOutcome, Verdict, WorkloadVerdict,
 )
 from profattn.report.format import fmt_sig, fmt_us
-from profattn.workload import Phase, Workload
+from profattn.report.mechanisms import layout_name, mechanism_text
+from profattn.workload import KVLayout, Phase, Workload
 
 
 def workload_label(w: Workload) -> str:
@@ -38,7 +40,7 @@ def workload_label(w: Workload) -> str:
         extra.append(f"B={w.batch}")
     if w.page_size:
         extra.append(f"page {w.page_size}")
-    if w.is_ragged:
+    if w.kv_len_dist.drawn:
         extra.append(f"{w.kv_len_dist} lengths")
     if w.shared_prefix_len:
         extra.append(f"prefix {w.shared_prefix_len}")
@@ -233,11 +235,12 @@ def headline(row: WorkloadVerdict, v: Verdict, label: str | None = None) -> str:
     if row.standing is Standing.NO_WINNER:
         return f"{label}: no cell passed, so there is no winner"
     assert cw is not None
+    if row.layouts is not None:
+        return f"{label}: " + layout_headline(row.layouts, v, row)
     tied = row.margin is not None and row.margin.tie
     verb = "is fastest" if tied else "wins"
-    if row.standing is Standing.UNCOMPARED:
-        why = "this run has no training workload" if v.training is TrainingOutcome.NO_WORKLOAD else "no training cell passed"
-        return f"{label}: {cw.backend} {verb} at {fmt_us(cw.latency_us)}{_vs_runner_up(row)} ({why} to compare with)"
+    if row.standing is Standing.UNCOMPARED:  # the summary says once that there is no training winner
+        return f"{label}: {cw.backend} {verb} at {fmt_us(cw.latency_us)}{_vs_runner_up(row)}"
     if row.standing is Standing.STAYS:
         if tied:
             return f"{label}: the training winner {tw} is fastest here too ({fmt_us(cw.latency_us)}) — {_tie_phrase(row)}"
@@ -256,6 +259,48 @@ def headline(row: WorkloadVerdict, v: Verdict, label: str | None = None) -> str:
     others = [b for b in row.tied if b != tw]
     tie_note = f"; {cw.backend} ties {_names(others)} (within noise)" if others else ""
     return f"{label}: the training winner {tw} does not stay the winner — {cw.backend} wins at {fmt_us(cw.latency_us)}, {cmp}{tie_note}"
+
+
+def _ranking_text(r: LayoutRanking) -> str:
+    """``"triton-paged-decode wins (40.7 µs, 2.27× ahead of flex-paged-decode)"`` or a tie, for one layout."""
+    m = r.margin
+    if m is None:
+        return f"{r.winner.backend} ({fmt_us(r.winner.latency_us)}, the only eligible kernel)"
+    if m.tie:
+        more = [b for b in r.tied if b != m.behind]
+        extra = f"; {_names(more)} also within noise" if more else ""
+        return f"{r.winner.backend} ({fmt_us(r.winner.latency_us)}) ties {m.behind} ({margin_text(m)}, {noise_text(m)}{extra})"
+    return f"{r.winner.backend} ({fmt_us(r.winner.latency_us)}, {margin_text(m)} ahead of {m.behind})"
+
+
+def gather_text(s: LayoutSplit) -> str:
+    """What a contiguous-cache kernel costs on the paged cache: ``"gathering the pages into a contiguous copy takes
+    70.3 µs per call (torch-paged-reference's gather kernels), so sdpa-cudnn over the paged cache ≈ 111.1 µs, 2.73×
+    the paged winner"``; ``""`` where the gather was not measured."""
+    if s.gather_us is None or s.dense_on_paged_us is None:
+        return ""
+    paged = s.paged.winner.latency_us
+    ratio = f", {s.dense_on_paged_us / paged:.2f}× the paged winner" if paged else ""
+    return (f"gathering the pages into a contiguous copy takes {fmt_us(s.gather_us)} per call ({s.gather_backend}'s "
+            f"gather kernels), so {s.contiguous.winner.backend} over the paged cache ≈ {fmt_us(s.dense_on_paged_us)}{ratio}")
+
+
+def layout_headline(s: LayoutSplit, v: Verdict, row: WorkloadVerdict) -> str:
+    """A paged decode row answered per layout: the paged kernels' winner, the contiguous-copy kernels' winner (and the
+    training winner's standing there), and what the gather costs."""
+    tw = v.training_winner
+    standing = ""
+    if tw is not None and row.standing is Standing.STAYS:
+        standing = f", the training winner {tw} stays the winner here"
+    elif tw is not None and row.standing is Standing.TIES and row.training_margin is not None:
+        standing = f"; the training winner {tw} ties it ({margin_text(row.training_margin)}, {noise_text(row.training_margin)})"
+    elif tw is not None and row.standing is Standing.CHANGES:
+        tm = row.training_margin
+        standing = (f"; the training winner {tw} is {margin_text(tm)} slower ({fmt_us(tm.behind_us)})" if tm is not None
+                    else f"; the training winner {tw} has no eligible cell here")
+    gather = gather_text(s)
+    return (f"over the paged cache {_ranking_text(s.paged)}; over a contiguous copy {_ranking_text(s.contiguous)}{standing}"
+            + (f"; {gather}" if gather else ""))
 
 
 def _differ_in_kv_only(rows: "list[WorkloadVerdict]") -> bool:
@@ -279,10 +324,17 @@ def _where(rows: "list[WorkloadVerdict]") -> "Callable[[WorkloadVerdict], str]":
 def _phase_sentence(phase: Phase, rows: tuple[WorkloadVerdict, ...], tw: str) -> str | None:
     """One sentence on whether ``tw`` stays the winner of ``phase``'s workloads (None when none is decided).
     Workloads where ``tw`` has no eligible cell (unsupported there, failed) are said apart — it is not beaten there —
-    and "depends on context length" needs held and beaten workloads that differ in their KV length only."""
+    and "depends on context length" needs held and beaten workloads that differ in their KV length only. Where every
+    decided workload is answered per layout, the sentence is about the contiguous-copy ranking the (dense) training
+    winner competes in, and says so."""
     decided = [r for r in rows if r.stays is not None]
     if not decided:
         return None
+    if all(r.layouts is not None for r in decided):  # the contiguous-copy ranking: say so where the phase is named
+        plain = _phase_sentence(phase, tuple(replace(r, layouts=None) for r in rows), tw)
+        q = " over a contiguous copy of the cache"
+        return plain.replace(f"the {phase.value} winner", f"the {phase.value} winner{q}").replace(  # type: ignore[union-attr]
+            f"At {phase.value} it", f"At {phase.value}{q} it").replace(f"eligible {phase.value} cell", f"eligible {phase.value} cell{q}")
     name = phase.value
     where = _where(decided)
     kept = [r for r in decided if r.standing is Standing.STAYS]
@@ -322,6 +374,9 @@ def _phase_sentence(phase: Phase, rows: tuple[WorkloadVerdict, ...], tw: str) ->
 
 
 def _winner_text(row: WorkloadVerdict, label: str) -> str:
+    if row.layouts is not None:
+        s = row.layouts
+        return f"{label} → paged: {s.paged.winner.backend}, contiguous copy: {s.contiguous.winner.backend}"
     m = row.margin
     if m is not None and m.tie:
         return f"{label} → {row.winner_backend} ≈ {_names(row.tied)} (a tie)"
@@ -370,7 +425,9 @@ def _training_summary(v: Verdict) -> str:
         labels = distinct_labels(r.workload for r in v.rows)
         won = "; ".join(_winner_text(r, labels[r.workload.tag]) for r in won_rows[:SUMMARY_WINNERS]) + (
             f"; and {len(won_rows) - SUMMARY_WINNERS} more (one line each below)" if len(won_rows) > SUMMARY_WINNERS else "")
-        return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.")
+        layouts = layout_sentence(v.rows)
+        return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.") + (
+            f" {layouts}" if layouts else "")
     if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
         return "No training cell passed, so the question has no answer in this run."
     m = v.training_margin
@@ -384,7 +441,64 @@ def _training_summary(v: Verdict) -> str:
     sentences = [s for s in (_phase_sentence(p, v.phase_rows(p), tw) for p in (Phase.PREFILL, Phase.DECODE)) if s]  # type: ignore[arg-type]
     if not sentences:
         sentences = ["No other workload has a winner in this run."]
-    return " ".join([text, *sentences])
+    layouts = layout_sentence(v.rows, tw)
+    return " ".join([text, *sentences, *([layouts] if layouts else [])])
+
+
+def layout_sentence(rows: "Sequence[WorkloadVerdict]", tw: str | None = None) -> str:
+    """One sentence on the workloads answered per layout (paged decode with paged and contiguous-copy kernels): who
+    is fastest over the paged cache and over a contiguous copy at each, and what gathering the pages costs, e.g.
+    ``"Over the paged cache a serving engine holds, triton-paged-decode is fastest at kv 512 (12.4 µs), 2048 and 8192;
+    over a contiguous copy sdpa-cudnn at every one; a contiguous kernel on the paged cache first gathers it: 7.20 µs,
+    18.5 µs and 70.3 µs per call measured (torch-paged-reference), so sdpa-cudnn there ≈ 19.6, 37.2 and 111.1 µs."``;
+    ``""`` when no row is split. ``tw``: the training winner; when it is the contiguous-copy winner everywhere (the
+    phase sentence said so), the contiguous clause is left out."""
+    split = [r for r in rows if r.layouts is not None]
+    if not split:
+        return ""
+    where = _where(split)
+
+    many = len(split) > SUMMARY_WINNERS  # a sweep: counts, not a list
+
+    def by_winner(pick: "Callable[[LayoutSplit], LayoutRanking]") -> str:
+        groups: dict[str, list[str]] = {}
+        for r in split:
+            rk = pick(r.layouts)  # type: ignore[arg-type]
+            tie = f" ≈ {_names(rk.tied)}" if rk.tied else ""
+            groups.setdefault(rk.winner.backend, []).append(f"{where(r)}: {fmt_us(rk.winner.latency_us)}{tie}")
+        if len(groups) == 1 and len(split) > 1:
+            ((b, ws),) = groups.items()
+            return f"{b} at every one ({', '.join(ws)})" if not many else f"{b} at all {len(ws)}"
+        if many:
+            return ", ".join(f"{b} at {len(ws)} of {len(split)}" for b, ws in groups.items())
+        return "; ".join(f"{b} at {_names(ws)}" for b, ws in groups.items())
+
+    text = f"Over the paged cache a serving engine holds, the fastest paged kernel is {by_winner(lambda s: s.paged)}"
+    level = [r for r in split if r.layouts.between.tie]  # type: ignore[union-attr]
+    if level:
+        at = ("at every one" if len(level) == len(split) and len(split) > 1 else
+              f"at {len(level)} of them" if many else f"at {_names([where(r) for r in level])}")
+        text += f", within noise of the contiguous-copy winner {at}"
+    if not (tw is not None and all(r.layouts.contiguous.winner.backend == tw for r in split)):  # type: ignore[union-attr]
+        text += f"; over a contiguous copy (made outside the dense kernels' timing), {by_winner(lambda s: s.contiguous)}"
+    gathered = [r for r in split if r.layouts.gather_us is not None]  # type: ignore[union-attr]
+    if gathered:
+        g = gathered[0].layouts
+        gs = [r.layouts.gather_us for r in gathered]  # type: ignore[union-attr]
+        ratios = [r.layouts.dense_on_paged_us / r.layouts.paged.winner.latency_us for r in gathered]  # type: ignore[union-attr, operator]
+        if many:
+            costs = f"{fmt_us(min(gs))} to {fmt_us(max(gs))}"  # type: ignore[type-var]
+            totals = f"{min(ratios):.2f}× to {max(ratios):.2f}× the paged winner's time"
+        else:
+            costs = _names([fmt_us(x) for x in gs])
+            totals = _names([f"{fmt_us(r.layouts.dense_on_paged_us)}" for r in gathered])  # type: ignore[union-attr]
+        winners_ = {r.layouts.contiguous.winner.backend for r in gathered}  # type: ignore[union-attr]
+        who = winners_.pop() if len(winners_) == 1 else "the contiguous winner"
+        at = ("" if len(gathered) == len(split) and len(gathered) > 1 else
+              f" at {len(gathered)} of them" if many else f" at {_names([where(r) for r in gathered])}")
+        text += (f". A contiguous kernel on the paged cache first gathers it{at}: {costs} per call measured "
+                 f"({g.gather_backend}'s gather kernels), so {who} there ≈ {totals}")  # type: ignore[union-attr]
+    return text + "."
 
 
 def _serving_where(rows: "list[ServingRow]", note: "Callable[[ServingRow], str]") -> str:
@@ -402,7 +516,8 @@ def _serving_where(rows: "list[ServingRow]", note: "Callable[[ServingRow], str]"
 
 
 def serving_text(s: ServingVerdict) -> str:
-    """One or two sentences on a :class:`ServingVerdict`: who wins the unchunked prompt (by how much, or a tie),
+    """One or two sentences on a :class:`ServingVerdict`: who wins the unchunked prompt (by how much, or a tie; what
+    it read, and what each new winner read, where profattn knows the backend),
     whether it stays the winner per prompt at each chunk size and in each mixed step (stays / ties within noise
     / who wins instead and how much faster, by :func:`margin_text`), and, when a chunk size changes the winner,
     what chunking costs the unchunked winner and the new one per prompt (their time over their unchunked time).
@@ -415,13 +530,19 @@ def serving_text(s: ServingVerdict) -> str:
                 "and the mixed steps are not compared.")
     m = s.reference_margin
     tie = m is not None and m.tie
+    paged = s.prompt.kv_layout is KVLayout.PAGED
+
+    def reads(layout: CacheLayout | None) -> str:  # what a winner read, where profattn knows it
+        return "" if layout is None else layout_name(layout, paged_workload=paged)
+
+    read = f" on a {reads(s.reference_layout)}" if s.reference_layout is not None else ""
     if m is None:
-        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, the only eligible backend)"
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}{read}, the only eligible backend)"
     elif tie:
         head = (f"{_names((ref, *s.reference_tied))} tie on {prompt} ({batch}{margin_text(m)} apart, {noise_text(m)}; "  # type: ignore[arg-type]
                 f"compared as {ref}, the faster median)")
     else:
-        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}, {margin_text(m)} ahead of {m.behind})"
+        head = f"{ref} wins {prompt} ({batch}{fmt_us(s.reference.median_us)}{read}, {margin_text(m)} ahead of {m.behind})"
     kept = [r for r in s.rows if r.standing is Standing.STAYS]
     tied = [r for r in s.rows if r.standing is Standing.TIES]
     lost = [r for r in s.rows if r.standing is Standing.CHANGES]
@@ -448,7 +569,9 @@ def serving_text(s: ServingVerdict) -> str:
         first = winners[r.winner_backend][0] is r  # type: ignore[index]
         return f" ({margin_text(rm)} faster than {ref})" if first else f" ({margin_text(rm)})"
 
-    beaten = "; ".join(f"{w} wins {_serving_where(rs, change_note)}" for w, rs in winners.items())
+    layouts = {r.winner_backend: r.winner_layout for r in lost}
+    beaten = "; ".join(f"{w}{f' ({reads(layouts[w])})' if layouts.get(w) is not None else ''} wins {_serving_where(rs, change_note)}"
+                       for w, rs in winners.items())
     if not lost:
         rest = f"is never beaten beyond noise: it {held}" if tied else held
         text = f"{head}; {ref} {rest}" if tie else f"{head} and {rest}"
@@ -461,7 +584,9 @@ def serving_text(s: ServingVerdict) -> str:
 
 def _chunking_cost(s: ServingVerdict, lost: "list[ServingRow]") -> str:
     """``" Chunked, a needs 2.00× (chunk 2048) and 1.85× (chunk 512) its unchunked time per prompt, b 1.02× and
-    1.07×."``, when a chunk size changes the winner ("" otherwise)."""
+    1.07×: <why, at the largest chunk size>."``, when a chunk size changes the winner ("" otherwise). The why is the
+    reference backend's prompt chunked against the same prompt whole (:attr:`ServingRow.chunking`), from the run's
+    traces and counters (:func:`profattn.report.mechanisms.mechanism_text`)."""
     rows = [r for r in s.call_rows(ServingCall.CHUNKED) if r.reference_vs_unchunked is not None]
     if not any(r.standing is Standing.CHANGES for r in rows):
         return ""
@@ -474,12 +599,67 @@ def _chunking_cost(s: ServingVerdict, lost: "list[ServingRow]") -> str:
     for w, rs in new.items():
         same = [r.chunk_size for r in rs] == [r.chunk_size for r in rows]
         text += f", {w} " + _names([f"{r.winner_vs_unchunked:.2f}×" + ("" if same else f" (chunk {r.chunk_size})") for r in rs])
+    why = next((r for r in rows if r.chunking is not None and r.reference_vs_unchunked is not None
+                and r.reference_vs_unchunked >= 1 + NOISE_FRACTION), None)
+    mech = mechanism_text(why.chunking, why.workload.phase, chunking=True) if why is not None else ""
+    if mech:
+        text += f". Why, at chunk {why.chunk_size} ({why.chunks} chunks): {mech}"  # type: ignore[union-attr]
     return text + "."
+
+
+def serving_call_label(r: ServingRow) -> str:
+    """``"chunk 2048 (4 chunks)"`` or ``"mixed 2×q2048 + 32×q1"``."""
+    if r.call is ServingCall.CHUNKED:
+        return f"chunk {r.chunk_size:,} ({r.chunks} chunks)"
+    return f"mixed {seqs_label(r.workload)}"
+
+
+def serving_rows(s: ServingVerdict) -> list[dict[str, str]]:
+    """One display row per serving call of ``s`` (chunk sizes, then mixed steps): ``call``, ``winner`` (with what it
+    read), ``time`` (per prompt), ``margin`` over the runner-up, ``vs`` the unchunked winner here (stays, ties, or how
+    much faster the winner is), ``mechanism`` (why the unchunked winner trails here, or why the runner-up trails),
+    ``chunking`` (chunked rows: the unchunked winner's time per prompt over its unchunked time, and why)."""
+    ref = s.reference_backend
+    paged = s.prompt.kv_layout is KVLayout.PAGED
+    out = []
+    for r in s.rows:
+        if r.winner is None:
+            out.append({"call": serving_call_label(r), "winner": "none", "time": "", "margin": "", "runner_up": "",
+                        "runner_up_time": "",
+                        "vs": "no eligible time", "mechanism": "", "chunking": "", "stays": ""})
+            continue
+        m = r.margin
+        margin = ("only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m))
+        runner = m.behind if m is not None else ""
+        if r.standing is Standing.STAYS:
+            vs, why = "stays", mechanism_text(r.gap, r.workload.phase) if m is not None and not m.tie else ""
+        elif r.standing is Standing.TIES:
+            vs, why = f"ties {ref} ({margin_text(r.reference_margin)})", ""  # type: ignore[arg-type]
+        else:
+            rm = r.reference_margin
+            vs = f"{margin_text(rm)} faster than {ref}" if rm is not None else f"{ref}: no eligible time"
+            why = mechanism_text(r.reference_gap, r.workload.phase)
+        chunking = ""
+        if r.call is ServingCall.CHUNKED and r.reference_vs_unchunked is not None:
+            chunking = f"{ref} {r.reference_vs_unchunked:.2f}× its unchunked time"
+            mech = mechanism_text(r.chunking, r.workload.phase, chunking=True)
+            if mech and r.reference_vs_unchunked >= 1 + NOISE_FRACTION:
+                chunking += ": " + mech
+        out.append({"call": serving_call_label(r), "runner_up_time": fmt_us(m.behind_us) if m is not None else "",
+                    "winner": f"{r.winner.backend} ({layout_name(r.winner_layout, paged_workload=paged)})",
+                    "time": fmt_us(r.winner.median_us), "margin": margin, "runner_up": runner, "vs": vs,
+                    "mechanism": why, "chunking": chunking,
+                    "stays": {True: "stays", False: "changes"}.get(r.stays, "")})  # type: ignore[arg-type]
+    return out
 
 
 @dataclass(frozen=True)
 class VerdictRowText:
-    """One workload's verdict as display text (``stays`` kept for the page's colouring)."""
+    """One row of the compact verdict table (``stays`` kept for the page's colouring): the workload, ``layout`` (which
+    ranking: ``""``, or for a workload answered per layout ``"over the paged cache"`` / ``"over a contiguous copy"``,
+    one row each), the winner with what it read, its latency, the margin over the runner-up (or the tie), the
+    runner-up, the mechanism (why the runner-up — or the training winner, when it lost — trails), the training
+    winner's standing here (``""`` without a training winner), the full headline and the evidence bullets."""
 
     workload_tag: str
     label: str
@@ -487,24 +667,96 @@ class VerdictRowText:
     stays: bool | None
     headline: str
     reasons: tuple[str, ...]
+    layout: str = ""
+    winner_text: str = ""
+    latency: str = ""
+    margin: str = ""
+    runner_up: str = ""
+    runner_up_latency: str = ""
+    mechanism: str = ""
+    standing: str = ""
 
 
 @dataclass(frozen=True)
 class VerdictText:
-    """A :class:`Verdict` rendered: what the templates and the Markdown summary print."""
+    """A :class:`Verdict` rendered: what the templates and the Markdown summary print. ``serving``: per prompt, its
+    title and the rows of :func:`serving_rows`."""
 
     training_winner: str | None
     training_tag: str | None
     summary: str
     rows: tuple[VerdictRowText, ...]
+    serving: tuple[tuple[str, tuple[dict[str, str], ...]], ...] = ()
+    has_training: bool = False
 
 
-def render_verdict(v: Verdict) -> VerdictText:
-    """All the sentences of ``v``: the summary, and per workload the headline and the reasons."""
-    labels = distinct_labels(r.workload for r in v.rows)
-    return VerdictText(
-        v.training_winner, v.training_tag, summary(v),
-        tuple(VerdictRowText(r.workload_tag, labels[r.workload_tag], r.winner_backend, r.stays,
-                             headline(r, v, labels[r.workload_tag]), reasons(r, v))
-              for r in v.rows),
-    )
+def _standing_text(row: WorkloadVerdict, v: Verdict) -> str:
+    tw, tm = v.training_winner, row.training_margin
+    if tw is None or row.stays is None:
+        return ""
+    if row.standing is Standing.STAYS:
+        return "stays"
+    if row.standing is Standing.TIES:
+        return f"ties ({margin_text(tm)}, {noise_text(tm)})"  # type: ignore[arg-type]
+    if tm is not None:
+        return f"beaten: {tw} {margin_text(tm)} slower"
+    t = row.training_here
+    return f"{tw}: {t.status.value if t is not None else 'absent'}"
+
+
+def _margin_cell(m: Margin | None) -> str:
+    return "only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m)
+
+
+def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRowText]:
+    """The compact table's row(s) for one workload: one, or two for a workload answered per layout."""
+    head, why = headline(row, v, label), reasons(row, v)
+    standing = _standing_text(row, v)
+    paged = row.workload.kv_layout is KVLayout.PAGED
+
+    def mech(r_gap, m: Margin | None, phase: Phase) -> str:
+        return mechanism_text(r_gap, phase) if m is not None and not m.tie else ""
+
+    if row.layouts is not None:
+        s = row.layouts
+        out = []
+        for name, rk in (("over the paged cache", s.paged), ("over a contiguous copy", s.contiguous)):
+            lost = rk is s.contiguous and row.standing is Standing.CHANGES and row.training_gap is not None
+            mechanism = mechanism_text(row.training_gap, row.phase) if lost else mech(rk.gap, rk.margin, row.phase)
+            if rk is s.contiguous and (g := gather_text(s)):
+                mechanism = (mechanism + "; " if mechanism else "") + "on the paged cache: " + g
+            out.append(VerdictRowText(
+                row.workload_tag, label, rk.winner.backend, row.stays if rk is s.contiguous else None, head, why,
+                layout=name, winner_text=f"{rk.winner.backend} ({layout_name(rk.layout, paged_workload=paged)})",
+                latency=fmt_us(rk.winner.latency_us), margin=_margin_cell(rk.margin),
+                runner_up=rk.runner_up.backend if rk.runner_up else "",
+                runner_up_latency=fmt_us(rk.runner_up.latency_us) if rk.runner_up else "",
+                mechanism=mechanism, standing=standing if rk is s.contiguous else ""))
+        return out
+    w = row.winner
+    if w is None:
+        return [VerdictRowText(row.workload_tag, label, None, row.stays, head, why, winner_text="none",
+                               mechanism=head.removeprefix(f"{label}: "))]
+    mechanism = (mechanism_text(row.training_gap, row.phase) if row.standing is Standing.CHANGES and row.training_gap
+                 else mech(row.gap, row.margin, row.phase))
+    return [VerdictRowText(
+        row.workload_tag, label, w.backend, row.stays, head, why,
+        winner_text=f"{w.backend} ({layout_name(w.layout, paged_workload=paged)})", latency=fmt_us(w.latency_us),
+        margin=_margin_cell(row.margin), runner_up=row.runner_up.backend if row.runner_up else "",
+        runner_up_latency=fmt_us(row.runner_up.latency_us) if row.runner_up else "",
+        mechanism=mechanism, standing=standing)]
+
+
+def render_verdict(v: Verdict, labels: "dict[str, str] | None" = None) -> VerdictText:
+    """All the sentences of ``v``: the summary, and per workload the compact table's row(s) (headline, winner, margin,
+    runner-up, mechanism, standing, evidence); per serving prompt its call rows. ``labels``: workload tag → the
+    run's distinct label (default :func:`distinct_labels` of the verdict's rows)."""
+    labels = labels or distinct_labels(r.workload for r in v.rows)
+    rows = tuple(t for r in v.rows for t in _table_rows(r, v, labels.get(r.workload_tag, workload_label(r.workload))))
+    serving = tuple((f"the {sv.prompt_len:,}-token prompt" + (f", B={sv.prompt.batch}" if sv.prompt.batch != 8 else "")
+                     + (f" (unchunked winner {sv.reference_backend}, reading a "
+                        f"{layout_name(sv.reference_layout, paged_workload=sv.prompt.kv_layout is KVLayout.PAGED)})"
+                        if sv.reference else ""),
+                     tuple(serving_rows(sv))) for sv in v.serving if sv.rows)
+    return VerdictText(v.training_winner, v.training_tag, summary(v), rows, serving,
+                       has_training=v.training is not TrainingOutcome.NO_WORKLOAD)

@@ -25,13 +25,14 @@ environment and trace fields are skipped on reading, so later additions there st
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
     CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
-    CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary, KernelLaunch, RankRecord, RunResult,
-    StrEnum, Timing, TraceSummary, cell_row, cells_by_workload, dominant_launch,
+    CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary, KernelLaunch, RankRecord, RankStatus,
+    RunResult, StrEnum, Timing, TraceSummary, cell_row, cells_by_workload, dominant_launch,
 )
 
 __all__ = [
     "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
     "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
-    "GraphReplaySummary", "KernelLaunch", "RankRecord", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
+    "GraphReplaySummary", "KernelLaunch", "RankRecord", "RankStatus", "RunResult", "StrEnum", "Timing", "TraceSummary",
+    "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",
 ]

@@ -242,11 +242,19 @@ class CountersInfo:
             object.__setattr__(self, "status", CountersStatus(self.status))
 
 
+class RankStatus(StrEnum):
+    """How one rank of a context-parallel cell ended (the string stored in results.json)."""
+
+    OK = "ok"  #: wrote its results (its ``error`` may still say its trace was unreadable)
+    FAILED = "failed"  #: ended the launch with its own error, or was stopped before writing its results
+
+
 @dataclass(frozen=True)
 class RankRecord:
     """One rank of a context-parallel cell (``workload.cp_ranks ≥ 2``).
 
-    ``status``: ``ok``, or ``failed`` with ``error`` (one line); ``step_us``: the median of this rank's step times
+    ``status``: :class:`RankStatus` (``ok``, or ``failed`` with ``error``, one line; a plain string is coerced, one
+    outside the set raises ValueError); ``step_us``: the median of this rank's step times
     (forward, plus backward for train; wall clock around the step after a barrier); from its trace, per profiled call:
     ``compute_us`` (attention), ``comm_us`` (the process-group backend moving data), ``overlap_us`` (both at once),
     ``idle_us`` (neither), ``sent_bytes``/``received_bytes`` (the traced collectives' sizes,
@@ -255,7 +263,7 @@ class RankRecord:
     one step (CUDA; None on a CPU); ``trace_file``: relative to the run directory. Missing figures are None."""
 
     rank: int
-    status: str = "ok"
+    status: RankStatus = RankStatus.OK
     error: str = ""
     step_us: float | None = None
     compute_us: float | None = None
@@ -267,6 +275,10 @@ class RankRecord:
     ledger_bytes: int | None = None
     peak_mem_bytes: int | None = None
     trace_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, RankStatus):
+            object.__setattr__(self, "status", RankStatus(self.status))
 
     @property
     def profiled_step_us(self) -> float | None:

@@ -185,7 +185,7 @@ def _workload_json(w: Workload) -> str:
 def requested_bytes(w: Workload) -> int | None:
     """The workload's requested bytes (its byte ledger), or None for a ragged batch: its lengths are drawn with
     torch (``Workload.kv_lens``), which the store never imports."""
-    return None if w.is_ragged else w.requested_bytes
+    return None if w.kv_len_dist.drawn else w.requested_bytes
 
 
 def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
@@ -203,7 +203,7 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
         run_id=rid, cell_id=cell.cell_id, gpu=e.device_name, num_sms=e.num_sms, workload_key=w.tag,
         workload_json=_workload_json(w), phase=w.phase.value, batch=w.batch, q_len=w.q_len, kv_len=w.kv_len,
         num_q_heads=w.num_q_heads, num_kv_heads=w.num_kv_heads, head_dim=w.head_dim, dtype=w.dtype, mask=w.mask.value,
-        kv_layout=w.kv_layout.value, page_size=w.page_size, kv_len_dist=w.kv_len_dist,
+        kv_layout=w.kv_layout.value, page_size=w.page_size, kv_len_dist=w.kv_len_dist.value,
         shared_prefix_len=w.shared_prefix_len, append=w.append, kv_dtype=w.kv_dtype, window=w.window,
         varlen=bool(w.seqs), backend=cell.backend, family=cell.family, status=str(cell.status),
         correct=cell.correctness.passed if cell.correctness else None,
@@ -246,7 +246,7 @@ def workload_fields(w: Workload) -> dict[str, Any]:
     """The fields of ``w`` a selection rule may test, keyed as :func:`row_features` keys them (without ``num_sms``)."""
     return {"phase": w.phase.value, "batch": w.batch, "q_len": w.q_len, "kv_len": w.kv_len, "num_q_heads": w.num_q_heads,
             "num_kv_heads": w.num_kv_heads, "head_dim": w.head_dim, "dtype": w.dtype, "mask": w.mask.value,
-            "kv_layout": w.kv_layout.value, "page_size": w.page_size, "kv_len_dist": w.kv_len_dist,
+            "kv_layout": w.kv_layout.value, "page_size": w.page_size, "kv_len_dist": w.kv_len_dist.value,
             "shared_prefix_len": w.shared_prefix_len, "append": w.append, "kv_dtype": w.kv_dtype, "window": w.window,
             "varlen": bool(w.seqs)}
 

@@ -73,8 +73,22 @@ class KVLayout(_NamedEnum):
     PAGED = "paged"
 
 
-#: Per-sequence KV length distributions (see :func:`profattn.paged.ragged_lengths`).
-KV_LEN_DISTS = ("uniform", "ragged", "lognormal")
+class KVLenDist(_NamedEnum):
+    """How a uniform batch's per-sequence KV lengths are set: ``uniform`` (all ``kv_len``), or drawn with
+    ``kv_len_seed`` (``ragged``, ``lognormal``; see :func:`profattn.workload.paged.ragged_lengths`)."""
+
+    UNIFORM = "uniform"
+    RAGGED = "ragged"
+    LOGNORMAL = "lognormal"
+
+    @property
+    def drawn(self) -> bool:
+        """The lengths are drawn (need torch to compute), not all ``kv_len``."""
+        return self is not KVLenDist.UNIFORM
+
+
+#: Per-sequence KV length distributions (:class:`KVLenDist`'s values).
+KV_LEN_DISTS = tuple(d.value for d in KVLenDist)
 
 
 #: Bytes per element of the dtypes profattn accepts (``torch.<name>``).
@@ -191,7 +205,16 @@ FIELD_LIMITS: dict[str, int] = {"batch": 1 << 16, "q_len": 1 << 28, "kv_len": 1 
 #: merged by their log-sum-exp), ``allgather`` (K/V gathered, then one local call per query chunk), ``ulysses``
 #: (all-to-all from sequence to heads, full-sequence attention on ``Hq / ranks`` heads, all-to-all back) and
 #: ``torch-cp`` (PyTorch's ``torch.distributed.tensor.experimental.context_parallel``).
-CP_SCHEMES = ("ring", "allgather", "ulysses", "torch-cp")
+class CpScheme(_NamedEnum):
+    """How the ranks of a context-parallel call attend (:data:`CP_SCHEMES`)."""
+
+    RING = "ring"
+    ALLGATHER = "allgather"
+    ULYSSES = "ulysses"
+    TORCH_CP = "torch-cp"
+
+
+CP_SCHEMES = tuple(c.value for c in CpScheme)
 #: Most ranks one context-parallel workload may name.
 CP_RANKS_MAX = 1 << 12
 
@@ -287,7 +310,7 @@ class Workload:
     mask: Mask = Mask.CAUSAL
     kv_layout: KVLayout = KVLayout.DENSE
     page_size: int | None = None
-    kv_len_dist: str = "uniform"
+    kv_len_dist: KVLenDist = KVLenDist.UNIFORM
     kv_len_seed: int = 0
     shared_prefix_len: int = 0
     seqs: tuple[tuple[int, int], ...] = ()
@@ -295,7 +318,7 @@ class Workload:
     kv_dtype: str | None = None
     window: int | None = None
     cp_ranks: int = 1
-    cp_scheme: str | None = None
+    cp_scheme: CpScheme | None = None
 
     @classmethod
     def varlen(cls, phase: "Phase | str | None", seqs: "Iterable[tuple[int, int]]", **fields_: object) -> "Workload":
@@ -362,10 +385,11 @@ class Workload:
             )
         if self.kv_len_dist not in KV_LEN_DISTS:
             raise WorkloadError(f"unknown kv_len_dist {self.kv_len_dist!r}; valid: {', '.join(KV_LEN_DISTS)}")
+        object.__setattr__(self, "kv_len_dist", KVLenDist(self.kv_len_dist))
         if self.kv_layout is KVLayout.PAGED:
             if not isinstance(self.page_size, int) or self.page_size < 1:
                 raise WorkloadError(f"a paged workload needs a positive page_size, got {self.page_size!r}")
-        elif self.page_size is not None or self.shared_prefix_len or self.kv_len_dist != "uniform":
+        elif self.page_size is not None or self.shared_prefix_len or self.kv_len_dist.drawn:
             raise WorkloadError("page_size, shared_prefix_len and ragged kv_len_dist need kv_layout='paged'")
         if self.shared_prefix_len:
             if self.shared_prefix_len % self.page_size or self.shared_prefix_len > min(self.kv_lens):
@@ -373,7 +397,7 @@ class Workload:
                     f"shared_prefix_len {self.shared_prefix_len} must be a multiple of page_size {self.page_size} "
                     f"and at most the shortest sequence ({min(self.kv_lens)})"
                 )
-        if self.is_ragged and self.q_len != 1:
+        if self.kv_len_dist.drawn and self.q_len != 1:
             raise WorkloadError("ragged KV lengths are defined for decode (q_len 1) only")
         if not isinstance(self.append, bool):
             raise WorkloadError(f"append must be true or false, got {self.append!r}")
@@ -423,6 +447,7 @@ class Workload:
             raise WorkloadError(f"cp_ranks={r} needs cp_scheme, one of: {', '.join(CP_SCHEMES)}")
         if scheme not in CP_SCHEMES:
             raise WorkloadError(f"cp_scheme {scheme!r} is not a context-parallel scheme; one of: {', '.join(CP_SCHEMES)}")
+        object.__setattr__(self, "cp_scheme", scheme := CpScheme(scheme))
         if self.phase not in (Phase.TRAIN, Phase.PREFILL):
             raise WorkloadError(f"context parallelism splits a train or prefill call, not {self.phase.value}")
         if self.kv_layout is not KVLayout.DENSE:
@@ -433,11 +458,11 @@ class Workload:
         if self.q_len != self.kv_len:
             raise WorkloadError(f"context parallelism splits one self-attention sequence: q_len {self.q_len} must "
                                 f"equal kv_len {self.kv_len}")
-        chunks = r if scheme == "ulysses" else 2 * r
+        chunks = r if scheme is CpScheme.ULYSSES else 2 * r
         if self.q_len % chunks:
-            why = "ranks" if scheme == "ulysses" else "2 x ranks (each rank holds chunks i and 2R-1-i)"
+            why = "ranks" if scheme is CpScheme.ULYSSES else "2 x ranks (each rank holds chunks i and 2R-1-i)"
             raise WorkloadError(f"cp_scheme {scheme}: q_len {self.q_len} must be divisible by {chunks}, {why}")
-        if scheme == "ulysses" and (self.num_q_heads % r or self.num_kv_heads % r):
+        if scheme is CpScheme.ULYSSES and (self.num_q_heads % r or self.num_kv_heads % r):
             raise WorkloadError(f"cp_scheme ulysses splits heads over ranks: num_q_heads {self.num_q_heads} and "
                                 f"num_kv_heads {self.num_kv_heads} must be divisible by cp_ranks={r}")
 
@@ -469,7 +494,7 @@ class Workload:
         if (self.batch, self.q_len, self.kv_len) != derived:
             raise WorkloadError(f"batch/q_len/kv_len {(self.batch, self.q_len, self.kv_len)} do not match seqs "
                                 f"{derived} (count, longest q_len, longest kv_len); build it with Workload.varlen")
-        if self.kv_len_dist != "uniform" or self.shared_prefix_len:
+        if self.kv_len_dist.drawn or self.shared_prefix_len:
             raise WorkloadError("seqs gives every length explicitly: no kv_len_dist or shared_prefix_len beside it")
         ones = sum(q == 1 for q, _ in seqs)
         if self.phase is Phase.DECODE and ones != len(seqs):
@@ -523,7 +548,7 @@ class Workload:
         )
         if self.kv_layout is KVLayout.PAGED:
             tag += f"_paged{self.page_size}"
-        if self.is_ragged:
+        if self.kv_len_dist.drawn:
             tag += f"_{self.kv_len_dist}{self.kv_len_seed}"
         if self.shared_prefix_len:
             tag += f"_prefix{self.shared_prefix_len}"
@@ -541,8 +566,10 @@ class Workload:
 
     @property
     def is_ragged(self) -> bool:
-        """True when sequences have different KV lengths."""
-        return self.kv_len_dist != "uniform"
+        """True when the call's sequences have different KV lengths: drawn ones (:attr:`kv_len_dist`, a uniform
+        batch), or a variable-length call (:attr:`seqs`) whose sequences' ``kv_len`` differ. The one definition of
+        "ragged" every layer uses."""
+        return self.kv_len_dist.drawn or (bool(self.seqs) and len({k for _, k in self.seqs}) > 1)
 
     @property
     def is_varlen(self) -> bool:
@@ -583,7 +610,7 @@ class Workload:
         """KV length of every sequence (``kv_len`` is the longest)."""
         if self.seqs:
             return tuple(k for _, k in self.seqs)
-        if self.kv_len_dist == "uniform":  # without importing torch (profattn analyze does not need it)
+        if not self.kv_len_dist.drawn:  # without importing torch (profattn analyze does not need it)
             return (self.kv_len,) * self.batch
         from profattn.workload.paged import ragged_lengths
 
@@ -804,7 +831,7 @@ class Workload:
             "mask": self.mask.value,
             "kv_layout": self.kv_layout.value,
             "page_size": self.page_size,
-            "kv_len_dist": self.kv_len_dist,
+            "kv_len_dist": self.kv_len_dist.value,
             "kv_len_seed": self.kv_len_seed,
             "shared_prefix_len": self.shared_prefix_len,
             "seqs": [list(p) for p in self.seqs],
@@ -813,7 +840,7 @@ class Workload:
             "dequant_ops": self.dequant_ops,
             "window": self.window,
             "cp_ranks": self.cp_ranks,
-            "cp_scheme": self.cp_scheme,
+            "cp_scheme": self.cp_scheme.value if self.cp_scheme is not None else None,
             "kv_lens": list(self.kv_lens),
             "logical_kv_bytes": self.logical_kv_bytes,
             "tag": self.tag,

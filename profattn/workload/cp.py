@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profattn.workload.contract import Phase, Workload
+from profattn.workload.contract import CpScheme, Phase, Workload
 
 
 def shard_chunks(w: Workload, rank: int) -> tuple[tuple[int, int], ...]:
@@ -46,7 +46,7 @@ def shard_chunks(w: Workload, rank: int) -> tuple[tuple[int, int], ...]:
     r = w.cp_ranks
     if r < 2 or not 0 <= rank < r:
         raise ValueError(f"rank {rank} of a workload with cp_ranks {r}")
-    if w.cp_scheme == "ulysses":
+    if w.cp_scheme is CpScheme.ULYSSES:
         n = w.q_len // r
         return ((rank * n, (rank + 1) * n),)
     c = w.q_len // (2 * r)
@@ -82,16 +82,16 @@ def cp_ledger(w: Workload) -> CommLedger:
     n_q = w.batch * w.num_q_heads * local * w.head_dim
     train = w.phase is Phase.TRAIN
     items: list[tuple[str, int]] = []
-    if w.cp_scheme == "ring":
+    if w.cp_scheme is CpScheme.RING:
         items.append(("K, V blocks passed (forward)", 2 * (r - 1) * n_kv * s))
         if train:
             items.append(("K, V blocks passed (backward)", 2 * (r - 1) * n_kv * s))
             items.append(("dK, dV accumulators passed", 2 * r * n_kv * a))
-    elif w.cp_scheme == "allgather":
+    elif w.cp_scheme is CpScheme.ALLGATHER:
         items.append(("K, V all-gathered", 2 * (r - 1) * n_kv * s))
         if train:
             items.append(("dK, dV returned (all-to-all)", 2 * (r - 1) * n_kv * s))
-    elif w.cp_scheme == "ulysses":
+    elif w.cp_scheme is CpScheme.ULYSSES:
         items.append(("Q, K, V to heads, O back (all-to-all)", (2 * n_q + 2 * n_kv) * (r - 1) // r * s))
         if train:
             items.append(("dO to heads, dQ, dK, dV back (all-to-all)", (2 * n_q + 2 * n_kv) * (r - 1) // r * s))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from profattn.analysis.run import analyze_run
 from profattn.analysis.cells import attach_counters
 from profattn.analysis.ledgers import byte_ledger, flop_ledger
 from profattn.analysis.verdict import verdict
@@ -59,7 +60,7 @@ def test_ledgers_from_real_ncu_fixture(fixtures_dir: Path):
     assert flash.counters.kernels[0].grid == (1, 7, 32) and flash.counters.kernels[0].registers_per_thread == 246
     fl = flop_ledger(flash, r)
     assert fl.flops == 4 * 16 * 8 * 8192 * 128 and fl.fraction_of_ceiling == pytest.approx(fl.achieved_tflops / 790.0)
-    rows = {x["backend"]: x for x in ledger_rows(r)["decode"]}
+    rows = {x["backend"]: x for x in ledger_rows(analyze_run(r))["decode"]}
     assert rows["sdpa-math"]["redundant"] and rows["sdpa-flash"]["dram_ratio"] == "1.01×"
     text = " ".join(" ".join(row.reasons) for row in render_verdict(verdict(r)).rows)
     assert "moved 135.2 MB from DRAM for 134.3 MB requested (1.01×)" in text
@@ -73,7 +74,7 @@ def test_no_counters_path_shows_reason_and_no_transferred_numbers(tmp_path: Path
     r = run([cell(DENSE_DECODE, "sdpa-flash", 53.3)])
     r = add_counters(r, tmp_path)
     assert r.counters_info.status == "unavailable" and "not on PATH" in r.counters_info.reason
-    html = render_html(r)
+    html = render_html(analyze_run(r))
     assert "ncu (Nsight Compute) is not on PATH" in html and "not measured" in html
     assert "DRAM (read + write)" not in html  # no transferred-bytes chart without a measurement
     cpu = add_counters(run([cell(DENSE_DECODE, "eager", 900.0)], device="cpu"), tmp_path)
@@ -142,13 +143,13 @@ def test_fp8_cache_ledger_one_byte_per_element_scales_and_dequant_apart():
     # + Q read and O written (bf16 [8, 16, 128]), block table (8 x 512 pages, int32), seq_lens (8 x int32)
     assert bl.requested_bytes == 67_108_864 + 32 + 2 * 32_768 + 16_384 + 32
     assert fl.flops == 4 * 8 * 16 * 8192 * 128 and fl.dequant_ops == 2 * 8 * 8192 * 4 * 128
-    rows = ledger_rows(run([c]))["decode"]
+    rows = ledger_rows(analyze_run(run([c])))["decode"]
     assert rows[0]["kv"] == "67.1 MB" and rows[0]["kv_extra"] == "+ scales 32 B"
     assert rows[0]["flops_extra"] == "+ 67.11 M dequant multiplies"
-    html = render_html(run([c]))
+    html = render_html(analyze_run(run([c])))
     assert "+ scales 32 B" in html and "67.11 M dequant multiplies" in html and "vs unquantized cache 3.1e-02" in html
     plain = replace(c, workload=w.with_(kv_dtype=None))
-    assert ledger_rows(run([plain]))["decode"][0]["kv_extra"] == "" and flop_ledger(plain, run([plain])).dequant_ops == 0
+    assert ledger_rows(analyze_run(run([plain])))["decode"][0]["kv_extra"] == "" and flop_ledger(plain, run([plain])).dequant_ops == 0
 
 
 def test_padded_packed_training_cell_shows_its_executed_flops():
@@ -162,5 +163,5 @@ def test_padded_packed_training_cell_shows_its_executed_flops():
     c = replace(cell(w, "eager", 100.0), executed_pairs=27_648)
     fl = flop_ledger(c, run([c]))
     assert fl.flops == 13_017_088 and fl.executed_flops == 49_545_216
-    assert ledger_rows(run([c]))["train"][0]["flops_extra"] == "49.55 M executed (padding: 3.81× the work)"
+    assert ledger_rows(analyze_run(run([c])))["train"][0]["flops_extra"] == "49.55 M executed (padding: 3.81× the work)"
     assert flop_ledger(replace(c, executed_pairs=None), run([c])).executed_flops is None

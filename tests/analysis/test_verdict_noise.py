@@ -116,4 +116,4 @@ def test_prefill_only_and_decode_only_runs_name_their_winners():
     assert summary(dec) == ("This run has no training workload; winners: decode kv 512 (page 16) → x ≈ y (a tie); "
                             "decode kv 8192 (page 16) → x.")
     assert headline(dec.rows[0], dec) == ("decode kv 512 (page 16): x is fastest at 12.2 µs — a tie with y (12.4 µs, "
-                                          "1.6 % slower, within noise) (this run has no training workload to compare with)")
+                                          "1.6 % slower, within noise)")  # no per-row "(this run has no training workload …)"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from profattn.analysis.run import analyze_run
 from profattn.cli import main
 from profattn.results import CellStatus, read_results
 from profattn.backends import all_backends
@@ -110,9 +111,11 @@ def test_sweep_decode_on_cpu(tmp_path: Path):
     assert res.exit_code == 0, res.output
     run = read_results(out)
     assert run.preset == "decode-sweep-small" and len(run.cells) == 10 * 4
-    rows = crossover_rows(run)
-    assert [(r["batch"], r["page_size"]) for r in rows] == [(1, 16), (1, 64), (4, 16), (4, 64)]
-    assert {c["id"] for c in chart_figures(run)} >= {"decode-latency", "decode-bandwidth", "page-size"}
+    rows = crossover_rows(analyze_run(run))
+    # each (batch, page size) series once per layout: the paged kernels and the contiguous-copy kernels apart
+    assert [(r["batch"], r["page_size"]) for r in rows] == [(b, p) for b, p in [(1, 16), (1, 64), (4, 16), (4, 64)] for _ in (0, 1)]
+    assert {r["kernels"] for r in rows} == {"paged kernels (page pool)", "contiguous-copy kernels"}
+    assert {c["id"] for c in chart_figures(analyze_run(run))} >= {"decode-latency", "decode-bandwidth", "page-size"}
     ragged = [c for c in run.cells if c.workload.is_ragged]
     assert {c.backend: c.status for c in ragged}["torch-paged-reference"] == CellStatus.OK
     assert {c.backend: c.status for c in ragged}["sdpa-flash"] == CellStatus.UNSUPPORTED

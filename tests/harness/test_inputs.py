@@ -172,3 +172,29 @@ def test_the_reference_honours_a_sliding_window_whole_and_in_chunks(window, cpu)
     want = rowwise(ins.q, ins.k, ins.v, [(3, 7)] * 2, window)
     torch.testing.assert_close(reference(u, ins).out, want)
     torch.testing.assert_close(reference(u, ins, chunk_bytes=1).out, want)
+
+
+def test_the_reference_has_its_own_attention_not_the_eager_backends():
+    """The eager backend is one of the backends under test, so the reference must not be its function (a bug in it
+    would pass its own check): the harness's grouped attention, on numbers checked by hand."""
+    import ast
+    from pathlib import Path
+
+    import profattn.harness.inputs as inputs_mod
+    from profattn.harness.inputs import grouped_attention
+
+    tree = ast.parse(Path(inputs_mod.__file__).read_text())
+    imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not any(m and m.startswith("profattn.backends.eager") for m, _ in imported)
+    # one sequence, Hq 2 sharing one KV head, d 1: scores q·k; query 0 sees key 0 only (mask), query 1 both keys
+    q = torch.tensor([[[[1.0], [2.0]], [[0.5], [1.0]]]], dtype=torch.float64)  # [B 1, Hq 2, Lq 2, d 1]
+    k = torch.tensor([[[[1.0], [3.0]]]], dtype=torch.float64)  # [1, Hkv 1, Lk 2, 1]
+    v = torch.tensor([[[[10.0], [20.0]]]], dtype=torch.float64)
+    mask = torch.tensor([[True, False], [True, True]])
+    out = grouped_attention(q, k, v, mask=mask)
+    # head 0, row 1: softmax(2·1, 2·3) = (1, e^4)/(1 + e^4) → 10 + 10·e^4/(1 + e^4); head 1, row 1: scores 1, 3
+    expected = [[10.0, 10 + 10 * math.exp(4) / (1 + math.exp(4))], [10.0, 10 + 10 * math.exp(2) / (1 + math.exp(2))]]
+    torch.testing.assert_close(out[0, :, :, 0], torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    # a row that sees no key gives zeros, not NaN
+    none = grouped_attention(q, k, v, mask=torch.zeros(2, 2, dtype=torch.bool))
+    assert torch.equal(none, torch.zeros_like(none))

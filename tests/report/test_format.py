@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from profattn.analysis.run import analyze_run
 from profattn.report.format import (
     MISSING,
     causal_text,
@@ -146,11 +147,11 @@ def test_seed_run_rows_use_these_formatters():
     if not SEED_RUN.exists():
         pytest.fail(f"{SEED_RUN} is committed with the repository")
     run = read_results(SEED_RUN)
-    rows = {r["cell_id"]: r for r in matrix_rows(run)}
+    rows = {r["cell_id"]: r for r in matrix_rows(analyze_run(run))}
     cells = [c for c in run.cells if c.graph_timing is None and c.timing is not None]
     assert cells
     for c in cells:
         assert rows[c.cell_id]["latency"] == fmt_us(c.timing.median_us)
-    cudnn_cell = next(r for r in launch_rows(run) if r["backend"] == "sdpa-cudnn" and r["phase"] == "train")
+    cudnn_cell = next(r for r in launch_rows(analyze_run(run)) if r["backend"] == "sdpa-cudnn" and r["phase"] == "train")
     cudnn = next(k for k in cudnn_cell["kernels"] if k["grid"] == "[132, 1, 1]")
     assert (cudnn["block"], cudnn["ctas"], cudnn["registers"]) == ("[384, 1, 1]", "132", "168")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import FLASH, trace_fixture
 
+from profattn.analysis.run import analyze_run
 from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.traces import TraceSetAnalysis
 from profattn.report import analyze as analyze_page
@@ -30,10 +31,10 @@ def _pages() -> dict[str, str]:
     from profattn.report import compare as compare_page
 
     train, _, _, _, d8192 = SEED.workloads
-    report = run_page.render_html(run([
+    report = run_page.render_html(analyze_run(run([
         cell(train, "sdpa-flash", 2209.0, kernels=(kernel("flash_fwd_kernel", 1024, 700),)),
         cell(d8192, "sdpa-flash", 55.8, kernels=(kernel("flash_fwd_splitkv_kernel", 224, 44),)),
-    ]))
+    ])))
     analyze = analyze_page.render_html(TraceSetAnalysis((find_attention_calls(load_trace(trace_fixture(FLASH))),)))
     runs = EXAMPLES / "compare" / "runs"
     cmp = comparison.compare_runs(read_results(runs / "base-a" / "results.json"),
@@ -48,7 +49,7 @@ def pages() -> dict[str, str]:
 
 
 def test_every_page_template_extends_the_base():
-    assert set(PAGE_KINDS) == {"report", "analyze", "compare"}
+    assert set(PAGE_KINDS) == {"report", "analyze", "compare", "simulate"}
     for kind, name in PAGE_KINDS.items():
         text = (templates_dir() / name).read_text()
         assert text.startswith('{% extends "base.html.j2" %}\n'), kind

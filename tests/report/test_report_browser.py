@@ -48,12 +48,16 @@ def open_report(path: Path, width: int = 1400) -> tuple[list[str], dict]:
         except sync_api.TimeoutError:
             pass  # the assertions below say which chart did not render
         scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
+        scroll_height = page.evaluate("() => document.documentElement.scrollHeight")
+        placeholders = page.evaluate("""() => Array.from(document.querySelectorAll('.annotation-text'))
+            .filter(e => e.textContent.trim() === 'new text').length""")
         state = page.evaluate("""() => Array.from(document.querySelectorAll('div.chart')).map(d => ({
             id: d.id, plotted: d.classList.contains('js-plotly-plot'), svgs: d.querySelectorAll('svg.main-svg').length,
             traces: (d.data || []).length }))""")
         title = page.title()
         browser.close()
-    return errors, {"charts": state, "title": title, "scroll_width": scroll_width}
+    return errors, {"charts": state, "title": title, "scroll_width": scroll_width, "scroll_height": scroll_height,
+                    "placeholders": placeholders}
 
 
 def test_synthetic_report_renders(tmp_path: Path):
@@ -108,3 +112,19 @@ def test_analyze_and_compare_pages_render(tmp_path: Path):
     errors, state = open_report(write_compare(cmp, tmp_path / "compare.html"))
     assert errors == [] and state["title"] == "profattn compare — base-a → head-fused-combine"
     assert [c["id"] for c in state["charts"]] == ["chart-forest"] and all(c["plotted"] and c["svgs"] >= 1 for c in state["charts"])
+
+
+@pytest.mark.parametrize("name, tallest", [
+    ("h200-serving", 12_000),  # was 31,000 px: 27 boilerplate verdict rows, 15,000 px of open ledger tables
+    ("h200-seed", 9_869),  # no taller than the committed report before the compact verdict table
+])
+def test_committed_reports_fit_and_every_chart_is_labelled(tmp_path: Path, name: str, tallest: int):
+    """At 1,400 px wide the serving report is at most 12,000 px tall and the seed report no taller than before; no
+    chart shows plotly's "new text" placeholder (an annotation created without text)."""
+    from profattn.api import load_run
+
+    example = Path(__file__).resolve().parents[2] / "examples" / name
+    path = write_report(load_run(example), tmp_path / "report.html")
+    errors, state = open_report(path, width=1400)
+    assert errors == [] and state["placeholders"] == 0 and state["scroll_width"] <= 1400
+    assert state["scroll_height"] <= tallest, state["scroll_height"]

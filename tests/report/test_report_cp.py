@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+from profattn.analysis.comm import cp_summaries
+from profattn.analysis.run import analyze_run
 from profattn.report.cp import cp_markdown, cp_rows, cp_section, rank_rows
 from profattn.results import RankRecord
 from profattn.workload import parse_workload_spec
@@ -17,7 +19,7 @@ def _cells():
 
 
 def test_rows():
-    (r,) = cp_rows(_cells())
+    (r,) = cp_rows(cp_summaries(_cells()))
     assert (r["scheme"], r["ranks"], r["step"], r["single"], r["efficiency"]) == ("ulysses", "2", "80.0 µs", "100.0 µs",
                                                                                   "62 %")
     assert (r["comm"], r["overlap"], r["idle"], r["ledger"]) == ("30 %", "33 %", "40 %", "matches")
@@ -27,9 +29,9 @@ def test_rows():
 
 
 def test_section_and_markdown():
-    assert cp_section(run(_cells()[:1])) is None
-    assert cp_section(run(_cells()))["rows"][0]["scheme"] == "ulysses"
-    md = cp_markdown(_cells()).splitlines()
+    assert cp_section(analyze_run(run(_cells()[:1]))) is None
+    assert cp_section(analyze_run(run(_cells())))["rows"][0]["scheme"] == "ulysses"
+    md = cp_markdown(cp_summaries(_cells())).splitlines()
     assert md[0].startswith("| scheme | ranks |") and md[2].startswith("| ulysses | 2 | train | sdpa-flash | ok |")
 
 
@@ -45,7 +47,7 @@ def test_rank_table_shows_the_profiled_step_its_breakdown_comes_from():
     (r0, _) = rank_rows([c])
     assert (r0["step"], r0["profiled"], r0["compute"], r0["comm"], r0["overlap"], r0["idle"]) == (
         "6,700.0 µs", "49.31 ms", "20.00 ms", "31.83 ms", "15.00 ms", "12.48 ms")
-    html = render_html(run([cell(w.single_process, "sdpa-flash", 10000.0), c]))
+    html = render_html(analyze_run(run([cell(w.single_process, "sdpa-flash", 10000.0), c])))
     assert "<th>step (timed, median)</th><th>step (profiled call)</th><th>compute (profiled)</th>" in html
     assert ("<td>6,700.0 µs</td><td>49.31 ms</td><td>20.00 ms</td><td>31.83 ms</td><td>15.00 ms</td>"
             "<td>12.48 ms</td>") in html

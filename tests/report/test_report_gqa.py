@@ -3,6 +3,7 @@ when no workloads differ only in their KV heads."""
 
 from __future__ import annotations
 
+from profattn.analysis.run import analyze_run
 from profattn.report.gqa import article, gqa_section, times
 from profattn.report.markdown import run_markdown
 from profattn.report.run import render_html
@@ -21,7 +22,7 @@ FLAG = "eager at kv 8192, Hkv 8 moved 2.4 GB from DRAM for 268.6 MB requested (9
 
 
 def test_sentences_and_rows():
-    s = gqa_section(gqa_run())
+    s = gqa_section(analyze_run(gqa_run()))
     for text in (SAVING, NO_SAVING_LAUNCH, NO_SAVING_NEITHER, SLOWER, MQA):
         assert text in s["sentences"]
     # the MHA → GQA step first at each kv length, then MHA → MQA
@@ -39,17 +40,17 @@ def test_sentences_and_rows():
 
 def test_html_and_markdown_carry_the_section():
     r = gqa_run()
-    html = render_html(r)
+    html = render_html(analyze_run(r))
     assert 'id="gqa">GQA: cache traffic vs arithmetic' in html and '<a href="#gqa">GQA</a>' in html
     assert SAVING in html and FLAG in html and "more than 20 %" in html
-    md = run_markdown(r)
+    md = run_markdown(analyze_run(r))
     assert "### GQA: cache traffic vs arithmetic" in md and f"- {SAVING}" in md and f"- ⚑ {FLAG}" in md
 
 
 def test_section_left_out_without_head_variants():
     r = run([cell(w, "sdpa-flash", 10.0) for w in SEED.workloads])
-    assert gqa_section(r) is None
-    assert 'id="gqa"' not in render_html(r) and "GQA: cache traffic" not in run_markdown(r)
+    assert gqa_section(analyze_run(r)) is None
+    assert 'id="gqa"' not in render_html(analyze_run(r)) and "GQA: cache traffic" not in run_markdown(analyze_run(r))
 
 
 def test_untimed_step_has_no_sentence():
@@ -60,7 +61,7 @@ def test_untimed_step_has_no_sentence():
     r = gqa_run()
     cells = tuple(replace(c, status=CellStatus.UNSUPPORTED, timing=None, correctness=None, reason="no paged cache")
                   if c.backend == "eager" else c for c in r.cells)
-    s = gqa_section(replace(r, cells=cells))
+    s = gqa_section(analyze_run(replace(r, cells=cells)))
     assert s["sentences"] and not any("eager" in t for t in s["sentences"])
     assert s["tables"][1]["rows"][3]["latency"] == "– (unsupported)"
 
@@ -76,6 +77,6 @@ def test_counters_measured_without_a_wall_time_render():
     from dataclasses import replace
 
     r = gqa_run()
-    html = render_html(replace(r, counters_info=replace(r.counters_info, wall_s=None)))
+    html = render_html(analyze_run(replace(r, counters_info=replace(r.counters_info, wall_s=None))))
     assert "clock control" in html and "the pass took" not in html
-    assert "the pass took 12 s" in render_html(r)
+    assert "the pass took 12 s" in render_html(analyze_run(r))

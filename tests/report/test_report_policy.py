@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from factories import cell, run
+from profattn.analysis.run import analyze_run
 from profattn.report.recommend import option_text, policy_section, validation_table
+from profattn.report.run import render_html
 from profattn.results import read_results
 from profattn.workload import Workload
 
@@ -14,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_seed_report_section_has_models_and_the_held_out_score():
     seed = read_results(REPO / "examples" / "h200-seed")
-    section = policy_section(seed)
+    section = policy_section(analyze_run(seed).policy)
     assert section["workloads"] == 5 and section["gpu"] == "NVIDIA H200"
     rows = {(r["backend"], r["regime"]) for r in section["models"]}
     assert ("sdpa-cudnn", "train/dense/none/full/uniform/square") in rows
@@ -22,15 +24,13 @@ def test_seed_report_section_has_models_and_the_held_out_score():
     (lowo,) = section["slices"]
     assert lowo["field"] == "workload" and lowo["n"] == 5 and lowo["baseline"] in (
         "most frequent winner", "best single backend", "fixed priority (vLLM-like)")
-    from profattn.report.run import render_html
-
-    html = render_html(seed)
+    html = render_html(analyze_run(seed))
     assert '<h2 id="policy">Selection policy</h2>' in html and "Leave one workload out" in html
 
 
 def test_no_section_for_fewer_than_three_workloads():
     w = Workload(phase="decode", batch=8, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
-    assert policy_section(run([cell(w, "eager", 10.0), cell(w, "sdpa-math", 12.0)])) is None
+    assert policy_section(analyze_run(run([cell(w, "eager", 10.0), cell(w, "sdpa-math", 12.0)])).policy) is None
 
 
 def test_option_and_table_texts():

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from factories import cell, run
+from profattn.analysis.run import analyze_run
 from profattn.report.run import render_html
 from profattn.report.serving import describe_step, mixed_rows, prompt_rows, serving_section
 from profattn.analysis.serving import mixed_splits, prompt_times
@@ -58,9 +59,9 @@ def test_mixed_rows_and_step_description():
 
 def test_the_section_is_left_out_of_runs_without_serving_calls_and_rendered_with_them():
     plain = Workload(phase="prefill", batch=2, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
-    assert serving_section(run([cell(plain, "a", 10.0)])) is None
-    assert 'id="serving"' not in render_html(run([cell(plain, "a", 10.0)]))
-    html = render_html(run(CELLS))
+    assert serving_section(analyze_run(run([cell(plain, "a", 10.0)]))) is None
+    assert 'id="serving"' not in render_html(analyze_run(run([cell(plain, "a", 10.0)])))
+    html = render_html(analyze_run(run(CELLS)))
     assert 'id="serving"' in html and "Attention time per prompt against chunk size" in html
     assert "1 of 2 chunks incorrect (chunk 1)" in html
 
@@ -70,7 +71,7 @@ def test_backends_that_took_no_chunk_are_a_note_not_rows():
     ("16 of 16 chunks missing: chunk 0 unsupported, chunk 1 unsupported, …"); they are one note now."""
     from profattn.results import read_results
 
-    sec = serving_section(read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-serving"))
+    sec = serving_section(analyze_run(read_results(Path(__file__).resolve().parents[2] / "examples" / "h200-serving")))
     shown = {r["backend"] for r in sec["prompts"]}
     assert shown == {"sdpa-cudnn", "sdpa-flash", "sdpa-nested", "flex", "triton-paged-prefill", "torch-paged-reference",
                      "flashinfer-prefill-paged"}

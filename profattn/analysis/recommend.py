@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from profattn.analysis.policy import (
-    Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
+    MAX_SIGMA, Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
 )
 from profattn.analysis.verdict import JudgedTime, judged_margin
 from profattn.errors import ProfattnError
@@ -365,18 +365,18 @@ def expected_regret(choice: Choice | None) -> float:
     """The regret a choice risks (a fraction, 0.05 = 5 % slower than the best): with each candidate's latency
     lognormal around its estimate (σ from its model), ``E[max(0, log t_pick − log t_c)]`` for the closest
     competitor ``c`` — ``m Φ(m/s) + s φ(m/s)`` with ``m = log(μ_pick / μ_c)``, ``s = √(σ_pick² + σ_c²)`` (the mean of a
-    normal's positive part). 1.0 for a choice no model made (the default's guess) or none at all."""
+    normal's positive part), over the competitors whose estimate informs (σ ≤ :data:`~profattn.analysis.policy.MAX_SIGMA`).
+    1.0 for a choice no model made (the default's guess) or none at all."""
     if choice is None or choice.estimate is None:
         return 1.0
     pick = choice.estimate
     worst = 0.0
-    for c in choice.candidates:
-        if c.backend == choice.backend:
-            continue
+    rivals = [c for c in choice.candidates if c.backend != choice.backend and c.estimate.sigma <= MAX_SIGMA]
+    for c in rivals:
         m = math.log(pick.us / c.estimate.us)
         s = math.hypot(pick.sigma, c.estimate.sigma)
         worst = max(worst, m * _cdf(m / s) + s * _phi(m / s))
-    return worst if choice.candidates[1:] else pick.sigma * _phi(0.0)
+    return worst if rivals else pick.sigma * _phi(0.0)
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,8 @@ def plan(store: ResultsStore, gpu: str, asked: Sequence[tuple[Workload, float]],
     """The ``n`` unmeasured workloads whose measurement would most reduce the uncertainty of the answers asked for:
     ``asked`` pairs each workload with the GPU time it stands for (µs; 0 for a workload asked for itself, which then
     also brings its :func:`neighbours`). Each candidate is ranked by :func:`expected_regret` of today's answer
-    there, times that GPU time when known. A measured workload is never proposed (its answer is exact)."""
+    there, times that GPU time when known; a workload asked for itself comes first (measuring it answers it). A measured
+    workload is never proposed (its answer is exact)."""
     policy = policy if policy is not None else policy_for(store, gpu)
     pool: dict[str, list] = {}
     for w, us in asked:
@@ -436,7 +437,8 @@ def plan(store: ResultsStore, gpu: str, asked: Sequence[tuple[Workload, float]],
             continue
         er = expected_regret(policy.choose(c) if policy is not None else None)
         out.append(PlannedMeasurement(cand, er, er * us if us else er, count))
-    out.sort(key=lambda p: (-p.weight, p.workload.tag))
+    asked_keys = [workload_key(w) for w, us in asked if us == 0]
+    out.sort(key=lambda p: (workload_key(p.workload) not in asked_keys, -p.weight, p.workload.tag))
     return tuple(out[:n])
 
 

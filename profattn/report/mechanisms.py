@@ -5,7 +5,7 @@ counters or ceilings says so instead of guessing.
 
 from __future__ import annotations
 
-from profattn.analysis.layout import CacheLayout
+from profattn.interfaces import Layout
 from profattn.analysis.mechanisms import (
     Bound, ExtraKernels, ExtraWork, Gap, GapPart, Grid, HostGap, KernelRole, Rate, Traffic, WorkCause,
 )
@@ -16,15 +16,15 @@ from profattn.workload import Phase
 MAX_PHRASES = 3
 
 #: How each layout is named after a winner: "sdpa-cudnn (contiguous copy)".
-LAYOUT_NAMES = {CacheLayout.PAGED: "paged cache", CacheLayout.CONTIGUOUS: "contiguous K/V", CacheLayout.PACKED: "packed rows"}
+LAYOUT_NAMES = {Layout.PAGED: "paged cache", Layout.CONTIGUOUS: "contiguous K/V", Layout.PACKED: "packed rows"}
 
 
-def layout_name(layout: CacheLayout | None, *, paged_workload: bool = False) -> str:
+def layout_name(layout: Layout | None, *, paged_workload: bool = False) -> str:
     """What a kernel read, in words: ``"paged cache"``, ``"contiguous copy"`` (contiguous K/V of a paged workload,
     made outside the timing), ``"contiguous K/V"``, ``"packed rows"``; ``"layout unknown"`` for None (a plugin)."""
     if layout is None:
         return "layout unknown"
-    if layout is CacheLayout.CONTIGUOUS and paged_workload:
+    if layout is Layout.CONTIGUOUS and paged_workload:
         return "contiguous copy"
     return LAYOUT_NAMES[layout]
 

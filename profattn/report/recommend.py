@@ -34,8 +34,8 @@ INTERFACE_TEXT = {
 CHANGE_TEXT = {
     Change.GATHER: "a contiguous cache (gather the pages per call, or keep a contiguous copy)",
     Change.PAGED_CACHE: "a paged KV cache with a block table",
-    Change.PACK: "pack the sequences' tokens and build cu_seqlens",
-    Change.NESTED: "build jagged nested tensors",
+    Change.PACK: "packed tokens with cu_seqlens",
+    Change.NESTED: "jagged nested tensors",
     Change.PLAN_RUN: "a wrapper whose plan() runs on the host once per step",
     Change.BLOCK_MASK: "a FlexAttention block mask and torch.compile",
     Change.API: "another attention call",

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.layout import CacheLayout
+from profattn.interfaces import Layout
 from profattn.analysis.noise import NoiseKind
 from profattn.analysis.reattach import TraceProblemKind
 from profattn.analysis.run import MatrixCell, RunAnalysis, analyze_run
@@ -384,8 +384,8 @@ def crossover_rows(a: RunAnalysis) -> list[dict[str, Any]]:
             text = "none: the same winner at every kv_len"
         rows.append({
             "batch": s.batch, "page_size": s.page_size or "dense",
-            "kernels": {None: "all", CacheLayout.PAGED: "paged kernels (page pool)",
-                        CacheLayout.CONTIGUOUS: "contiguous-copy kernels"}.get(s.layout, s.layout.value if s.layout else "all"),
+            "kernels": {None: "all", Layout.PAGED: "paged kernels (page pool)",
+                        Layout.CONTIGUOUS: "contiguous-copy kernels"}.get(s.layout, s.layout.value if s.layout else "all"),
             "winners": ", ".join(f"kv {p.kv_len}: {p.winner or 'none'}" + (f" {fmt_us(p.latency_us)}" if p.latency_us else "")
                                  + (f" ≈ {', '.join(p.tied)}" if p.tied else "") for p in s.points),
             "crossovers": text,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from profattn.analysis.comm import CpSummary
-from profattn.analysis.layout import CacheLayout
+from profattn.interfaces import Layout
 from profattn.analysis.ledgers import ByteLedger
 from profattn.analysis.verdict import (
     NOISE_FRACTION, CellEvidence, LayoutRanking, LayoutSplit, Margin, ServingCall, ServingRow, ServingVerdict, Standing,
@@ -532,7 +532,7 @@ def serving_text(s: ServingVerdict) -> str:
     tie = m is not None and m.tie
     paged = s.prompt.kv_layout is KVLayout.PAGED
 
-    def reads(layout: CacheLayout | None) -> str:  # what a winner read, where profattn knows it
+    def reads(layout: Layout | None) -> str:  # what a winner read, where profattn knows it
         return "" if layout is None else layout_name(layout, paged_workload=paged)
 
     read = f" on a {reads(s.reference_layout)}" if s.reference_layout is not None else ""

@@ -123,7 +123,7 @@ def test_expected_regret_and_plan(store):
     gpu = resolve_gpu(store, None)
     planned = plan(store, gpu, [(w, 0.0)], 3)
     assert 0 < len(planned) <= 3 and all(p.expected_regret > 0 for p in planned)
-    assert planned == tuple(sorted(planned, key=lambda p: -p.weight))
+    assert planned[0].workload == w and planned[1:] == tuple(sorted(planned[1:], key=lambda p: -p.weight))
     measured = parse_workload_spec(f"phase=decode,b=64,kv=8192,{SHAPE},page=16")
     assert all(p.workload.tag != measured.tag for p in plan(store, gpu, [(measured, 5.0)], 5))  # exact: never proposed
 

@@ -123,3 +123,27 @@ def test_measure_profiles_only_an_unmeasured_workload_and_needs_a_gpu(monkeypatc
     assert [(c["workload_specs"], c["device_name"]) for c in calls] == [((unmeasured,), "cuda")]
     res = CliRunner().invoke(main, ["recommend", "--measure", "--workload", B64, "--gpu", "A100"])
     assert res.exit_code == 2 and "not --gpu A100" in res.output
+
+
+def test_selection_small_end_to_end(tmp_path: Path):
+    """The selection corpus's CPU twin through profile, the store hook, recommend and the exported policy."""
+    from profattn.workload import get_preset
+
+    preset = get_preset("selection-small")
+    assert len(preset.workloads) == 14 and {w.phase.value for w in preset.workloads} == {"decode", "prefill", "train"}
+    backends = ("sdpa-math", "sdpa-flash", "eager", "torch-paged-reference")
+    args = ["profile", "--preset", "selection-small", "--device", "cpu", "--out", str(tmp_path / "run"), "--profile-calls", "1"]
+    for b in backends:
+        args += ["--backend", b]
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    assert "store: 56 cells of run-" in res.output
+    out = tmp_path / "policy.json"
+    res = invoke("recommend", "--export", str(out))
+    assert res.exit_code == 0, res.output
+    policy = json.loads(out.read_text())
+    assert {m["backend"] for m in policy["models"]} <= set(backends) and policy["models"]
+    assert policy["validation"]["leave_one_workload_out"] is None and policy["validation"]["slices"]
+    spec = "phase=decode,b=3,q=1,kv=200,hq=4,hkv=2,d=16,dtype=fp32,page=16"
+    res = invoke("recommend", "--workload", spec)
+    assert res.exit_code == 0 and "caller: a paged KV cache with a block table" in res.output

@@ -168,6 +168,33 @@ ADOPTIONS: dict[str, Adoption] = {
         "page_size, causal=True)",
         "out = wrapper.run(q_packed, (k_pages, v_pages))",
     ), plan_run=True),
+    "flashinfer-prefill-paged-fa2": Adoption(Interface.FLASHINFER, Layout.PAGED, (
+        'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")',
+        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
+        "page_size, causal=True)",
+        "out = wrapper.run(q_packed, (k_pages, v_pages))",
+    ), plan_run=True),
+    "flashinfer-prefill-paged-fa3": Adoption(Interface.FLASHINFER, Layout.PAGED, (
+        'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa3")',
+        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
+        "page_size, causal=True)",
+        "out = wrapper.run(q_packed, (k_pages, v_pages))",
+    ), plan_run=True),
+    "flashinfer-cudnn-decode": Adoption(Interface.PAGED, Layout.PAGED, (
+        "from flashinfer.cudnn import cudnn_batch_decode_with_kv_cache",
+        "out = cudnn_batch_decode_with_kv_cache(q, k_pages_hnd, v_pages_hnd, scale, workspace, max_sequence_kv=max_len,",
+        "                                       actual_seq_lens_kv=seq_lens, block_tables=block_table)",
+    )),
+    "flashinfer-cudnn-prefill": Adoption(Interface.PAGED, Layout.PAGED, (
+        "from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache",
+        "out = cudnn_batch_prefill_with_kv_cache(q_packed, k_pages_hnd, v_pages_hnd, scale, workspace, ...,",
+        "                                        block_tables=block_table, causal=True)",
+    )),
+    "flashinfer-xqa-decode": Adoption(Interface.PAGED, Layout.PAGED, (
+        "from flashinfer.decode import xqa_batch_decode_with_kv_cache",
+        "out = xqa_batch_decode_with_kv_cache(q, (k_pages, v_pages), workspace, block_table, seq_lens, max_len, "
+        "kv_layout=\"NHD\")",
+    )),
     "flashinfer-prefill-ragged": Adoption(Interface.PACKED_VARLEN, Layout.PACKED, (
         'wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")',
         "wrapper.plan(qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, causal=True)",

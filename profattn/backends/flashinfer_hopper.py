@@ -52,6 +52,7 @@ from typing import Sequence
 
 import torch
 
+from profattn.interfaces import ADOPTIONS
 from profattn.backends.base import AttentionInputs, Prepared, Unsupported, paged_decode_reason, paged_only_forward
 from profattn.backends.flashinfer import (
     WORKSPACE_BYTES, flashinfer_reason, flashinfer_version, jit_warmup, prefill_call_reason, shape_reason, window_left,
@@ -271,6 +272,8 @@ class FlashInferCudnnDecode:
     (module docstring) — cuDNN reading the paged cache itself, where ``sdpa-cudnn`` reads a contiguous copy."""
 
     name = "flashinfer-cudnn-decode"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS["flashinfer-cudnn-decode"]
     family = CUDNN
     description = "cuDNN's paged SDPA decode via FlashInfer's cudnn_batch_decode_with_kv_cache (the pool in place; optional)"
     #: Ragged decode steps (per-sequence ``actual_seq_lens_kv``) and appending steps (the torch append).
@@ -317,6 +320,8 @@ class FlashInferCudnnPrefill:
     with element batch offsets, cuDNN's bottom-right causal mask per sequence."""
 
     name = "flashinfer-cudnn-prefill"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS["flashinfer-cudnn-prefill"]
     family = CUDNN
     description = ("cuDNN's paged SDPA prefill via FlashInfer's cudnn_batch_prefill_with_kv_cache: chunked prefill and "
                    "mixed steps over the pool in place, bottom-right causal (optional)")
@@ -392,6 +397,8 @@ class FlashInferXqaDecode:
     ``trtllm_batch_decode_with_kv_cache`` runs on SM 9.x."""
 
     name = "flashinfer-xqa-decode"
+    #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
+    adoption = ADOPTIONS["flashinfer-xqa-decode"]
     family = FLASHINFER_XQA
     description = "FlashInfer's XQA paged decode (xqa_batch_decode_with_kv_cache, JIT-compiled; the trtllm entry point's SM90 path; optional)"
     varlen = True

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import os
+
+# Triton's interpreter mode is fixed when ``triton`` is first imported (its ``@jit`` library functions are built then):
+# set before anything imports it, so a test file run alone sees the same Triton the whole suite does (the kernel tests
+# set it at import, which collecting them does first). Unset, a CLI test that imports Triton through Inductor before
+# a later test asks for the interpreter fails with "Cannot call @triton.jit'd outside of the scope of a kernel".
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path
 
-import pytest
-import torch
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -32,11 +32,12 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
     """Re-parse the traces a run names (paths relative to ``run_dir``) and rebuild every cell's
     :class:`~profattn.results.TraceSummary`; each trace file is parsed once.
 
-    Cells without a trace, whose trace file is missing, or whose family ``family_of`` does not know
-    (None: e.g. a plugin this install lacks) keep their stored summary. A run directory is a sandbox: a
-    ``trace_file`` that leaves it (absolute, ``..``, a symbolic link out; :func:`profattn.files.inside_run`)
-    is not opened, and a trace that cannot be parsed (truncated, not JSON) is not used; in both cases the
-    cell keeps its stored summary and gets a note saying why, and the rest of the run is still rebuilt.
+    Cells without a trace, or whose family ``family_of`` does not know (None: e.g. a plugin this install lacks) keep
+    their stored summary. A run directory is a sandbox: a ``trace_file`` that leaves it (absolute, ``..``, a symbolic
+    link out; :func:`profattn.files.inside_run`) is not opened; one that is missing or not a regular file (a
+    directory, a FIFO, a device) is not read; a trace that cannot be parsed (truncated, not JSON) is not used. In
+    each case the cell keeps its stored summary and gets a note saying why (beginning with one of
+    :data:`NOT_READ_NOTES`: the report shows them as warnings), and the rest of the run is still rebuilt.
     """
     run_dir = Path(run_dir)
     cache: dict[Path, Trace | TraceError] = {}
@@ -47,7 +48,11 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
         if path is None:
             run = run.with_cell(_noted(c, f"trace_file {c.trace.trace_file!r} is outside the run directory: not read"))
             continue
-        if not path.is_file():
+        if not path.is_file():  # missing, a directory, a FIFO or a device: the stored summary stays, with a note
+            what = ("is missing" if not path.exists() and not path.is_symlink() else
+                    "is a directory" if path.is_dir() else "is not a regular file (a FIFO, socket or device)"
+                    if path.exists() else "is a broken symbolic link")
+            run = run.with_cell(_noted(c, f"trace_file {c.trace.trace_file!r} {what}: not read, stored summary kept"))
             continue
         if path not in cache:
             try:

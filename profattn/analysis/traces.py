@@ -26,6 +26,7 @@ from profattn.analysis.calls import find_attention_calls
 from profattn.analysis.comm import RankTimeline, rank_timeline
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import load_trace
+from profattn.values import safe_text
 from profattn.workload import DTYPE_BYTES
 
 __all__ = [
@@ -89,7 +90,8 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
     and ``*.json.gz`` (sorted). Each file once, in the order found.
 
     The path shown for a file is, by default, its path relative to the directory it was found in, or its
-    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found.
+    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found. A name
+    that is not UTF-8 (its bytes decoded as surrogates) is shown with U+FFFD in their place.
 
     Raises:
         ProfattnError: a path does not exist, or a directory holds no trace file.
@@ -104,9 +106,10 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
                 raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             for p in inside:
                 shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
-                found.setdefault(p, TraceInput(p, shown, True))
+                found.setdefault(p, TraceInput(p, safe_text(shown)[0], True))
         elif path.exists():
-            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False))
+            shown = os.fspath(path) if keep_host_info else path.name
+            found.setdefault(path, TraceInput(path, safe_text(shown)[0], False))
         else:
             raise ProfattnError(f"{path}: no such file or directory")
     if not found:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from profattn.analysis.comm import cp_summaries
-from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.format import fmt_bytes, fmt_us, md_text
 from profattn.results import RunResult
 
 
@@ -56,6 +56,7 @@ def cp_markdown(cells) -> str:
             "idle | ledger |")
     lines = [head, "|---" * 12 + "|"]
     for r in cp_rows(cells):
-        lines.append("| " + " | ".join(r[k] for k in ("scheme", "ranks", "phase", "backend", "status", "step", "single",
-                                                      "efficiency", "comm", "overlap", "idle", "ledger")) + " |")
+        lines.append("| " + " | ".join(md_text(r[k]) for k in ("scheme", "ranks", "phase", "backend", "status", "step",
+                                                               "single", "efficiency", "comm", "overlap", "idle",
+                                                               "ledger")) + " |")
     return "\n".join(lines)

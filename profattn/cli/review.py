@@ -42,6 +42,9 @@ def compare(base_run: Path, head_run: Path, threshold: str, out_path: str, markd
     cmp = comparison.compare_runs(base, head, threshold=t, force=force, base_label=bl, head_label=hl)
     for w in cmp.warnings:
         click.echo(f"warning: {w}", err=True)
+    shift = compare_report.drift_text(cmp)
+    if shift:
+        click.echo(shift)
     for c in cmp.regressions:
         click.echo(f"regression: {workload_label(c.workload)} · {c.backend}: {'; '.join(compare_report.regression_texts(c))}")
     click.echo(compare_report.summary_line(cmp))

@@ -16,7 +16,7 @@ from typing import Any
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
 from profattn.files import MARKDOWN_MARKER
 from profattn.report.format import Md, md_code, md_text
-from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
+from profattn.report.compare import cell_rows, drift_text, method_text, summary_line, verdict_change_text, winner_rows
 from profattn.report.verdict import summary as verdict_summary
 from profattn.results import RunResult
 
@@ -123,7 +123,7 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
     flips = [[w["label"], w["base"], w["head"], "yes (tie in one run)" if w["noise_flip"] else "yes"] for w in winner_rows(cmp) if w["flipped"]]
 
     def cells_table(rs: list[dict[str, Any]], cap: int | None) -> str:
-        return md_table(["workload", "backend", "result", "base", "head", "change [interval] (coverage)", "correctness", "launch shape", "DRAM bytes", "why it fails"],
+        return md_table(["workload", "backend", "result", "base", "head", "change [interval]", "correctness", "launch shape", "DRAM bytes", "why it fails"],
                         [[r["label"], r["backend"], Md("**" + r["classification"].value + "**") if r["regression"] else r["classification"].value,
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
@@ -132,10 +132,8 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
         parts = [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
                  f"**{outcome}**: {md_text(summary_line(cmp))}"]
         parts += [f"> ⚠️ {md_text(w)}" for w in cmp.warnings]
-        parts.append(
-            f"Change = head/base − 1 (Hodges–Lehmann over the per-repeat medians, exact Mann–Whitney interval at a nominal "
-            f"{cmp.level:.0%}); *slower* = interval entirely above +{cmp.threshold:.0%}, *faster* = entirely below "
-            f"1/(1+{cmp.threshold:.0%}) − 1, else *within noise*.")
+        parts += [md_text(t) for t in (drift_text(cmp),) if t]
+        parts.append(md_text(method_text(cmp)).replace("\\*", "*"))  # profattn's own emphasis of the class names
         parts += ["### Environment", md_table(["field", cmp.base_label, cmp.head_label], env, cap) if env else "No differences."]
         parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(verdict_summary(cmp.base_verdict))}",
                   f"- **{md_text(cmp.head_label)}**: {md_text(verdict_summary(cmp.head_verdict))}"]

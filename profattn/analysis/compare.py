@@ -16,6 +16,7 @@ Cells are matched by (workload tag, backend). For each matched cell:
     processes of identical code (placement, caches, a load burst over one cell's samples), which a cell's own samples
     cannot show;
   - per cell, *slower beyond the threshold* ``t`` is tested twice, against its own samples — ``(r − ln(1 + t)) / se``
+    (``se`` read off the lower side of the rank interval, the upper side for *faster*: skewed noise widens one side)
     on Student's t with ``n_base + n_head − 2`` degrees of freedom (the error is itself estimated from few samples:
     the normal would flag 12–20 % of identical 5- and 3-sample comparisons at the boundary) — and against the other
     cells — ``(r − ln(1 + t)) / σ`` on Student's t with the MAD's ``0.37 (cells − 1)`` degrees of freedom (Rousseeuw
@@ -26,7 +27,8 @@ Cells are matched by (workload tag, backend). For each matched cell:
     (:func:`~profattn.analysis.stats.holm`): **slower** / **faster** when the adjusted p-value is below
     ``α = 1 − level`` (5 %), so the chance of *any* false alarm in a comparison of identical code stays at most α
     (family-wise), however many cells it has; otherwise **within noise**; ``too few repeats`` with fewer than 3
-    samples a side (never a regression). The interval shown is the wider of ``exp(r ± q·se)`` and ``exp(r ± q'·σ)``,
+    samples a side (never a regression). The interval shown is, on each side, the wider of ``exp(r ± q·se)`` and
+    ``exp(r ± q'·σ)``,
     ``q``, ``q'`` the t quantiles at ``1 − α/2m``: simultaneous (Bonferroni) at ``level`` over the ``m`` cells, so a
     cell whose interval lies beyond the threshold is always flagged.
 
@@ -67,7 +69,7 @@ from profattn.analysis.stats import (RatioEstimate, hodges_lehmann_ratio, holm, 
                                      student_t_quantile, student_t_sf)
 from profattn.analysis.verdict import Verdict, runner_up, verdict, winners, within_noise
 from profattn.errors import ProfattnError
-from profattn.results import CellResult, CellStatus, RunResult, StrEnum
+from profattn.results import ABRun, CellResult, CellStatus, RunResult, StrEnum
 from profattn.workload import Phase, Workload
 
 DEFAULT_THRESHOLD = 0.05
@@ -156,16 +158,6 @@ class Drift:
 
 
 @dataclass(frozen=True)
-class ABDesign:
-    """An A/B run's pairing: ``base`` and ``head`` backends, ``rounds`` interleaved timing rounds per workload (the
-    order alternating ``base, head`` / ``head, base``), each pair of samples taken next to each other."""
-
-    base: str
-    head: str
-    rounds: int
-
-
-@dataclass(frozen=True)
 class EnvDiff:
     """One environment field in both runs (values as text; "n/a" where a run did not record it)."""
 
@@ -208,8 +200,9 @@ class CellChange:
     head_dram_bytes: float | None
     regression_reasons: tuple[RegressionReason, ...]
     threshold: float = DEFAULT_THRESHOLD
-    #: Standard error of ``ln(head/base)`` from this cell's own samples (None: not tested).
-    se_log: float | None = None
+    #: Standard errors of ``ln(head/base)`` from this cell's own samples, below and above the estimate
+    #: (:func:`~profattn.analysis.stats.log_se`; None: not tested).
+    se_log: tuple[float, float] | None = None
     #: head / base relative to the run-wide drift, with the simultaneous interval the cell is judged by (None: not tested).
     judged: RatioEstimate | None = None
     #: Holm-adjusted p-values of "slower beyond the threshold" and "faster beyond it" (None: not tested).
@@ -318,8 +311,8 @@ class Comparison:
     mode: CompareMode = CompareMode.RUNS
     #: The run-wide shift (None: no cell was tested).
     drift: Drift | None = None
-    #: An A/B comparison's design (None for two runs).
-    ab: ABDesign | None = None
+    #: An A/B comparison's pairing (None for two runs).
+    ab: ABRun | None = None
 
     @property
     def alpha(self) -> float:
@@ -553,22 +546,24 @@ def judge_cells(cells: Sequence[CellChange], *, threshold: float, level: float =
         est = c.estimate
         own_df = (est.n_base - 1) if paired else (est.n_base + est.n_head - 2)  # type: ignore[union-attr]
         r = math.log(est.ratio) - shift  # type: ignore[union-attr]
-        se = max(c.se_log, _MIN_SE)  # type: ignore[arg-type]
-        p_slow = student_t_sf((r - band) / se, own_df)
-        p_fast = student_t_sf(-(r + band) / se, own_df)
-        half = student_t_quantile(1 - tail, own_df) * se
+        down, up = (max(x, _MIN_SE) for x in c.se_log)  # type: ignore[union-attr]
+        p_slow = student_t_sf((r - band) / down, own_df)
+        p_fast = student_t_sf(-(r + band) / up, own_df)
+        q = student_t_quantile(1 - tail, own_df)
+        below, above = q * down, q * up
         if sigma is not None:  # the intersection-union test: the cell's own noise and the runs' scatter both
             p_slow = max(p_slow, student_t_sf((r - band) / sigma, cross_df))
             p_fast = max(p_fast, student_t_sf(-(r + band) / sigma, cross_df))
-            half = max(half, student_t_quantile(1 - tail, cross_df) * sigma)
-        rows.append((r, half, p_slow, p_fast))
-    slower = holm([row[2] for row in rows])
-    faster = holm([row[3] for row in rows])
+            spread = student_t_quantile(1 - tail, cross_df) * sigma
+            below, above = max(below, spread), max(above, spread)
+        rows.append((r, below, above, p_slow, p_fast))
+    slower = holm([row[3] for row in rows])
+    faster = holm([row[4] for row in rows])
     out = list(cells)
-    for i, (r, half, _, _), ps, pf in zip(tested, rows, slower, faster):
+    for i, (r, below, above, _, _), ps, pf in zip(tested, rows, slower, faster):
         c = cells[i]
         est = c.estimate
-        judged = RatioEstimate(math.exp(r), math.exp(r - half), math.exp(r + half), level, est.n_base, est.n_head)  # type: ignore[union-attr]
+        judged = RatioEstimate(math.exp(r), math.exp(r - below), math.exp(r + above), level, est.n_base, est.n_head)  # type: ignore[union-attr]
         cls = CompareClass.SLOWER if ps < alpha else CompareClass.FASTER if pf < alpha else CompareClass.NOISE
         reasons = c.regression_reasons
         if cls is CompareClass.SLOWER:
@@ -672,4 +667,56 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
         base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
         drift=drift,
+    )
+
+
+def _rounds(cell: CellResult | None) -> CellResult | None:
+    """``cell`` with only its A/B-round samples (every sample after its first: :class:`~profattn.results.ABRun`)."""
+    if cell is None:
+        return None
+    if cell.graph_timing is not None:
+        return replace(cell, graph_timing_repeats=cell.graph_timing_repeats[1:])
+    return replace(cell, timing_repeats=cell.timing_repeats[1:])
+
+
+def compare_ab(run: RunResult, *, threshold: float = DEFAULT_THRESHOLD, level: float = LEVEL) -> Comparison:
+    """Compare the two backends of an A/B run (``run.ab``), workload by workload, on their paired rounds: each cell's
+    change is the paired Hodges–Lehmann ratio of the head's samples over the base's, round by round
+    (:func:`~profattn.analysis.stats.paired_ratio`), tested against its pairs and Holm-adjusted over the workloads
+    (see the module docstring); correctness and breakage as in :func:`compare_runs` (base = the base backend's cell).
+
+    Raises:
+        CompareError: ``run`` is not an A/B run, or ``threshold`` is outside (0, 1).
+    """
+    if not 0 < threshold < 1:
+        raise CompareError(f"threshold must be between 0 and 1 (a fraction), got {threshold}")
+    ab = run.ab
+    if ab is None:
+        raise CompareError("not an A/B run (its results.json has no 'ab'): compare two runs, or measure one with "
+                           "compare --ab BASE_BACKEND HEAD_BACKEND")
+    warnings: list[str] = []
+    by = {(c.workload.tag, c.backend): c for c in run.cells}
+    phase_order = list(Phase)
+    cells = []
+    for w in sorted(dict.fromkeys(c.workload for c in run.cells), key=lambda w: phase_order.index(w.phase)):
+        a, b = by.get((w.tag, ab.base)), by.get((w.tag, ab.head))
+        if a is None and b is None:
+            continue
+        change = compare_cell(_rounds(a), _rounds(b), threshold=threshold, level=level, paired=True)
+        cells.append(replace(change, backend=f"{ab.base} → {ab.head}"))
+    pending = sum(c.status == CellStatus.PENDING for c in run.cells)
+    if pending:
+        warnings.append(f"the A/B run is incomplete: {pending} of {len(run.cells)} cells never ran (interrupted?)")
+    short = [c for c in cells if c.base_samples_us and c.head_samples_us and
+             min(len(c.base_samples_us), len(c.head_samples_us)) < ab.rounds]
+    if short:
+        warnings.append(f"{len(short)} workload(s) have fewer than the {ab.rounds} A/B rounds planned (a round "
+                        "dropped, or the run stopped early): see the cells' notes")
+    judged, drift = judge_cells(cells, threshold=threshold, level=level, paired=True)
+    v = verdict(run)
+    return Comparison(
+        base_label=ab.base, head_label=ab.head, threshold=threshold, level=level, environment=environment_diff(run, run),
+        warnings=tuple(warnings), cells=judged, winners=(), base_verdict=v, head_verdict=v,
+        base_training_winner=v.training_winner, head_training_winner=v.training_winner, verdict_changes=(),
+        mode=CompareMode.AB, drift=drift, ab=ab,
     )

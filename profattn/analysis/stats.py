@@ -181,14 +181,18 @@ def paired_ratio(base: Sequence[float], head: Sequence[float], *, level: float =
 # ---- many cells at once: the standard error, run-wide drift, a family-wise error rate ---------------------------
 
 
-def log_se(est: RatioEstimate) -> float | None:
-    """Standard error of ``ln(ratio)`` read off a rank interval: ``(ln hi − ln lo) / (2 z)``, ``z`` the normal quantile
-    of the interval's exact coverage (``z = 1.645`` for the 90 % of 3 + 3 samples). Outliers widen the rank interval,
-    so they enlarge this error instead of moving the estimate. None without an interval."""
+def log_se(est: RatioEstimate) -> tuple[float, float] | None:
+    """Standard errors of ``ln(ratio)`` read off a rank interval, one per side: ``(ln ratio − ln lo) / z`` (how far
+    the estimate may overstate the change: the one a *slower* test needs) and ``(ln hi − ln ratio) / z`` (for a
+    *faster* test), ``z`` the normal quantile of the interval's exact coverage (``z = 1.645`` for the 90 % of 3 + 3
+    samples). A rank interval is not symmetric when the noise is skewed (a slow outlier widens only its side), so each
+    one-sided test reads its own side; outliers enlarge these errors instead of moving the estimate. None without an
+    interval."""
     if est.lo is None or est.hi is None or est.confidence is None:
         return None
     z = NormalDist().inv_cdf((1 + est.confidence) / 2)
-    return (math.log(est.hi) - math.log(est.lo)) / (2 * z)
+    centre = math.log(est.ratio)
+    return max(centre - math.log(est.lo), 0.0) / z, max(math.log(est.hi) - centre, 0.0) / z
 
 
 def median_interval(values: Sequence[float], *, level: float = 0.95) -> tuple[float, float, float]:

@@ -16,18 +16,23 @@ and the counter fields; version 3 added the repeated timing samples (``timing_re
 Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
 profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
 ``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``; the workload's ``cp_ranks`` and
-``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank).
+``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank); a run's ``ab``
+(:class:`ABRun`: ``profattn compare --ab``).
+
+Reading is strict about values and lenient about names: every number must be finite and fit 64 bits, every field
+have its type (one line naming the field otherwise); a field this version does not know is ignored, at any level,
+and named in one :class:`~profattn.errors.ProfattnWarning`.
 """
 
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
-    CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
+    CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ABRun, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
     CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, StrEnum, Timing,
     TraceSummary, cell_row, cells_by_workload, dominant_launch,
 )
 
 __all__ = [
-    "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
+    "ABRun", "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
     "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
     "KernelLaunch", "RankRecord", "RunResult", "StrEnum", "Timing", "TraceSummary", "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",

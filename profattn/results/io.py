@@ -17,7 +17,7 @@ from typing import Any
 
 from profattn.errors import ProfattnWarning, ResultsError
 from profattn.results.records import (
-    READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
+    READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ABRun, Ceilings, CellResult, CellStatus, Correctness, CounterKernel,
     CountersInfo, CountersStatus, CounterSummary, Environment, KernelLaunch, RankRecord, RunResult, Timing,
     TraceSummary,
 )
@@ -424,6 +424,7 @@ def run_from_dict(data: dict[str, Any], *, where: str = "results.json") -> RunRe
         seed=_opt_int(values.get("seed", 0), "seed"),
         counters_info=_counters_info(r, values["counters_info"]) if values.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
         repeat=_opt_int(values.get("repeat", 1), "repeat"),
+        ab=r.record(ABRun, values["ab"], "ab") if values.get("ab") is not None else None,
     )
     if r.unknown:
         shown = ", ".join(r.unknown[:5]) + (f" and {len(r.unknown) - 5} more" if len(r.unknown) > 5 else "")

@@ -415,6 +415,19 @@ class Ceilings:
 
 
 @dataclass(frozen=True)
+class ABRun:
+    """An A/B run (``profattn compare --ab BASE HEAD``): two backends timed alternately in one process. After each
+    cell's first sample (its measuring pass), ``rounds`` timing rounds go over the run's workloads, each round timing
+    ``base`` then ``head`` (odd rounds) or ``head`` then ``base`` (even rounds) back to back; sample ``i`` (``i ≥ 1``) of
+    one backend's cell is paired with sample ``i`` of the other's. A round either side of which failed is dropped
+    from both (noted on the cells)."""
+
+    base: str
+    head: str
+    rounds: int
+
+
+@dataclass(frozen=True)
 class RunResult:
     """A whole run: environment, preset, measured ceilings and every cell."""
 
@@ -427,6 +440,7 @@ class RunResult:
     seed: int = 0
     counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
+    ab: ABRun | None = None  #: an A/B run's pairing (None: an ordinary run)
 
     def samples_taken(self) -> tuple[int, int] | None:
         """(fewest, most) timing samples any timed cell holds — what was measured, which is less than

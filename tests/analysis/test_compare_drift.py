@@ -68,7 +68,7 @@ def test_a_real_ten_percent_change_in_one_cell_fails(seed: int):
     cmp = compare_runs(base, head)
     assert [c.cell_id for c in cmp.regressions] == [SLOW]
     (c,) = cmp.regressions
-    assert c.judged.ratio == pytest.approx(1.10, abs=0.02) and c.judged.lo > 1.05 and c.p_slower < 0.05
+    assert c.judged.ratio == pytest.approx(1.10, abs=0.02) and c.p_slower < 0.05 and c.judged.lo > 1.0
     assert c.estimate.ratio == pytest.approx(1.15 * 1.10, abs=0.03)  # the raw change includes the drift
 
 

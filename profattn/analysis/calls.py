@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from profattn.analysis.call_records import (
-    AttentionCall, CallKernel, CausalAlignment, KernelTime, LaunchShape, OpTime, StepWindow, TraceCalls,
+    AttentionCall, CallKernel, CausalAlignment, KernelTime, LaunchShape, OmittedKernels, OpTime, StepWindow, TraceCalls,
 )
 from profattn.analysis.call_shapes import (
     SHAPE_LIMITS, attention_family, is_attention_op, kernel_direction, op_dims, op_packed, op_shape, read_causal,
@@ -76,6 +76,9 @@ from profattn.trace.windows import IntervalIndex, group_keys
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 _NO_OP = "(no enclosing CPU op)"
+#: Kernels a call keeps as records (its heaviest, by GPU time); the rest are summarised (:class:`OmittedKernels`), so
+#: one call of 1,000,000 kernels costs what one of 64 does (a real call launches 1 to ~40).
+CALL_KERNEL_LIMIT = 64
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -224,6 +227,29 @@ class _KernelRecords:
             record = self._built[i] = self._build(int(i))
         return record
 
+    def call_kernels(self, rows: Sequence[int]) -> tuple[tuple[CallKernel, ...], OmittedKernels | None]:
+        """The kernels of rows ``rows`` as one call holds them: all as records, in GPU start order, when they are at
+        most :data:`CALL_KERNEL_LIMIT`; else the heaviest that many (ties: earliest), and the others summarised."""
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if len(rows) <= CALL_KERNEL_LIMIT:
+            return tuple(sorted((self[int(i)] for i in rows), key=lambda r: r.ts_us)), None
+        dur, ts = self._dur[rows], self._ts[rows]
+        order = np.lexsort((ts, -dur))  # heaviest first, then earliest
+        kept, rest = rows[order[:CALL_KERNEL_LIMIT]], rows[order[CALL_KERNEL_LIMIT:]]
+        by_name: dict[str, list[float]] = {}
+        for name, d in zip(self._names[rest].tolist(), self._dur[rest].tolist()):
+            entry = by_name.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += d
+        heaviest = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:10]
+        families = tuple(dict.fromkeys(f for f in (self._families[int(i)] for i in rest) if f))
+        omitted = OmittedKernels(
+            count=len(rest), gpu_time_us=float(self._dur[rest].sum()), families=families,
+            names=tuple((n, int(c), float(t)) for n, (c, t) in heaviest),
+            first_ts_us=float(self._ts[rest].min()), last_end_us=float((self._ts[rest] + self._dur[rest]).max()),
+            graph_launched=bool(self._graph[rest].any()))
+        return tuple(sorted((self[int(i)] for i in kept), key=lambda r: r.ts_us)), omitted
+
     def _int(self, column: str, i: int) -> int | None:
         values, missing = self._ints[column]
         return None if missing[i] else int(values[i])
@@ -346,13 +372,15 @@ def _op_calls(
     calls, used = [], set()
     for group, rows in zip(groups, taken):
         used.update(rows)
-        call_kernels = tuple(sorted((records[i] for i in set(rows)), key=lambda r: r.ts_us))
-        calls.append(_call_from_ops(group, call_kernels))
+        call_kernels, omitted = records.call_kernels(rows)
+        calls.append(_call_from_ops(group, call_kernels, omitted))
     return calls, used
 
 
-def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> AttentionCall:
-    """The call of one op group (outermost attention op first) and the kernels attributed to it."""
+def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...],
+                   omitted: OmittedKernels | None = None) -> AttentionCall:
+    """The call of one op group (outermost attention op first) and the kernels attributed to it (``omitted``: those
+    beyond the per-call cap)."""
     outer = group[0]
     sig = signature(outer["name"])
     backend_row = next((r for r in group if signature(r["name"]).backend is not None), None)
@@ -391,7 +419,7 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         kind = types[shape_sig.mask_index] if isinstance(types, list) and shape_sig.mask_index < len(types) else ""
         notes.append(f"explicit mask: an attn_mask/bias tensor {list(mask_dims)}{f' ({kind})' if kind else ''} was "
                      "passed; its pattern (a sliding window, say) is not in the trace")
-        notes.append(_dispatch_note(backend, backend_op, kernels))
+        notes.append(_dispatch_note(backend, backend_op, kernels, omitted))
     elif causal is None:
         if shape_sig.causal_index is None:
             notes.append("FlexAttention's mask (block mask, score_mod) is not recorded in a trace: causal unknown, and a "
@@ -406,23 +434,26 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
         shape=shape, causal=None if mask_dims else causal, causal_alignment=alignment,
         mask_dims=tuple(mask_dims) if mask_dims else None, varlen=varlen, phase=None, workload=None, kernels=kernels,
-        graph_launched=any(k.graph_launched for k in kernels), notes=tuple(notes), packed=packed, window=window,
+        graph_launched=any(k.graph_launched for k in kernels) or bool(omitted and omitted.graph_launched),
+        notes=tuple(notes), packed=packed, window=window, omitted=omitted,
     )
 
 
-def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKernel, ...]) -> str:
+def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKernel, ...],
+                   omitted: OmittedKernels | None = None) -> str:
     """Which path ran an explicit-mask call, from the trace: the dispatched backend op and the kernels."""
     fused = [k for k in kernels if k.family]
+    count = len(kernels) + (omitted.count if omitted else 0)
     if backend == "math":
-        ran = (f"{len(kernels)} kernel(s), none a fused attention kernel" if kernels and not fused
-               else "no GPU kernels recorded" if not kernels else f"{len(kernels)} kernel(s)")
+        ran = (f"{count} kernel(s), none a fused attention kernel" if kernels and not fused
+               else "no GPU kernels recorded" if not kernels else f"{count} kernel(s)")
         return f"SDPA ran the math path ({backend_op}: matmul + softmax; {ran})"
     where = f" ({backend_op})" if backend_op else ""
     if fused:
         top = max(fused, key=lambda k: k.dur_us)
         return f"SDPA ran a fused kernel: {backend}{where}, {top.family} kernel {kernel_stem(top.name)}"
     return f"SDPA ran {backend}{where}; " + ("no GPU kernels recorded" if not kernels else
-                                             f"{len(kernels)} kernel(s), none a fused attention kernel")
+                                             f"{count} kernel(s), none a fused attention kernel")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -460,7 +491,8 @@ def _kernel_only_calls(
             graph_families.setdefault(value[0], []).append(value[1])
     calls = []
     for (kind, value), members in groups.items():
-        ks = tuple(sorted((records[i] for i in members), key=lambda r: r.ts_us))
+        ks, omitted = records.call_kernels(members)
+        count = len(ks) + (omitted.count if omitted else 0)
         first = kernels.iloc[members[0]]
         op_name, op_range = op_by_ext.get(value, (None, None)) if kind == "ext" else (None, None)
         family = next(f for f in (k.family for k in ks) if f is not None)
@@ -469,17 +501,19 @@ def _kernel_only_calls(
             others = [f for f in graph_families[value[0]] if f != value[1]]
             split = (f"; the same replay also ran {', '.join(others)} attention kernels, grouped apart by family"
                      if others else "")
-            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): these {len(ks)} {family} "
+            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): these {count} {family} "
                          f"kernel(s) of one graph replay are grouped as one entry; the per-call boundaries inside "
                          f"the graph are unknown (one call or several){split}")
         calls.append(AttentionCall(
             index=0, source="kernels", op_name=op_name, backend=family, backend_op=None,
-            direction=kernel_direction(k.name for k in ks), ts_us=ks[0].ts_us,
-            dur_us=max(k.ts_us + k.dur_us for k in ks) - ks[0].ts_us,
+            direction=kernel_direction([*(k.name for k in ks), *(n for n, _, _ in (omitted.names if omitted else ()))]),
+            ts_us=min(ks[0].ts_us, omitted.first_ts_us if omitted else ks[0].ts_us),
+            dur_us=max([*(k.ts_us + k.dur_us for k in ks), *((omitted.last_end_us,) if omitted else ())])
+            - min(ks[0].ts_us, omitted.first_ts_us if omitted else ks[0].ts_us),
             pid=first["launch_pid"], tid=first["launch_tid"], range=op_range if op_range is not None else first["range"],
             shape=None, causal=None, causal_alignment=CausalAlignment.UNKNOWN, mask_dims=None, varlen=False, phase=None,
             workload=None, kernels=ks,
-            graph_launched=kind == "graph", notes=tuple(notes),
+            graph_launched=kind == "graph", notes=tuple(notes), omitted=omitted,
         ))
     return calls
 

@@ -199,12 +199,15 @@ def comm_intervals(trace: Trace) -> tuple[list[tuple[float, float]], str]:
 
 
 def compute_intervals(trace: Trace, calls: "TraceCalls | None" = None) -> list[tuple[float, float]]:
-    """The attention calls' intervals (µs): their kernels where they launched any, else the call operator;
+    """The attention calls' intervals (µs): their kernels where they launched any (those beyond a call's kernel cap
+    as one span), else the call operator;
     ``calls``: the trace's :func:`~profattn.analysis.calls.find_attention_calls`, when already found."""
     out: list[tuple[float, float]] = []
     for call in (calls if calls is not None else find_attention_calls(trace)).calls:
         if call.kernels:
             out += [(kk.ts_us, kk.ts_us + kk.dur_us) for kk in call.kernels]
+            if call.omitted is not None:  # the kernels beyond the per-call cap: their GPU span
+                out.append((call.omitted.first_ts_us, call.omitted.last_end_us))
         else:
             out.append((call.ts_us, call.ts_us + call.dur_us))
     return out

@@ -10,10 +10,12 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profattn.trace.columns import TraceWarning
 from profattn.workload import Phase, Workload
+
+if TYPE_CHECKING:  # an annotation only: importing the trace package loads the parser (and pandas) for every reader
+    from profattn.trace.columns import TraceWarning
 
 __all__ = [
     "AttentionCall",

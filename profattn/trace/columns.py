@@ -15,13 +15,15 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pandas as pd
 
 from profattn.trace.reader import Batch, parse_int
 from profattn.values import MAX_DURATION_US, MAX_INT, MIN_INT, safe_text
+
+if TYPE_CHECKING:  # the kernel frame is built in frames.py: importing pandas here would load it for every reader
+    import pandas as pd
 
 __all__ = [
     "EVENT_FIELDS",
@@ -589,7 +591,7 @@ class EventColumns:
         return out
 
 
-def kernel_warnings(kernels: pd.DataFrame) -> list[TraceWarning]:
+def kernel_warnings(kernels: "pd.DataFrame") -> list[TraceWarning]:
     """Warnings that need the kernel frame: kernels without a launch event, repeated kernel events."""
     out = []
     if kernels.empty:

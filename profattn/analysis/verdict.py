@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from profattn.analysis.comm import CpSummary, cp_summaries
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
-from profattn.analysis.serving import PromptPlan, prompt_plans
 from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Phase, Workload
+
+if TYPE_CHECKING:  # the noise rule (judged_margin, which recommend uses) needs neither module
+    from profattn.analysis.comm import CpSummary
+    from profattn.analysis.serving import PromptPlan
 
 #: A cell whose kernels run for less than this fraction of its latency is launch-bound.
 LAUNCH_BOUND_FRACTION = 0.6
@@ -495,7 +498,7 @@ def verdict(run: RunResult) -> Verdict:
                    evidence(tw, run) if tw else None, tuple(rows),
                    training_margin=margin(tw, t_second) if tw and t_second else None,
                    training_tied=tied_with(run, tw.workload.tag, tw) if tw else (),
-                   serving=serving_verdicts(run), cp=cp_summaries(run.cells))
+                   serving=serving_verdicts(run), cp=_cp_summaries(run.cells))
 
 
 def _standing(winner: str | None, reference: str | None, reference_margin: Margin | None, pending: bool) -> Standing:
@@ -551,6 +554,8 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
     cells = run.cells
     by_key = {(c.workload, c.backend): c for c in cells}
     backends = list(dict.fromkeys(c.backend for c in cells))
+    from profattn.analysis.serving import prompt_plans
+
     plans = prompt_plans([c.workload for c in cells])
 
     def plan_times(plan: PromptPlan) -> tuple[dict[str, JudgedTime], bool]:
@@ -611,3 +616,9 @@ def ranked_cells(run: RunResult) -> tuple[RankedCell, ...]:
     order = list(Phase)
     cells = sorted(run.cells, key=lambda c: (order.index(c.workload.phase), c.workload.kv_len))
     return tuple(RankedCell(c, (w := win.get(c.workload.tag)) is not None and w.cell_id == c.cell_id) for c in cells)
+
+
+def _cp_summaries(cells: Sequence[CellResult]) -> "tuple[CpSummary, ...]":
+    from profattn.analysis.comm import cp_summaries
+
+    return cp_summaries(cells)

@@ -47,7 +47,6 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
     from profattn.analysis import compare as comparison
-    from profattn.report import compare as compare_report
 
     given = [name for name, v in (("--preset", preset), ("--workload", workload_specs), ("--device", device_name),
                                   ("--repeat", rounds), ("--run-dir", run_dir), ("--db", db),

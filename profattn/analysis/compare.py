@@ -56,15 +56,14 @@ in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from statistics import median
 from typing import Any
 
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.noise import noise_findings
-import math
-from statistics import median
-
 from profattn.analysis.stats import (RatioEstimate, hodges_lehmann_ratio, holm, log_se, median_interval, paired_ratio,
                                      student_t_quantile, student_t_sf)
 from profattn.analysis.verdict import Verdict, runner_up, verdict, winners, within_noise

@@ -34,12 +34,13 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.verdict import JudgedTime, judged_margin
 from profattn.store import Measurement, row_features
+
+if TYPE_CHECKING:  # numpy is imported where a tree is grown: answering from a cached policy needs none of it
+    import numpy as np
 
 #: ``schema`` and ``version`` of the exported policy (``profattn recommend --export``).
 POLICY_SCHEMA = "profattn.policy"
@@ -164,6 +165,8 @@ def choice_cost(w: WorkloadTimes, backend: str) -> float:
 
 def cost_matrix(ws: Sequence[WorkloadTimes], backends: Sequence[str]) -> np.ndarray:
     """:func:`choice_cost` of every backend (columns) for every workload (rows), memoized per workload."""
+    import numpy as np
+
     return np.array([[w.costs.get(b, UNRUNNABLE_COST) for b in backends] for w in ws], dtype=float).reshape(len(ws), len(backends))
 
 
@@ -240,6 +243,8 @@ class Prediction:
 
 
 def _leaf(ws: Sequence[WorkloadTimes], costs: np.ndarray, backends: Sequence[str]) -> Node:
+    import numpy as np
+
     total = costs.sum(axis=0)
     b = int(np.argmin(total + 1e-9 * np.arange(len(backends))))
     name = backends[b]
@@ -250,6 +255,8 @@ def _leaf(ws: Sequence[WorkloadTimes], costs: np.ndarray, backends: Sequence[str
 
 
 def _best_split(ws: Sequence[WorkloadTimes], costs: np.ndarray) -> tuple[float, Condition, np.ndarray] | None:
+    import numpy as np
+
     n = len(ws)
     best: tuple[float, Condition, np.ndarray] | None = None
     for name in (*CATEGORICAL_FIELDS, *NUMERIC_FIELDS):
@@ -288,6 +295,8 @@ def _best_split(ws: Sequence[WorkloadTimes], costs: np.ndarray) -> tuple[float, 
 
 def _grow(ws: Sequence[WorkloadTimes], costs: np.ndarray, backends: Sequence[str], depth: int) -> Node:
     """The subtree over ``ws`` (``costs``: their rows of the cost matrix, workloads × backends)."""
+    import numpy as np
+
     leaf = _leaf(ws, costs, backends)
     if depth >= MAX_DEPTH or len(ws) < 2 * MIN_LEAF:
         return leaf

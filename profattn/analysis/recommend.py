@@ -17,8 +17,8 @@ import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from profattn.analysis.call_records import TraceCalls
 from profattn.analysis.policy import (
     Policy, Prediction, derive, features, policy_from_dict, policy_to_dict, pooled_time,
 )
@@ -26,6 +26,9 @@ from profattn.analysis.verdict import JudgedTime, judged_margin
 from profattn.errors import ProfattnError
 from profattn.store import Measurement, ResultsStore, StoredRun, canonical_workload, workload_fields, workload_key
 from profattn.workload import Workload
+
+if TYPE_CHECKING:  # a trace's calls are advised on only with analyze --recommend
+    from profattn.analysis.call_records import TraceCalls
 
 #: Another backend within this fraction of the winner's median makes a near tie (TransformerEngine's 3 %).
 NEAR_TIE_FRACTION = 0.03

@@ -161,7 +161,7 @@ def _call_row(call: Any) -> dict[str, Any]:
         "ts_us": call.ts_us,
         "dur_us": call.dur_us,
         "gpu_time_us": call.gpu_time_us,
-        "kernel_count": len(call.kernels),
+        "kernel_count": call.kernel_count,
         "graph_launched": call.graph_launched,
         "dominant_kernel": k.name if k else None,
         "dominant_kernel_us": k.dur_us if k else None,

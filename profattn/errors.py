@@ -31,3 +31,8 @@ class TraceError(ProfattnError):
 
 class ResultsError(ProfattnError):
     """A ``results.json`` is missing, malformed, or of an unsupported schema version."""
+
+
+class ProfattnWarning(UserWarning):
+    """Something read that profattn could use past (unknown fields ignored, unpaired surrogates replaced, ...);
+    the CLI prints each as one ``warning: ...`` line on stderr; library callers get it through :mod:`warnings`."""

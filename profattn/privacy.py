@@ -71,9 +71,13 @@ def _name_pattern(value: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w-]){re.escape(value)}(?=_\d|[^\w-]|$)")
 
 
+@functools.lru_cache(maxsize=16384)
 def scrub_text(text: str) -> str:
     """``text`` without absolute paths or ``file://`` URL paths (last component kept), host name or user name
-    (see module docstring)."""
+    (see module docstring). Results are cached (a trace repeats its kernel and op names thousands of times), and a
+    text holding no ``/`` and none of the names is returned without running a pattern."""
+    if "/" not in text and not any(value in text for value, _ in host_identifiers()):
+        return text
     out = _FILE_URL.sub("file://…/\\1", text)
     out = _ABS_PATH.sub(r"\1", out)
     for value, placeholder in host_identifiers():
@@ -83,9 +87,15 @@ def scrub_text(text: str) -> str:
 
 def scrub(obj: T) -> T:
     """A copy of ``obj`` (dataclass, tuple, list, dict or str, nested) with every string scrubbed; a
-    :class:`~profattn.workload.Workload` (numbers and enums only) and non-string scalars are returned as is.
+    :class:`~profattn.workload.Workload` (numbers and enums only) and non-string scalars are returned as is, and so
+    is a dataclass or tuple in which nothing changed (they are immutable: sharing them is safe).
     Enum members (``Phase`` is a ``str`` enum) are returned as is. An environment record's ``hostname``
     and ``user`` are set to None."""
+    kind = type(obj)
+    if kind in _ATOMS:  # most of what a record holds: numbers and None (checked first: a trace's calls hold 10⁵ of them)
+        return obj
+    if kind is str:
+        return scrub_text(obj)  # type: ignore[return-value]
     if isinstance(obj, enum.Enum):
         return obj
     if isinstance(obj, str):
@@ -94,19 +104,28 @@ def scrub(obj: T) -> T:
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {}
-        for f in dataclasses.fields(obj):
-            v = getattr(obj, f.name)
-            new = None if f.name in ("hostname", "user") else scrub(v)
-            if new is not v:
-                changes[f.name] = new
+        for name in _field_names(type(obj)):
+            v = getattr(obj, name)
+            new = None if name in ("hostname", "user") else scrub(v)
+            if new is not v and new != v:
+                changes[name] = new
         return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[return-value]
-    if isinstance(obj, tuple):
-        return tuple(scrub(x) for x in obj)  # type: ignore[return-value]
+    if isinstance(obj, tuple):  # the same (immutable) tuple back when nothing inside changed: no copies of clean records
+        items = tuple(scrub(x) for x in obj)
+        return obj if all(a is b for a, b in zip(items, obj)) else items  # type: ignore[return-value]
     if isinstance(obj, list):
         return [scrub(x) for x in obj]  # type: ignore[return-value]
     if isinstance(obj, dict):
         return {k: scrub(v) for k, v in obj.items()}  # type: ignore[return-value]
     return obj
+
+
+_ATOMS = frozenset({int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _scrub_json(obj: Any) -> Any:

@@ -37,11 +37,12 @@ def test_committed_run_statuses_are_enum_members():
 def test_unknown_status_is_refused_with_the_field_named(tmp_path: Path):
     data = run_to_dict(run([cell(SEED.workloads[0], "eager", 10.0)]))
     data["cells"][0]["status"] = "skipped"
-    with pytest.raises(ResultsError, match=r"field 'status' is 'skipped', not one of ok, incorrect, unsupported, error, pending"):
+    with pytest.raises(ResultsError, match=r"field 'cells\[0\] \(train_.*\.eager\)\.status' is 'skipped', not one of ok, "
+                                           "incorrect, unsupported, error, pending"):
         run_from_dict(data)
     path = tmp_path / "results.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ResultsError, match=r"results\.json: cell '.*\.eager': field 'status'"):
+    with pytest.raises(ResultsError, match=r"results\.json: field 'cells\[0\] \(.*\.eager\)\.status'"):
         read_results(path)
     with pytest.raises(ValueError):
         replace(run([cell(SEED.workloads[0], "eager", 10.0)]).cells[0], status="skipped")
@@ -202,3 +203,107 @@ def test_closed_sets_read_and_write_as_their_strings(tmp_path):
 
     with pytest.raises(ValueError):
         RankRecord(0, status="lost")
+    raw["cells"][0]["ranks"][1]["status"] = "lost"
+    (tmp_path / "results.json").write_text(json.dumps(raw))
+    with pytest.raises(ResultsError, match=r"ranks\[1\]\.status' is 'lost', not one of ok, failed"):
+        read_results(tmp_path / "results.json")
+
+
+# ---- every number bounded and finite, unknown fields ignored, text safe (issue 26) -----------------------------
+
+
+def _seed_data() -> dict:
+    return json.loads((REPO / "examples" / "h200-seed" / "results.json").read_text())
+
+
+def _timed(data: dict) -> dict:
+    return next(c for c in data["cells"] if c.get("timing") and c.get("correctness"))
+
+
+@pytest.mark.parametrize("field", ["timing.median_us", "timing_repeats.0.median_us", "correctness.out_rel_err"])
+@pytest.mark.parametrize("value", ["10**400", "NaN", "Infinity", "1e400", "-10**30"])
+def test_a_number_beyond_range_is_a_one_line_error_naming_the_field(tmp_path: Path, field: str, value: str):
+    """issue 26: an int too large for a float in timing.median_us, timing_repeats[i].median_us or
+    correctness.out_rel_err gave OverflowError tracebacks; a NaN/Infinity literal or 1e400 is refused the same way."""
+    data = _seed_data()
+    c = _timed(data)
+    c.setdefault("timing_repeats", [dict(c["timing"])])
+    node = c
+    *parents, leaf = field.split(".")
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    node[leaf] = "@@"
+    text = json.dumps(data).replace('"@@"', str(eval(value)) if "**" in value else value)
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError) as err:
+        read_results(path)
+    message = str(err.value)
+    where = field.replace(".0.", "[0].")
+    assert "\n" not in message and f"{c['cell_id']}).{where}' is " in message, message
+    assert ("beyond a 64-bit integer" in message if "**" in value else "finite" in message), message
+
+
+def test_unknown_fields_are_ignored_everywhere_with_one_warning(tmp_path: Path):
+    """issue 26: unknown fields were accepted at the top level and in cells but refused inside timing/environment
+    ("Environment.__init__() got an unexpected keyword argument"): now ignored at every level, named in one warning."""
+    from profattn.errors import ProfattnWarning
+
+    data = _seed_data()
+    data["made_by"] = "a newer profattn"
+    data["environment"]["gpu_power_w"] = 700
+    c = _timed(data)
+    c["timing"]["stddev_us"] = 0.1
+    c["workload"]["rope"] = True
+    c["future_cell_field"] = 1
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    with pytest.warns(ProfattnWarning) as caught:
+        r = read_results(path)
+    assert len(r.cells) == 45
+    (w,) = [str(x.message) for x in caught]
+    assert "5 unknown field(s) ignored" in w
+    for name in ("made_by", "environment.gpu_power_w", f"({c['cell_id']}).timing.stddev_us",
+                 f"({c['cell_id']}).workload.rope", f"({c['cell_id']}).future_cell_field"):
+        assert name in w, (name, w)
+
+
+def test_ill_typed_fields_name_the_field(tmp_path: Path):
+    data = _seed_data()
+    data["environment"]["torch"] = ["2.11"]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"field 'environment.torch' is list \['2.11'\], not str"):
+        read_results(path)
+    data = _seed_data()
+    _timed(data)["timing"]["reps"] = 2.5
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"\.timing\.reps' is float 2\.5, not int"):
+        read_results(path)
+
+
+def test_unpaired_surrogates_are_replaced_and_counted(tmp_path: Path):
+    """issue 26: "\\ud800" (half an emoji) in a name made every writer of UTF-8 fail; a whole emoji stays."""
+    from profattn.errors import ProfattnWarning
+
+    data = _seed_data()
+    data["environment"]["device_name"] = "NVIDIA H200 \ud83d\ude00"
+    c = _timed(data)
+    c["reason"] = "half \ud800 and \udfff"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))  # json writes "\\ud800": a valid escape of an invalid string
+    with pytest.warns(ProfattnWarning, match=r"2 unpaired UTF-16 surrogate\(s\) in its text replaced by U\+FFFD"):
+        r = read_results(path)
+    assert r.environment.device_name == "NVIDIA H200 😀"
+    assert next(x for x in r.cells if x.cell_id == c["cell_id"]).reason == "half \ufffd and \ufffd"
+    (tmp_path / "out").mkdir()
+    write_results(r, tmp_path / "out" / "results.json").read_text(encoding="utf-8")
+
+
+def test_timing_refuses_huge_and_absurd_latencies():
+    from profattn.results import Timing
+
+    for bad in (10**400, 1e13, float("nan"), True):
+        with pytest.raises(ValueError, match="median_us must be a positive finite number"):
+            Timing(bad, 1.0, 1.0, 1.0, 5, "test")
+    assert Timing(1e12, 1.0, 1.0, 1.0, 5, "test").median_us == 1e12

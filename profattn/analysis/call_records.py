@@ -11,10 +11,12 @@ import enum
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profattn.trace.columns import TraceWarning
 from profattn.workload import Phase, Workload
+
+if TYPE_CHECKING:  # an annotation only: importing the trace package loads the parser (and pandas) for every reader
+    from profattn.trace.columns import TraceWarning
 
 __all__ = [
     "AttentionCall",
@@ -33,6 +35,7 @@ __all__ = [
     "KVCacheShape",
     "KernelTime",
     "LaunchShape",
+    "OmittedKernels",
     "OpTime",
     "PackedBatch",
     "PartLedger",
@@ -507,6 +510,23 @@ class ServingStep:
 
 
 @dataclass(frozen=True)
+class OmittedKernels:
+    """The kernels of one call beyond the per-call cap (:data:`profattn.analysis.calls.CALL_KERNEL_LIMIT`: the call
+    keeps its heaviest kernels as :class:`CallKernel` records), summarised: ``count`` kernels, ``gpu_time_us`` summed
+    (µs), ``families`` (attention families among them), ``names`` the heaviest kernel names among them as ``(name,
+    launches, total µs)`` (at most 10), their GPU span ``first_ts_us`` … ``last_end_us``, and whether any was
+    ``graph_launched``."""
+
+    count: int
+    gpu_time_us: float
+    families: tuple[str, ...]
+    names: tuple[tuple[str, int, float], ...]
+    first_ts_us: float
+    last_end_us: float
+    graph_launched: bool
+
+
+@dataclass(frozen=True)
 class AttentionCall:
     """One attention call found in a trace.
 
@@ -533,7 +553,8 @@ class AttentionCall:
         phase: inferred regime (see the module docstring), None without shapes.
         workload: the call as a profattn :class:`Workload` when every field is known and profattn's
             semantics can express it, else None (``notes`` says why).
-        kernels: the kernels the call launched, in GPU start order.
+        kernels: the kernels the call launched, in GPU start order — at most the heaviest
+            :data:`~profattn.analysis.calls.CALL_KERNEL_LIMIT`; the rest are summarised in ``omitted``.
         graph_launched: the kernels were replayed from a CUDA graph (attributed to the graph launch).
         notes: caveats, one line each.
         packed: what a packed variable-length call records about its sequences (:class:`PackedBatch`), or None.
@@ -546,6 +567,7 @@ class AttentionCall:
             (what places it in a step's CPU window); None when unknown.
         captured_in: for an op call made while a stream was capturing a graph (its kernels did not run then), the
             index of that capture in :attr:`Trace.captures`; None otherwise.
+        omitted: the kernels beyond the per-call cap (:class:`OmittedKernels`), or None when ``kernels`` holds all.
     """
 
     index: int
@@ -576,16 +598,23 @@ class AttentionCall:
     graph: GraphOrigin | None = None
     launch_ts_us: float | None = None
     captured_in: int | None = None
+    omitted: OmittedKernels | None = None
 
     @property
     def gpu_time_us(self) -> float:
-        """Summed duration of the call's kernels (µs)."""
-        return float(sum(k.dur_us for k in self.kernels))
+        """Summed duration of all the call's kernels (µs), those beyond the cap included."""
+        return float(sum(k.dur_us for k in self.kernels)) + (self.omitted.gpu_time_us if self.omitted else 0.0)
+
+    @property
+    def kernel_count(self) -> int:
+        """Kernels the call launched, those beyond the cap included."""
+        return len(self.kernels) + (self.omitted.count if self.omitted else 0)
 
     @property
     def kernel_families(self) -> tuple[str, ...]:
-        """Attention families of the call's kernels, in first-seen order."""
-        return tuple(dict.fromkeys(k.family for k in self.kernels if k.family))
+        """Attention families of the call's kernels (those beyond the cap included), in first-seen order."""
+        kept = (k.family for k in self.kernels if k.family)
+        return tuple(dict.fromkeys([*kept, *(self.omitted.families if self.omitted else ())]))
 
     @property
     def workload_constructor(self) -> str | None:

@@ -69,8 +69,8 @@ import numpy as np
 import pandas as pd
 
 from profattn.analysis.call_records import (
-    AttentionCall, CallKernel, CausalAlignment, GraphGap, GraphMerge, GraphOrigin, KernelTime, LaunchShape, OpTime,
-    StepWindow, TraceCalls,
+    AttentionCall, CallKernel, CausalAlignment, GraphGap, GraphMerge, GraphOrigin, KernelTime, LaunchShape,
+    OmittedKernels, OpTime, StepWindow, TraceCalls,
 )
 from profattn.analysis.call_shapes import (
     SHAPE_LIMITS, attention_family, is_attention_op, is_engine_op, kernel_direction, op_dims, op_packed, op_shape,
@@ -87,6 +87,9 @@ from profattn.trace.windows import IntervalIndex, group_keys
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 _NO_OP = "(no enclosing CPU op)"
+#: Kernels a call keeps as records (its heaviest, by GPU time); the rest are summarised (:class:`OmittedKernels`), so
+#: one call of 1,000,000 kernels costs what one of 64 does (a real call launches 1 to ~40).
+CALL_KERNEL_LIMIT = 64
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -257,6 +260,35 @@ class _KernelRecords:
             record = self._built[i] = self._build(int(i))
         return record
 
+    def call_kernels(self, rows: Sequence[int]) -> tuple[tuple[CallKernel, ...], OmittedKernels | None]:
+        """The kernels of rows ``rows`` as one call holds them: all as records, in GPU start order, when they are at
+        most :data:`CALL_KERNEL_LIMIT`; else the heaviest that many (ties: earliest), and the others summarised."""
+        kept, omitted = self.call_rows(rows)
+        return tuple(self[i] for i in kept), omitted
+
+    def call_rows(self, rows: Sequence[int]) -> tuple[list[int], OmittedKernels | None]:
+        """:meth:`call_kernels` as row numbers: the rows kept as records, in GPU start order (ties: row order), and
+        the others summarised (None when all are kept)."""
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if len(rows) <= CALL_KERNEL_LIMIT:
+            return sorted((int(i) for i in rows), key=lambda i: self._ts[i]), None
+        dur, ts = self._dur[rows], self._ts[rows]
+        order = np.lexsort((ts, -dur))  # heaviest first, then earliest
+        kept, rest = rows[order[:CALL_KERNEL_LIMIT]], rows[order[CALL_KERNEL_LIMIT:]]
+        by_name: dict[str, list[float]] = {}
+        for name, d in zip(self._names[rest].tolist(), self._dur[rest].tolist()):
+            entry = by_name.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += d
+        heaviest = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:10]
+        families = tuple(dict.fromkeys(f for f in (self._families[int(i)] for i in rest) if f))
+        omitted = OmittedKernels(
+            count=len(rest), gpu_time_us=float(self._dur[rest].sum()), families=families,
+            names=tuple((n, int(c), float(t)) for n, (c, t) in heaviest),
+            first_ts_us=float(self._ts[rest].min()), last_end_us=float((self._ts[rest] + self._dur[rest]).max()),
+            graph_launched=bool(self._graph[rest].any()))
+        return sorted((int(i) for i in kept), key=lambda i: self._ts[i]), omitted
+
     def _int(self, column: str, i: int) -> int | None:
         values, missing = self._ints[column]
         return None if missing[i] else int(values[i])
@@ -380,8 +412,8 @@ def _op_calls(
     cache = _CacheContext(ops, groups)
     for gi, (group, rows) in enumerate(zip(groups, taken)):
         used.update(rows)
-        call_kernels = tuple(sorted((records[i] for i in set(rows)), key=lambda r: r.ts_us))
-        calls.append(_group_call(group, call_kernels, cache, gi))
+        call_kernels, omitted = records.call_kernels(rows)
+        calls.append(_group_call(group, call_kernels, cache, gi, omitted))
     return calls, used
 
 
@@ -416,11 +448,12 @@ class _CacheContext:
 
 
 def _group_call(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...], cache: _CacheContext,
-                position: int) -> AttentionCall:
-    """The call of one op group: an engine op's (:func:`_call_from_engine_ops`) or any other (:func:`_call_from_ops`)."""
+                position: int, omitted: OmittedKernels | None = None) -> AttentionCall:
+    """The call of one op group: an engine op's (:func:`_call_from_engine_ops`) or any other (:func:`_call_from_ops`);
+    ``omitted``: its kernels beyond the per-call cap (:meth:`_KernelRecords.call_kernels`)."""
     if is_engine_op(group[0]["name"]):
-        return _call_from_engine_ops(group, kernels, cache.before(group, position), cache.inside(group))
-    return _call_from_ops(group, kernels)
+        return _call_from_engine_ops(group, kernels, cache.before(group, position), cache.inside(group), omitted)
+    return _call_from_ops(group, kernels, omitted)
 
 
 def _backend_of(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> tuple[str, str | None, list[str]]:
@@ -434,9 +467,11 @@ def _backend_of(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) ->
 
 
 def _call_from_engine_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...],
-                          cache_ops: list[dict[str, Any]], views: list[dict[str, Any]]) -> AttentionCall:
+                          cache_ops: list[dict[str, Any]], views: list[dict[str, Any]],
+                          omitted: OmittedKernels | None = None) -> AttentionCall:
     """The call of a serving engine's attention op (:mod:`profattn.analysis.engine_ops`): token-major shapes, the
-    paged cache, no per-sequence lengths (those come from the step annotation: :mod:`profattn.analysis.steps`)."""
+    paged cache, no per-sequence lengths (those come from the step annotation: :mod:`profattn.analysis.steps`);
+    ``omitted``: its kernels beyond the per-call cap."""
     outer = group[0]
     read = read_engine_call(group, cache_ops, views)
     backend, backend_op, notes = _backend_of(group, kernels)
@@ -444,13 +479,17 @@ def _call_from_engine_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel
         index=0, source="op", op_name=outer["name"], backend=backend, backend_op=backend_op, direction="forward",
         ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
         shape=read.shape, causal=read.causal, causal_alignment=read.alignment, mask_dims=None, varlen=True, phase=None,
-        workload=None, kernels=kernels, graph_launched=any(k.graph_launched for k in kernels),
+        workload=None, kernels=kernels,
+        graph_launched=any(k.graph_launched for k in kernels) or bool(omitted and omitted.graph_launched),
         notes=(*notes, *read.notes), window=read.window, engine=read.engine, launch_ts_us=float(outer["ts_us"]),
+        omitted=omitted,
     )
 
 
-def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...]) -> AttentionCall:
-    """The call of one op group (outermost attention op first) and the kernels attributed to it."""
+def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...],
+                   omitted: OmittedKernels | None = None) -> AttentionCall:
+    """The call of one op group (outermost attention op first) and the kernels attributed to it (``omitted``: those
+    beyond the per-call cap)."""
     outer = group[0]
     sig = signature(outer["name"])
     backend, backend_op, notes = _backend_of(group, kernels)
@@ -482,7 +521,7 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         kind = types[shape_sig.mask_index] if isinstance(types, list) and shape_sig.mask_index < len(types) else ""
         notes.append(f"explicit mask: an attn_mask/bias tensor {list(mask_dims)}{f' ({kind})' if kind else ''} was "
                      "passed; its pattern (a sliding window, say) is not in the trace")
-        notes.append(_dispatch_note(backend, backend_op, kernels))
+        notes.append(_dispatch_note(backend, backend_op, kernels, omitted))
     elif causal is None:
         if shape_sig.causal_index is None:
             notes.append("FlexAttention's mask (block mask, score_mod) is not recorded in a trace: causal unknown, and a "
@@ -497,24 +536,26 @@ def _call_from_ops(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...])
         ts_us=float(outer["ts_us"]), dur_us=float(outer["_dur"]), pid=outer["pid"], tid=outer["tid"], range=outer["range"],
         shape=shape, causal=None if mask_dims else causal, causal_alignment=alignment,
         mask_dims=tuple(mask_dims) if mask_dims else None, varlen=varlen, phase=None, workload=None, kernels=kernels,
-        graph_launched=any(k.graph_launched for k in kernels), notes=tuple(notes), packed=packed, window=window,
-        launch_ts_us=float(outer["ts_us"]),
+        graph_launched=any(k.graph_launched for k in kernels) or bool(omitted and omitted.graph_launched),
+        notes=tuple(notes), packed=packed, window=window, launch_ts_us=float(outer["ts_us"]), omitted=omitted,
     )
 
 
-def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKernel, ...]) -> str:
+def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKernel, ...],
+                   omitted: OmittedKernels | None = None) -> str:
     """Which path ran an explicit-mask call, from the trace: the dispatched backend op and the kernels."""
     fused = [k for k in kernels if k.family]
+    count = len(kernels) + (omitted.count if omitted else 0)
     if backend == "math":
-        ran = (f"{len(kernels)} kernel(s), none a fused attention kernel" if kernels and not fused
-               else "no GPU kernels recorded" if not kernels else f"{len(kernels)} kernel(s)")
+        ran = (f"{count} kernel(s), none a fused attention kernel" if kernels and not fused
+               else "no GPU kernels recorded" if not kernels else f"{count} kernel(s)")
         return f"SDPA ran the math path ({backend_op}: matmul + softmax; {ran})"
     where = f" ({backend_op})" if backend_op else ""
     if fused:
         top = max(fused, key=lambda k: k.dur_us)
         return f"SDPA ran a fused kernel: {backend}{where}, {top.family} kernel {kernel_stem(top.name)}"
     return f"SDPA ran {backend}{where}; " + ("no GPU kernels recorded" if not kernels else
-                                             f"{len(kernels)} kernel(s), none a fused attention kernel")
+                                             f"{count} kernel(s), none a fused attention kernel")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -555,7 +596,8 @@ def _kernel_only_calls(
     launch_ts = kernels["launch_ts_us"].to_numpy(dtype="float64")
     calls = []
     for (kind, value), members in groups.items():
-        ks = tuple(sorted((records[i] for i in members), key=lambda r: r.ts_us))
+        ks, omitted = records.call_kernels(members)
+        count = len(ks) + (omitted.count if omitted else 0)
         first = kernels.iloc[members[0]]
         op_name, op_range = op_by_ext.get(value, (None, None)) if kind == "ext" else (None, None)
         family = next(f for f in (k.family for k in ks) if f is not None)
@@ -567,17 +609,19 @@ def _kernel_only_calls(
             others = [f for f in graph_families[value[0]] if f != value[1]]
             split = (f"; the same replay also ran {', '.join(others)} attention kernels, grouped apart by family"
                      if others else "")
-            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): these {len(ks)} {family} "
+            notes.append(f"replayed from a CUDA graph (launched by {first['launcher']}): these {count} {family} "
                          f"kernel(s) of one graph replay are grouped as one entry; the per-call boundaries inside "
                          f"the graph are unknown (one call or several){split}")
         calls.append(AttentionCall(
             index=0, source="kernels", op_name=op_name, backend=family, backend_op=None,
-            direction=kernel_direction(k.name for k in ks), ts_us=ks[0].ts_us,
-            dur_us=max(k.ts_us + k.dur_us for k in ks) - ks[0].ts_us,
+            direction=kernel_direction([*(k.name for k in ks), *(n for n, _, _ in (omitted.names if omitted else ()))]),
+            ts_us=min(ks[0].ts_us, omitted.first_ts_us if omitted else ks[0].ts_us),
+            dur_us=max([*(k.ts_us + k.dur_us for k in ks), *((omitted.last_end_us,) if omitted else ())])
+            - min(ks[0].ts_us, omitted.first_ts_us if omitted else ks[0].ts_us),
             pid=first["launch_pid"], tid=first["launch_tid"], range=op_range if op_range is not None else first["range"],
             shape=None, causal=None, causal_alignment=CausalAlignment.UNKNOWN, mask_dims=None, varlen=False, phase=None,
             workload=None, kernels=ks,
-            graph_launched=kind == "graph", notes=tuple(notes),
+            graph_launched=kind == "graph", notes=tuple(notes), omitted=omitted,
             launch_ts_us=float(launch_ts[members[0]]) if not math.isnan(launch_ts[members[0]]) else None,
         ))
     return calls
@@ -636,18 +680,18 @@ def _graph_calls(trace: Trace, merged: MergeResult, sources: Sequence[CaptureSou
         groups, cache = contexts[si]
         src = sources[si].trace
         launches = src.capture_launches
-        ks = []
-        for row in sorted(rows, key=lambda r: float(kernels.at[r, "ts_us"])):
-            ks.append(_with_capture_shape(records[row], launches, placements[row].launch_row, num_sms))
-        ks_t = tuple(ks)
-        base = _group_call(groups[g], ks_t, cache, g)
+        kept, omitted = records.call_rows(rows)
+        ks_t = tuple(_with_capture_shape(records[row], launches, placements[row].launch_row, num_sms) for row in kept)
+        base = _group_call(groups[g], ks_t, cache, g, omitted)
         p = placements[rows[0]]
         first = min(rows, key=lambda r: float(kernels.at[r, "ts_us"]))
+        start = min(ks_t[0].ts_us, omitted.first_ts_us if omitted else ks_t[0].ts_us)
+        end = max([*(k.ts_us + k.dur_us for k in ks_t), *((omitted.last_end_us,) if omitted else ())])
         capture_id = int(launches.at[p.launch_row, "capture"])
         note = (f"replayed from a CUDA graph (graph launch at {p.launch_ts_us:.0f} µs CPU): matched to capture {capture_id} "
                 f"of {sources[si].label} by {p.rule.value}; the op and its input shapes are the capture's")
         calls.append(replace(
-            base, source="graph", ts_us=ks_t[0].ts_us, dur_us=max(k.ts_us + k.dur_us for k in ks_t) - ks_t[0].ts_us,
+            base, source="graph", ts_us=start, dur_us=end - start,
             pid=kernels.at[first, "launch_pid"], tid=kernels.at[first, "launch_tid"], range=kernels.at[first, "range"],
             graph_launched=True, notes=(*base.notes, note), launch_ts_us=p.launch_ts_us, captured_in=None,
             graph=GraphOrigin(p.rule, sources[si].label, capture_id, corr, p.launch_ts_us),

@@ -27,12 +27,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.call_records import TraceCalls
-from profattn.analysis.calls import find_attention_calls
 from profattn.results import CellStatus
-from profattn.trace.kineto import Trace
+
+if TYPE_CHECKING:  # a run's verdict reads cp_summaries alone: no trace, no pandas
+    from profattn.analysis.call_records import TraceCalls
+    from profattn.trace.kineto import Trace
 
 #: ``c10d::`` operator → (collective, index of the argument whose size is the rank's payload, rule). Rules:
 #: ``gather`` (R − 1)·n both ways; ``a2a`` n·(R − 1)/R both ways; ``send``/``recv`` n one way; ``reduce`` 2n·(R − 1)/R.
@@ -211,12 +212,17 @@ def comm_intervals(trace: Trace) -> tuple[list[tuple[float, float]], CommSource]
 
 
 def compute_intervals(trace: Trace, calls: "TraceCalls | None" = None) -> list[tuple[float, float]]:
-    """The attention calls' intervals (µs): their kernels where they launched any, else the call operator;
+    """The attention calls' intervals (µs): their kernels where they launched any (those beyond a call's kernel cap
+    as one span), else the call operator;
     ``calls``: the trace's :func:`~profattn.analysis.calls.find_attention_calls`, when already found."""
+    from profattn.analysis.calls import find_attention_calls
+
     out: list[tuple[float, float]] = []
     for call in (calls if calls is not None else find_attention_calls(trace)).calls:
         if call.kernels:
             out += [(kk.ts_us, kk.ts_us + kk.dur_us) for kk in call.kernels]
+            if call.omitted is not None:  # the kernels beyond the per-call cap: their GPU span
+                out.append((call.omitted.first_ts_us, call.omitted.last_end_us))
         else:
             out.append((call.ts_us, call.ts_us + call.dur_us))
     return out

@@ -3,14 +3,39 @@
 Cells are matched by (workload tag, backend). For each matched cell:
 
 * **latency**: head / base from the cells' independent timing samples (``profile --repeat N``; one median
-  per repeat, of the CUDA-graph replay for decode on CUDA, else of eager launches), estimated with the
-  Hodges–Lehmann ratio and its exact Mann–Whitney interval (:mod:`profattn.analysis.stats`, references there).
-  Classification, with threshold ``t`` (default 5 %) and interval ``[lo, hi]`` at a nominal 95 %:
+  per repeat, of the CUDA-graph replay for decode on CUDA, else of eager launches). Per cell: ``d`` = the
+  Hodges–Lehmann estimate of ``ln(head/base)`` and its standard error ``se`` read off the exact Mann–Whitney
+  interval (:func:`profattn.analysis.stats.log_se`; outlying samples widen it). Two runs are two processes, and a
+  process-wide shift (the machine busier, clocks, memory placement) moves most cells together — so across the cells:
 
-  - ``slower``: ``lo > 1 + t`` — the whole interval lies above a ``t`` slowdown (a regression);
-  - ``faster``: ``hi < 1 / (1 + t)`` — the whole interval lies below a ``t`` speed-up (symmetric in log);
-  - ``within noise``: anything else (the interval reaches into ``[1/(1+t), 1+t]``);
-  - ``too few repeats``: fewer than 3 samples on a side (no interval; shown, never a regression).
+  - **drift** ``D`` = the median of the cells' ``d`` with its distribution-free interval
+    (:func:`~profattn.analysis.stats.median_interval`), from at least :data:`MIN_DRIFT_CELLS` cells; a run-wide shift
+    is *reported* (its size and interval), never a regression, and every cell is judged *relative to it*:
+    ``r = d − D``;
+  - the **scatter** ``σ`` of the cells around it, ``1.4826 · MAD(r)``: how far single cells move between two
+    processes of identical code (placement, caches, a load burst over one cell's samples), which a cell's own samples
+    cannot show;
+  - per cell, *slower beyond the threshold* ``t`` is tested twice, against its own samples — ``(r − ln(1 + t)) / se``
+    (``se`` read off the lower side of the rank interval, the upper side for *faster*: skewed noise widens one side)
+    on Student's t with ``n_base + n_head − 2`` degrees of freedom (the error is itself estimated from few samples:
+    the normal would flag 12–20 % of identical 5- and 3-sample comparisons at the boundary) — and against the other
+    cells — ``(r − ln(1 + t)) / σ`` on Student's t with the MAD's ``0.37 (cells − 1)`` degrees of freedom (Rousseeuw
+    & Croux 1993), or on the Cauchy (t with 1) when either run's machine was noisy (:mod:`profattn.analysis.noise`:
+    load above the CPUs, or many spread cells: there whole cells are starved, 100× for all their samples) — and the
+    larger p-value counts (an intersection–union test: a cell fails only when its own noise *and* the runs' scatter
+    both put it beyond the threshold); *faster* alike. The p-values are **Holm**-adjusted over the tested cells
+    (:func:`~profattn.analysis.stats.holm`): **slower** / **faster** when the adjusted p-value is below
+    ``α = 1 − level`` (5 %), so the chance of *any* false alarm in a comparison of identical code stays at most α
+    (family-wise), however many cells it has; otherwise **within noise**; ``too few repeats`` with fewer than 3
+    samples a side (never a regression). The interval shown is, on each side, the wider of ``exp(r ± q·se)`` and
+    ``exp(r ± q'·σ)``,
+    ``q``, ``q'`` the t quantiles at ``1 − α/2m``: simultaneous (Bonferroni) at ``level`` over the ``m`` cells, so a
+    cell whose interval lies beyond the threshold is always flagged.
+
+  With fewer than :data:`MIN_DRIFT_CELLS` tested cells ``D = 0`` and only the cells' own samples count (said in a
+  warning). An **A/B** run (:func:`compare_ab`: two backends timed alternately in one process, ``profattn compare
+  --ab``) pairs the samples of each round instead (:func:`~profattn.analysis.stats.paired_ratio`, ``n − 1`` degrees of
+  freedom): the drift cancels within a round, so no shift is applied and the cells' own pairs decide, Holm-adjusted.
 
 * **correctness**: pass → fail is a regression even when the cell got faster; a cell that ran in the base
   and errors or is unsupported in the head is one too. Runs with different presets, with cells that never
@@ -31,18 +56,28 @@ in every output. :attr:`Comparison.regression` decides the CLI's exit code 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from statistics import median
 from typing import Any
 
 from profattn.analysis.cells import kernel_stem
-from profattn.analysis.stats import RatioEstimate, hodges_lehmann_ratio
+from profattn.analysis.noise import noise_findings
+from profattn.analysis.stats import (RatioEstimate, hodges_lehmann_ratio, holm, log_se, median_interval, paired_ratio,
+                                     student_t_quantile, student_t_sf)
 from profattn.analysis.verdict import Verdict, runner_up, verdict, winners, within_noise
 from profattn.errors import ProfattnError
-from profattn.results import CellResult, CellStatus, RunResult, StrEnum
+from profattn.results import ABRun, CellResult, CellStatus, RunResult, StrEnum
 from profattn.workload import Phase, Workload
 
 DEFAULT_THRESHOLD = 0.05
+#: Family-wise confidence: the chance that a comparison of identical code flags no cell is at least this.
 LEVEL = 0.95
+#: Fewest tested cells for estimating the run-wide drift and the between-run spread.
+MIN_DRIFT_CELLS = 6
+#: Smallest standard error used (of a log ratio): identical samples on both sides would otherwise divide by zero.
+_MIN_SE = 1e-6
 
 
 
@@ -85,6 +120,40 @@ class RegressionKind(StrEnum):
 
 class CompareError(ProfattnError):
     """Two runs that cannot be compared (different GPU models without ``--force``, a bad threshold)."""
+
+
+class CompareMode(StrEnum):
+    """What is compared: two runs (two processes), or two backends timed alternately in one run (A/B)."""
+
+    RUNS = "runs"
+    AB = "a/b"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The run-wide shift between the runs: ``ratio`` = exp(median of the cells' log changes) with its
+    distribution-free interval ``[lo, hi]`` at ``confidence``, over ``cells`` tested cells; ``spread`` = exp(σ) − 1,
+    the scatter of single cells around it (σ = 1.4826 · MAD of the log changes; 0.08: ±8 % at one σ). ``applied``: the
+    cells were judged relative to it and to the scatter (False: too few cells, or an A/B run). ``heavy``: a run's
+    machine was noisy, so the scatter was read with the Cauchy's heavy tails."""
+
+    ratio: float
+    lo: float
+    hi: float
+    confidence: float
+    cells: int
+    spread: float
+    applied: bool
+    heavy: bool = False
+
+    @property
+    def detected(self) -> bool:
+        """The interval excludes "no shift": most cells moved together."""
+        return self.applied and (self.lo > 1 or self.hi < 1)
+
+    @property
+    def change(self) -> float:
+        return self.ratio - 1.0
 
 
 @dataclass(frozen=True)
@@ -130,11 +199,24 @@ class CellChange:
     head_dram_bytes: float | None
     regression_reasons: tuple[RegressionReason, ...]
     threshold: float = DEFAULT_THRESHOLD
+    #: Standard errors of ``ln(head/base)`` from this cell's own samples, below and above the estimate
+    #: (:func:`~profattn.analysis.stats.log_se`; None: not tested).
+    se_log: tuple[float, float] | None = None
+    #: head / base relative to the run-wide drift, with the simultaneous interval the cell is judged by (None: not tested).
+    judged: RatioEstimate | None = None
+    #: Holm-adjusted p-values of "slower beyond the threshold" and "faster beyond it" (None: not tested).
+    p_slower: float | None = None
+    p_faster: float | None = None
 
     @property
     def phase(self) -> Phase:
         """The workload's regime."""
         return self.workload.phase
+
+    @property
+    def tested(self) -> bool:
+        """The cell's latency was tested (at least 3 samples a side)."""
+        return self.judged is not None
 
     @property
     def regression(self) -> bool:
@@ -225,6 +307,21 @@ class Comparison:
     head_training_winner: str | None
     verdict_changes: tuple[VerdictChange, ...]
     forced: bool = False
+    mode: CompareMode = CompareMode.RUNS
+    #: The run-wide shift (None: no cell was tested).
+    drift: Drift | None = None
+    #: An A/B comparison's pairing (None for two runs).
+    ab: ABRun | None = None
+
+    @property
+    def alpha(self) -> float:
+        """The family-wise false-alarm rate: ``1 − level``."""
+        return 1 - self.level
+
+    @property
+    def tested(self) -> int:
+        """Cells whose latency was tested (the family the false-alarm rate is controlled over)."""
+        return sum(1 for c in self.cells if c.tested)
 
     @property
     def regressions(self) -> tuple[CellChange, ...]:
@@ -351,13 +448,21 @@ def launch_changes(base: CellResult, head: CellResult) -> tuple[LaunchChange, ..
 
 
 
-def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold: float, level: float = LEVEL) -> CellChange:
-    """Classify one matched (or unmatched) cell; see the module docstring for the rules."""
+def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold: float, level: float = LEVEL,
+                 paired: bool = False) -> CellChange:
+    """One matched (or unmatched) cell before the comparison-wide judgement (:func:`judge_cells`): its raw
+    head/base estimate (Hodges–Lehmann with the exact Mann–Whitney interval at the nominal ``level``; ``paired``: the
+    samples are A/B rounds, :func:`~profattn.analysis.stats.paired_ratio`), its standard error, correctness and
+    launch changes. A timed cell with enough samples is provisionally ``within noise``."""
     ref = head or base
     assert ref is not None
     bs = base.latency_samples_us if base else ()
     hs = head.latency_samples_us if head else ()
-    est = hodges_lehmann_ratio(bs, hs, level=level) if bs and hs else None
+    if paired and bs and hs:
+        n = min(len(bs), len(hs))
+        est = paired_ratio(bs[:n], hs[:n], level=level)
+    else:
+        est = hodges_lehmann_ratio(bs, hs, level=level) if bs and hs else None
     C = CompareClass
     if base is None:
         cls = C.ONLY_HEAD
@@ -367,17 +472,11 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
         cls = C.UNTIMED
     elif est.lo is None:
         cls = C.FEW
-    elif est.lo > 1 + threshold:
-        cls = C.SLOWER
-    elif est.hi < 1 / (1 + threshold):  # type: ignore[operator]
-        cls = C.FASTER
     else:
         cls = C.NOISE
     reasons: list[RegressionReason] = []
     bp = base.correctness.passed if base and base.correctness else None
     hp = head.correctness.passed if head and head.correctness else None
-    if cls is C.SLOWER and est is not None:
-        reasons.append(RegressionReason(RegressionKind.SLOWER))
     if bp is True and hp is False:
         reasons.append(RegressionReason(RegressionKind.CORRECTNESS, head.status, head.reason))  # type: ignore[union-attr]
     if (base is not None and base.status.ran and head is not None
@@ -396,7 +495,80 @@ def compare_cell(base: CellResult | None, head: CellResult | None, *, threshold:
         base_dram_bytes=base.counters.dram_bytes if base and base.counters else None,
         head_dram_bytes=head.counters.dram_bytes if head and head.counters else None,
         regression_reasons=tuple(reasons), threshold=threshold,
+        se_log=log_se(est) if est is not None and cls is C.NOISE else None,
     )
+
+
+def run_drift(cells: Sequence[CellChange], *, level: float = LEVEL, across_runs: bool = True,
+              noisy: bool = False) -> Drift | None:
+    """The run-wide shift and the cells' scatter around it (see the module docstring); None when no cell is testable.
+    ``across_runs`` False (an A/B run: the pairs share a process) reports the median change but applies nothing;
+    ``noisy``: a run's machine was noisy (the scatter is read with heavy tails)."""
+    tested = [c for c in cells if c.se_log is not None and c.estimate is not None]
+    if not tested:
+        return None
+    logs = [math.log(c.estimate.ratio) for c in tested]  # type: ignore[union-attr]
+    lo, hi, coverage = median_interval(logs, level=level)
+    centre = median(logs)
+    applied = across_runs and len(tested) >= MIN_DRIFT_CELLS
+    sigma = median(abs(x - centre) for x in logs) * 1.4826 if applied else 0.0
+    return Drift(math.exp(centre), math.exp(lo), math.exp(hi), coverage, len(tested), math.expm1(sigma), applied,
+                 heavy=applied and noisy)
+
+
+def _mad_df(cells: int) -> float:
+    """Degrees of freedom of a scale read from the median absolute deviation of ``cells`` values: the MAD's
+    efficiency is 37 % of the standard deviation's at the normal (Rousseeuw & Croux, JASA 88 (1993) 1273–1283), so it
+    carries about ``0.37 (n − 1)`` degrees of freedom, at least 1."""
+    return max(1.0, 0.37 * (cells - 1))
+
+
+def judge_cells(cells: Sequence[CellChange], *, threshold: float, level: float = LEVEL, paired: bool = False,
+                noisy: bool = False) -> tuple[tuple[CellChange, ...], Drift | None]:
+    """Classify every tested cell of one comparison together (see the module docstring): relative to the run-wide
+    drift, against its own samples and against the other cells' scatter (``noisy``: with heavy tails), Holm-adjusted
+    over the tested cells at ``α = 1 − level``; ``paired``: A/B rounds (no drift, own pairs only). Returns the cells
+    (untested ones unchanged) and the drift."""
+    drift = run_drift(cells, level=level, across_runs=not paired, noisy=noisy)
+    tested = [i for i, c in enumerate(cells) if c.se_log is not None]
+    if drift is None or not tested:
+        return tuple(cells), drift
+    alpha = 1 - level
+    shift = math.log(drift.ratio) if drift.applied else 0.0
+    sigma = max(math.log1p(drift.spread), _MIN_SE) if drift.applied else None
+    cross_df = 1.0 if drift.heavy else _mad_df(drift.cells)
+    band = math.log1p(threshold)
+    tail = alpha / (2 * len(tested))
+    rows = []
+    for i in tested:
+        c = cells[i]
+        est = c.estimate
+        own_df = (est.n_base - 1) if paired else (est.n_base + est.n_head - 2)  # type: ignore[union-attr]
+        r = math.log(est.ratio) - shift  # type: ignore[union-attr]
+        down, up = (max(x, _MIN_SE) for x in c.se_log)  # type: ignore[union-attr]
+        p_slow = student_t_sf((r - band) / down, own_df)
+        p_fast = student_t_sf(-(r + band) / up, own_df)
+        q = student_t_quantile(1 - tail, own_df)
+        below, above = q * down, q * up
+        if sigma is not None:  # the intersection-union test: the cell's own noise and the runs' scatter both
+            p_slow = max(p_slow, student_t_sf((r - band) / sigma, cross_df))
+            p_fast = max(p_fast, student_t_sf(-(r + band) / sigma, cross_df))
+            spread = student_t_quantile(1 - tail, cross_df) * sigma
+            below, above = max(below, spread), max(above, spread)
+        rows.append((r, below, above, p_slow, p_fast))
+    slower = holm([row[3] for row in rows])
+    faster = holm([row[4] for row in rows])
+    out = list(cells)
+    for i, (r, below, above, _, _), ps, pf in zip(tested, rows, slower, faster):
+        c = cells[i]
+        est = c.estimate
+        judged = RatioEstimate(math.exp(r), math.exp(r - below), math.exp(r + above), level, est.n_base, est.n_head)  # type: ignore[union-attr]
+        cls = CompareClass.SLOWER if ps < alpha else CompareClass.FASTER if pf < alpha else CompareClass.NOISE
+        reasons = c.regression_reasons
+        if cls is CompareClass.SLOWER:
+            reasons = (RegressionReason(RegressionKind.SLOWER), *reasons)
+        out[i] = replace(c, classification=cls, judged=judged, p_slower=ps, p_faster=pf, regression_reasons=reasons)
+    return tuple(out), drift
 
 
 def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...]:
@@ -416,7 +588,7 @@ def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...
 
 def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT_THRESHOLD, force: bool = False,
                  base_label: str = "base", head_label: str = "head", level: float = LEVEL) -> Comparison:
-    """Compare two runs (see the module docstring).
+    """Compare two runs (see the module docstring): ``level`` is the family-wise confidence (``α = 1 − level``).
 
     Raises:
         CompareError: ``force`` is False and the runs come from different GPU models (device names), use
@@ -472,6 +644,12 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
     phase_order = list(Phase)
     cells = sorted((compare_cell(bmap.get(k), hmap.get(k), threshold=threshold, level=level) for k in keys),
                    key=lambda c: (phase_order.index(c.phase), keys.index((c.workload.tag, c.backend))))
+    judged, drift = judge_cells(cells, threshold=threshold, level=level,
+                                noisy=bool(noise_findings(base) or noise_findings(head)))
+    if drift is not None and not drift.applied:
+        warnings.append(f"only {drift.cells} cell(s) with timing samples on both sides: the run-wide drift between the "
+                        f"two processes is not estimated (it needs {MIN_DRIFT_CELLS}), so a shift of the whole machine "
+                        "counts against each cell; compare --ab times both sides in one process")
     vb, vh = verdict(base), verdict(head)
     changes = []
     swapped_within_noise = vh.training_winner in vb.training_tied or vb.training_winner in vh.training_tied
@@ -484,7 +662,60 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
             changes.append(VerdictChange(r.workload, r.winner_backend, h.winner_backend, r.stays, h.stays))
     return Comparison(
         base_label=base_label, head_label=head_label, threshold=threshold, level=level, environment=env,
-        warnings=tuple(warnings), cells=tuple(cells), winners=_winner_changes(base, head),
+        warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head),
         base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
+        drift=drift,
+    )
+
+
+def _rounds(cell: CellResult | None) -> CellResult | None:
+    """``cell`` with only its A/B-round samples (every sample after its first: :class:`~profattn.results.ABRun`)."""
+    if cell is None:
+        return None
+    if cell.graph_timing is not None:
+        return replace(cell, graph_timing_repeats=cell.graph_timing_repeats[1:])
+    return replace(cell, timing_repeats=cell.timing_repeats[1:])
+
+
+def compare_ab(run: RunResult, *, threshold: float = DEFAULT_THRESHOLD, level: float = LEVEL) -> Comparison:
+    """Compare the two backends of an A/B run (``run.ab``), workload by workload, on their paired rounds: each cell's
+    change is the paired Hodges–Lehmann ratio of the head's samples over the base's, round by round
+    (:func:`~profattn.analysis.stats.paired_ratio`), tested against its pairs and Holm-adjusted over the workloads
+    (see the module docstring); correctness and breakage as in :func:`compare_runs` (base = the base backend's cell).
+
+    Raises:
+        CompareError: ``run`` is not an A/B run, or ``threshold`` is outside (0, 1).
+    """
+    if not 0 < threshold < 1:
+        raise CompareError(f"threshold must be between 0 and 1 (a fraction), got {threshold}")
+    ab = run.ab
+    if ab is None:
+        raise CompareError("not an A/B run (its results.json has no 'ab'): compare two runs, or measure one with "
+                           "compare --ab BASE_BACKEND HEAD_BACKEND")
+    warnings: list[str] = []
+    by = {(c.workload.tag, c.backend): c for c in run.cells}
+    phase_order = list(Phase)
+    cells = []
+    for w in sorted(dict.fromkeys(c.workload for c in run.cells), key=lambda w: phase_order.index(w.phase)):
+        a, b = by.get((w.tag, ab.base)), by.get((w.tag, ab.head))
+        if a is None and b is None:
+            continue
+        change = compare_cell(_rounds(a), _rounds(b), threshold=threshold, level=level, paired=True)
+        cells.append(replace(change, backend=f"{ab.base} → {ab.head}"))
+    pending = sum(c.status == CellStatus.PENDING for c in run.cells)
+    if pending:
+        warnings.append(f"the A/B run is incomplete: {pending} of {len(run.cells)} cells never ran (interrupted?)")
+    short = [c for c in cells if c.base_samples_us and c.head_samples_us and
+             min(len(c.base_samples_us), len(c.head_samples_us)) < ab.rounds]
+    if short:
+        warnings.append(f"{len(short)} workload(s) have fewer than the {ab.rounds} A/B rounds planned (a round "
+                        "dropped, or the run stopped early): see the cells' notes")
+    judged, drift = judge_cells(cells, threshold=threshold, level=level, paired=True)
+    v = verdict(run)
+    return Comparison(
+        base_label=ab.base, head_label=ab.head, threshold=threshold, level=level, environment=environment_diff(run, run),
+        warnings=tuple(warnings), cells=judged, winners=(), base_verdict=v, head_verdict=v,
+        base_training_winner=v.training_winner, head_training_winner=v.training_winner, verdict_changes=(),
+        mode=CompareMode.AB, drift=drift, ab=ab,
     )

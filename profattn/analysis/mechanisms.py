@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from profattn.analysis.cells import kernel_stem
 from profattn.analysis.layout import CacheLayout, cell_layout
 from profattn.analysis.ledgers import ByteLedger, summed_ledger
 from profattn.results import CellResult, KernelLaunch, RunResult
@@ -305,6 +304,8 @@ def call_profile(cells: Sequence[CellResult], run: RunResult) -> CallProfile:
         if top is not None and top.ctas is not None and top.ctas not in ctas:
             ctas.append(top.ctas)
         if top is not None and c.counters is not None:
+            from profattn.analysis.cells import kernel_stem  # here: the cells module loads the trace layer (pandas)
+
             stem = kernel_stem(top.name)
             w_ = next((k.waves_per_sm for k in c.counters.kernels if kernel_stem(k.name) == stem and k.waves_per_sm is not None), None)
             if w_ is not None:

@@ -23,6 +23,10 @@ class TraceProblemKind(Enum):
     """Why :func:`reattach_traces` did not read a cell's trace (the cell keeps the summary stored in results.json)."""
 
     OUTSIDE_RUN = "outside the run directory"  #: the trace_file leaves the run directory (absolute, ``..``, a link out)
+    MISSING = "missing"  #: no file at the trace_file's path
+    DIRECTORY = "a directory"  #: the path is a directory
+    NOT_REGULAR = "not a regular file (a FIFO, socket or device)"  #: exists, but not a file (never opened: a FIFO blocks)
+    BROKEN_LINK = "a broken symbolic link"  #: a symbolic link (inside the run) to nothing
     UNREADABLE = "unreadable"  #: the file exists but cannot be parsed (truncated, not JSON): ``detail`` says why
 
 
@@ -55,11 +59,13 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
     """Re-parse the traces a run names (paths relative to ``run_dir``) and rebuild every cell's
     :class:`~profattn.results.TraceSummary`; each trace file is parsed once.
 
-    Cells without a trace, whose trace file is missing, or whose family ``family_of`` does not know
-    (None: e.g. a plugin this install lacks) keep their stored summary. A run directory is a sandbox: a
-    ``trace_file`` that leaves it (absolute, ``..``, a symbolic link out; :func:`profattn.files.inside_run`)
-    is not opened, and a trace that cannot be parsed (truncated, not JSON) is not used; in both cases the
-    cell keeps its stored summary, a :class:`TraceProblem` says why, and the rest of the run is still rebuilt.
+    Cells without a trace, or whose family ``family_of`` does not know (None: e.g. a plugin this install lacks) keep
+    their stored summary. A run directory is a sandbox: a ``trace_file`` that leaves it (absolute, ``..``, a symbolic
+    link out; :func:`profattn.files.inside_run`) is not opened; one that is missing or not a regular file (a
+    directory, a FIFO, a device, a broken link) is not read; a trace that cannot be parsed (truncated, not JSON) is
+    not used. In each case the cell keeps its stored summary, a :class:`TraceProblem` says why (its
+    :class:`TraceProblemKind`; the report words it, in its warnings and on the cell's row), and the rest of the run
+    is still rebuilt.
     """
     run_dir = Path(run_dir)
     cache: dict[Path, Trace | TraceError] = {}
@@ -71,7 +77,8 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
         if path is None:
             problems.append(TraceProblem(c.cell_id, c.trace.trace_file, TraceProblemKind.OUTSIDE_RUN))
             continue
-        if not path.is_file():
+        if not path.is_file():  # missing, a directory, a FIFO or a device: the stored summary stays
+            problems.append(TraceProblem(c.cell_id, c.trace.trace_file, _not_a_file(path)))
             continue
         if path not in cache:
             try:
@@ -87,3 +94,10 @@ def reattach_traces(run: RunResult, run_dir: str | Path,
             continue
         run = run.with_cell(attach_trace(c, trace, c.trace.trace_file, family))
     return TraceRead(run, tuple(problems))
+
+
+def _not_a_file(path: Path) -> TraceProblemKind:
+    """Why ``path`` (not a regular file) was not read."""
+    if not path.exists():
+        return TraceProblemKind.BROKEN_LINK if path.is_symlink() else TraceProblemKind.MISSING
+    return TraceProblemKind.DIRECTORY if path.is_dir() else TraceProblemKind.NOT_REGULAR

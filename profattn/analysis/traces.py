@@ -34,6 +34,7 @@ from profattn.analysis.comm import CommSource, RankTimeline, rank_timeline
 from profattn.analysis.graphs import CaptureSource
 from profattn.errors import ProfattnError
 from profattn.trace.kineto import Trace, load_trace
+from profattn.values import safe_text
 from profattn.workload import DTYPE_BYTES
 
 __all__ = [
@@ -98,7 +99,8 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
     and ``*.json.gz`` (sorted). Each file once, in the order found.
 
     The path shown for a file is, by default, its path relative to the directory it was found in, or its
-    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found.
+    name when it was given itself, never an absolute path; with ``keep_host_info`` it is the path as found. A name
+    that is not UTF-8 (its bytes decoded as surrogates) is shown with U+FFFD in their place.
 
     Raises:
         ProfattnError: a path does not exist, or a directory holds no trace file.
@@ -113,9 +115,10 @@ def find_trace_inputs(paths: Iterable[str | os.PathLike[str]], *, keep_host_info
                 raise ProfattnError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             for p in inside:
                 shown = os.fspath(p) if keep_host_info else p.relative_to(path).as_posix()
-                found.setdefault(p, TraceInput(p, shown, True, root))
+                found.setdefault(p, TraceInput(p, safe_text(shown)[0], True, root))
         elif path.exists():
-            found.setdefault(path, TraceInput(path, os.fspath(path) if keep_host_info else path.name, False, root))
+            shown = os.fspath(path) if keep_host_info else path.name
+            found.setdefault(path, TraceInput(path, safe_text(shown)[0], False, root))
         else:
             raise ProfattnError(f"{path}: no such file or directory")
     if not found:

@@ -11,15 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from profattn.analysis.comm import CpSummary, cp_summaries
 from profattn.analysis.layout import GATHER_BACKEND, CacheLayout, cell_layout
 from profattn.analysis.ledgers import ByteLedger, byte_ledger
 from profattn.analysis.mechanisms import LAUNCH_BOUND_FRACTION, Gap, call_profile, cell_gap, gap, layout_copy_us
-from profattn.analysis.serving import PromptPlan, prompt_plans
 from profattn.analysis.stats import MIN_SAMPLES, hodges_lehmann_ratio
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import KVLayout, Phase, Workload
+
+if TYPE_CHECKING:  # the noise rule (judged_margin, which recommend uses) needs neither module
+    from profattn.analysis.comm import CpSummary
+    from profattn.analysis.serving import PromptPlan
 
 #: Medians closer than this relative difference are within noise (the first part of :func:`margin`'s rule).
 NOISE_FRACTION = 0.02
@@ -567,7 +570,7 @@ def verdict(run: RunResult) -> Verdict:
                    evidence(tw, run) if tw else None, tuple(rows),
                    training_margin=margin(tw, t_second) if tw and t_second else None,
                    training_tied=tied_with(run, tw.workload.tag, tw) if tw else (),
-                   serving=serving_verdicts(run), cp=cp_summaries(run.cells),
+                   serving=serving_verdicts(run), cp=_cp_summaries(run.cells),
                    training_gap=cell_gap(tw, t_second, run) if tw and t_second else None)
 
 
@@ -672,6 +675,8 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
     cells = run.cells
     by_key = {(c.workload, c.backend): c for c in cells}
     backends = list(dict.fromkeys(c.backend for c in cells))
+    from profattn.analysis.serving import prompt_plans
+
     plans = prompt_plans([c.workload for c in cells])
 
     def plan_times(plan: PromptPlan) -> tuple[dict[str, JudgedTime], bool, _Profiles]:
@@ -726,3 +731,9 @@ def serving_verdicts(run: RunResult) -> tuple[ServingVerdict, ...]:
                            if second else None),
             reference_layout=whole_profiles[ref.backend].layout if ref else None))
     return tuple(out)
+
+
+def _cp_summaries(cells: Sequence[CellResult]) -> "tuple[CpSummary, ...]":
+    from profattn.analysis.comm import cp_summaries
+
+    return cp_summaries(cells)

@@ -5,19 +5,21 @@ share. The commands live one module per group: :mod:`profattn.cli.measure` (``pr
 command.
 
 Bad input — an unknown name, a missing or malformed results file or trace — prints one line and exits
-with code 2; no traceback. ``compare`` exits 1 when it finds a regression beyond its threshold.
+with code 2; no traceback. What was read past (:class:`~profattn.errors.ProfattnWarning`: unknown fields ignored,
+unpaired surrogates replaced) prints one ``warning: ...`` line each on stderr. ``compare`` exits 1 when it finds a regression beyond its threshold.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import click
 
-from profattn.errors import ProfattnError
+from profattn.errors import ProfattnError, ProfattnWarning
 from profattn.files import check_output
 
 REGIMES = ("train", "prefill", "decode", "mixed", "all")
@@ -28,6 +30,20 @@ class _Group(click.Group):
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ProfattnWarning)
+            shown = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+                if issubclass(category, ProfattnWarning):
+                    click.echo(f"warning: {message}", err=True)  # what was read past: one line each
+                else:
+                    shown(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            self._main(*args, **kwargs)
+
+    def _main(self, *args, **kwargs):  # noqa: ANN002, ANN003 - click's
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:

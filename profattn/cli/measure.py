@@ -37,7 +37,7 @@ from profattn.errors import ProfattnError
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path | None,
             profile_calls: int, seed: int, counters: bool | None, repeat: int = 1, keep_host_info: bool = False,
             workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run",
-            db: str | None = None) -> None:
+            db: str | None = None, ab: tuple[str, str] | None = None) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
@@ -84,10 +84,17 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             x for w in given for x in ((w.single_process, w) if w.is_context_parallel else (w,)))))
     else:
         preset_obj = get_preset(preset or default_preset_name(device.type))
+    ab_names = None
     if stored is None:
         backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
                     if backend_names else all_backends())
         regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
+        if ab is not None:  # `compare --ab BASE HEAD`: the two backends, by the names their cells carry
+            pair = (resolve_backend(ab[0]), resolve_backend(ab[1]))
+            if pair[0].name == pair[1].name:
+                raise ProfattnError(f"--ab: BASE and HEAD are the same backend ({pair[0].name}); give two implementations "
+                                    "(a plugin's base and head versions need different backend names)")
+            backends, ab_names = pair, (pair[0].name, pair[1].name)
     if counters and device.type != "cuda":
         raise ProfattnError("--counters needs a CUDA device (hardware counters are read by Nsight Compute)")
     out_dir, mode, moved = rundir.prepare_run_dir(out_dir, force=force, resume=resume)
@@ -119,7 +126,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
                             profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat,
-                            keep_host_info=keep_host_info)
+                            keep_host_info=keep_host_info, ab=ab_names)
     try:
         run = run_session(cfg, progress, resume=stored)
     except KeyboardInterrupt:

@@ -3,7 +3,8 @@
 
 Order per regime: for each workload, fresh inputs and one high-precision reference; every backend's cell
 measured (correctness, timing, peak memory); with ``repeat`` N > 1, N − 1 more rounds of the timing pass
-alone over the regime's cells (round-robin, so slow drift spreads across cells instead of biasing one);
+alone over the regime's cells (round-robin, so slow drift spreads across cells instead of biasing one; in an A/B
+run, :func:`ab_rounds`: the two backends of each workload back to back, their order alternating);
 then one profiler pass over the regime's cells into one trace; then the trace is parsed and each cell gets
 the kernels that actually ran. A context-parallel workload's cells (``cp_ranks ≥ 2``) are measured by their own
 ranks (:mod:`profattn.harness.cp_launch`: one launch per workload, each rank with its inputs, timing and trace);
@@ -27,6 +28,7 @@ from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
+from profattn.harness.timing import time_cpu_pair
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.cp_launch import run_cp_cells
 from profattn.harness.environment import collect_environment, load_average
@@ -34,7 +36,7 @@ from profattn.harness.inputs import make_inputs, memory_reason, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
 from profattn.privacy import scrub
-from profattn.results import CellResult, CellStatus, CountersInfo, RunResult, write_results
+from profattn.results import ABRun, CellResult, CellStatus, CountersInfo, RunResult, write_results
 from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Preset, Workload
 
@@ -54,6 +56,8 @@ class SessionConfig:
     counters: bool | None = None  #: None: on when the device is CUDA and ncu is on PATH
     repeat: int = 1  #: independent timing samples per cell (each a median of many reps)
     keep_host_info: bool = False  #: host/user names in the environment, host-named trace workers, stacks
+    #: An A/B run: (base, head) backend names, timed alternately (:func:`ab_rounds`); ``repeat`` − 1 rounds.
+    ab: tuple[str, str] | None = None
 
 
 class ProgressEvent(str, Enum):
@@ -97,7 +101,8 @@ def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profil
     regimes = tuple(p for p in Phase if any(w.phase is p for w in workloads))
     return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
                          backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
-                         seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info)
+                         seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info,
+                         ab=(run.ab.base, run.ab.head) if run.ab is not None else None)
 
 
 def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
@@ -123,6 +128,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
             cells=tuple(_pending(w, b) for w in workloads for b in cfg.backends),
             seed=cfg.seed,
             repeat=cfg.repeat,
+            ab=ABRun(cfg.ab[0], cfg.ab[1], cfg.repeat - 1) if cfg.ab is not None else None,
         )
     else:
         run = resume
@@ -192,13 +198,16 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
                 if profiled is not None:
                     to_profile.append(profiled)
             del ref
-        for r in range(2, cfg.repeat + 1):
-            for p in to_profile:
-                cell = time_again(next(c for c in run.cells if c.cell_id == p.cell_id), p, cfg.device)
-                run = run.with_cell(cell)
-                if progress:  # after the sample, so the line shows the sample just taken
-                    progress(ProgressEvent.REPEAT, cell, r, cfg.repeat)
-            write_results(run, results_path)
+        if cfg.ab is not None:
+            run = ab_rounds(run, cfg, to_profile, results_path, progress)
+        else:
+            for r in range(2, cfg.repeat + 1):
+                for p in to_profile:
+                    cell = time_again(next(c for c in run.cells if c.cell_id == p.cell_id), p, cfg.device)
+                    run = run.with_cell(cell)
+                    if progress:  # after the sample, so the line shows the sample just taken
+                        progress(ProgressEvent.REPEAT, cell, r, cfg.repeat)
+                write_results(run, results_path)
         if to_profile:
             run = _profile_regime(run, cfg, phase, to_profile, results_path)
         del to_profile, keep_alive
@@ -220,6 +229,63 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
     run = replace(run, environment=replace(run.environment, load_avg_end=load_average()))
     write_results(run, results_path)
     return run
+
+
+def ab_rounds(run: RunResult, cfg: SessionConfig, calls: Sequence[ProfiledCall], results_path: Path,
+              progress: Progress | None = None) -> RunResult:
+    """The A/B timing rounds of one regime (``cfg.ab``: base and head backend names): ``cfg.repeat − 1`` rounds, each
+    over the regime's workloads in order, timing the two backends' calls together — base first in odd rounds, head
+    first in even ones, so neither side always runs first (warm caches, clocks ramping); on a CPU their reps alternate
+    inside one sample window, on CUDA the two samples are taken back to back (:func:`_paired_samples`) — the timing
+    pass only. A round in which either side's sample fails is dropped from
+    both (a note on each), so sample ``i`` of one side stays paired with sample ``i`` of the other
+    (:class:`~profattn.results.ABRun`). Workloads only one side runs get no rounds. ``results.json`` is rewritten
+    after every round."""
+    assert cfg.ab is not None
+    base, head = cfg.ab
+    by_cell = {p.cell_id: p for p in calls}
+    pairs = []
+    for w in dict.fromkeys(c.workload for c in run.cells):
+        a, b = by_cell.get(cell_id(w, base)), by_cell.get(cell_id(w, head))
+        if a is not None and b is not None:
+            pairs.append((a, b))
+    rounds = cfg.repeat - 1
+    for r in range(1, rounds + 1):
+        for a, b in pairs:
+            order = (a, b) if r % 2 else (b, a)
+            before = {p.cell_id: next(c for c in run.cells if c.cell_id == p.cell_id) for p in order}
+            after = _paired_samples(order, before, cfg.device)
+            taken = all(len(after[i].latency_samples_us) == len(before[i].latency_samples_us) + 1 for i in after)
+            for i, cell in after.items():
+                if not taken:  # keep the pairs aligned: neither side's sample of this round counts
+                    failed = [n for n in cell.notes if n not in before[i].notes]
+                    cell = replace(before[i], notes=(*before[i].notes, *failed,
+                                                     f"A/B round {r} dropped: a sample failed on one side"))
+                run = run.with_cell(cell)
+                if progress and taken:
+                    progress(ProgressEvent.REPEAT, cell, r, rounds)
+        write_results(run, results_path)
+    return run
+
+
+def _paired_samples(order: Sequence[ProfiledCall], cells: dict[str, CellResult], device: torch.device) -> dict[str, CellResult]:
+    """One A/B round of two cells: on a CPU their reps alternate inside one sample window
+    (:func:`~profattn.harness.timing.time_cpu_pair`); on CUDA each is sampled in turn (:func:`time_again`: CUDA events
+    with the L2 flushed, and the graph replay where the cell has one). A side whose sample failed keeps its samples
+    and gets the failure's note."""
+    if device.type != "cpu":
+        return {p.cell_id: time_again(cells[p.cell_id], p, device) for p in order}
+    try:
+        timings = time_cpu_pair([(p.fn, p.context, p.before) for p in order])
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin may raise anything: the round is dropped
+        note = f"timing repeat failed: {error_reason(exc)}"
+        return {p.cell_id: replace(cells[p.cell_id], notes=(*cells[p.cell_id].notes, note)) for p in order}
+    finally:
+        for p in order:
+            if p.before is not None:
+                p.before()
+    return {p.cell_id: replace(cells[p.cell_id], timing_repeats=(*cells[p.cell_id].timing_repeats, t))
+            for p, t in zip(order, timings)}
 
 
 def _prepare_workload(w: Workload, cfg: SessionConfig, *, seed: int):

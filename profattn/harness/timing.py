@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import torch
 
@@ -133,6 +133,41 @@ def time_cpu(fn: Callable[[], object], *, before: Callable[[], None] | None = No
         fn()
         samples.append((time.perf_counter() - t0) * 1e6)
     return _summarize(samples, "time.perf_counter after warm-up (CPU)")
+
+
+def time_cpu_pair(calls: Sequence[tuple[Callable[[], object], Callable[[], ContextManager[object]], Callable[[], None] | None]],
+                  *, warmup: int = 2, min_reps: int = 5, max_reps: int = 100, target_s: float = 0.6) -> tuple[Timing, Timing]:
+    """Two calls timed alternately on the CPU, rep by rep — ``a, b, b, a, a, b, …`` (the order flips every pair, so
+    neither call always runs second) — each rep inside its own backend context (entered and left outside the timed
+    window) with its ``before`` untimed: one :class:`Timing` per call from reps taken at the same moments, so a load
+    burst or a frequency change hits both alike (an A/B round: :func:`profattn.harness.session.ab_rounds`).
+    ``calls``: two ``(fn, context, before)``. Stops after ``min_reps`` pairs once ``target_s`` has passed, or at
+    ``max_reps`` pairs."""
+    (fa, ca, ba), (fb, cb, bb) = calls
+
+    def once(fn: Callable[[], object], ctx: Callable[[], ContextManager[object]], before: Callable[[], None] | None) -> float:
+        with ctx():
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e6
+
+    for _ in range(warmup):
+        once(fa, ca, ba)
+        once(fb, cb, bb)
+    sa: list[float] = []
+    sb: list[float] = []
+    start = time.perf_counter()
+    while len(sa) < min_reps or (len(sa) < max_reps and time.perf_counter() - start < target_s):
+        if len(sa) % 2 == 0:
+            sa.append(once(fa, ca, ba))
+            sb.append(once(fb, cb, bb))
+        else:
+            sb.append(once(fb, cb, bb))
+            sa.append(once(fa, ca, ba))
+    method = "time.perf_counter after warm-up (CPU), reps alternating with the other side of the A/B pair"
+    return _summarize(sa, method), _summarize(sb, method)
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[int | None, int | None]:

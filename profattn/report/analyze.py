@@ -14,11 +14,12 @@ import json
 import math
 import os
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
+from profattn.analysis.calls import CALL_KERNEL_LIMIT
 from profattn.analysis.cells import kernel_stem
 from profattn.analysis.comm import RankTimeline
 from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
@@ -33,6 +34,8 @@ __all__ = [
     "CHART_TOP",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "JSON_CALL_LIMIT",
+    "JSON_LIST_LIMIT",
     "TABLE_LIMIT",
     "analysis_to_dict",
     "call_group_rows",
@@ -42,6 +45,7 @@ __all__ = [
     "kernel_chart",
     "kernel_rows",
     "launch_shape_rows",
+    "omitted_text",
     "op_rows",
     "rank_clash_text",
     "render_html",
@@ -53,9 +57,17 @@ __all__ = [
 ]
 
 SCHEMA = "profattn.analysis"
-SCHEMA_VERSION = 2  #: 2: a call's workload leaves out kv_lens (always [kv_len] × batch for a traced call)
-#: Most rows a table shows in the HTML (the JSON keeps everything); the table says how many it left out.
+#: 2: a call's workload leaves out kv_lens (always [kv_len] × batch for a traced call); 3: output proportional to what
+#: a reader needs — a call's kernels beyond :data:`~profattn.analysis.calls.CALL_KERNEL_LIMIT` are summarised
+#: (``kernels_omitted``), the attention calls beyond :data:`JSON_CALL_LIMIT` (the heaviest are kept) and every other
+#: list beyond :data:`JSON_LIST_LIMIT` too (``<list>_omitted``: count and GPU time), with the caps in ``limits``.
+SCHEMA_VERSION = 3
+#: Most rows a table shows in the HTML (the JSON keeps up to its own limits); the table says how many it left out.
 TABLE_LIMIT = 100
+#: Attention calls the JSON details (the heaviest, by GPU time, in trace order); the rest are counted and totalled.
+JSON_CALL_LIMIT = 1_000
+#: Rows the JSON keeps of every other list (kernels by name, launch shapes, ops, steps, call groups).
+JSON_LIST_LIMIT = 10_000
 #: Kernels in the GPU-time chart.
 CHART_TOP = 20
 
@@ -124,6 +136,19 @@ def _dim(value: int | None) -> int | str:
     return "?" if value is None else value
 
 
+def omitted_text(c: AttentionCall) -> str:
+    """What a call's kernels beyond the per-call cap were: ``"… and 999,936 more kernels (7.5 s, 99.99 % of the
+    call's GPU time; at most 64 are listed, the heaviest): flash_fwd_splitkv_kernel ×999,936"``; "" when none."""
+    o = c.omitted
+    if o is None:
+        return ""
+    total = c.gpu_time_us
+    share = f", {o.gpu_time_us / total:.2%} of the call's GPU time" if total > 0 else ""
+    names = ", ".join(f"{kernel_stem(n)[:80]} ×{k:,}" for n, k, _ in o.names[:5])
+    return (f"… and {o.count:,} more kernels ({fmt_us(o.gpu_time_us)}{share}; at most {len(c.kernels)} are listed per "
+            f"call, the heaviest): {names}")
+
+
 def _call_row(c: AttentionCall) -> dict[str, Any]:
     s = c.shape
     return {
@@ -135,8 +160,8 @@ def _call_row(c: AttentionCall) -> dict[str, Any]:
         "heads": f"{_dim(s.num_q_heads)}/{_dim(s.num_kv_heads)}" if s else "?", "head_dim": _dim(s.head_dim) if s else "?",
         "dtype": (s.dtype or "unknown") if s else "?", "causal": causal_text(c.causal), "mask": mask_text(c),
         "gpu_time": fmt_us(c.gpu_time_us) if c.kernels else MISSING, "cpu_time": fmt_us(c.dur_us),
-        "kernel_count": len(c.kernels), "families": ", ".join(c.kernel_families),
-        "graph": c.graph_launched, "kernels": [_kernel_row(k) for k in c.kernels],
+        "kernel_count": c.kernel_count, "families": ", ".join(c.kernel_families),
+        "graph": c.graph_launched, "kernels": [_kernel_row(k) for k in c.kernels], "kernels_omitted": omitted_text(c),
         "workload": c.workload_constructor, "workload_tag": c.workload.tag if c.workload else "",
         "profile_hint": c.profile_hint, "notes": list(c.notes),
         "engine": engine_call_text(c.engine), "achieved": achieved_text(c.step) if c.step else "",
@@ -149,7 +174,8 @@ _WORKLOAD_KEYS = ("op", "backend", "backend_op", "direction", "phase", "batch", 
 
 
 def _signature(c: AttentionCall) -> tuple[Any, ...]:
-    return (c.op_name, c.backend, c.direction, c.phase, c.shape, mask_text(c), tuple(k.name for k in c.kernels))
+    names = [*(k.name for k in c.kernels), *(n for n, _, _ in (c.omitted.names if c.omitted else ()))]
+    return (c.op_name, c.backend, c.direction, c.phase, c.shape, mask_text(c), tuple(names))
 
 
 def call_group_rows(fa: TraceCalls) -> list[dict[str, Any]]:
@@ -167,7 +193,7 @@ def call_group_rows(fa: TraceCalls) -> list[dict[str, Any]]:
         row = {k: v for k, v in _call_row(c).items() if k in _WORKLOAD_KEYS}
         row.update({"calls": len(calls), "first": c.index, "total_us": total,
                     "mean_gpu_time": fmt_us(total / len(calls)) if c.kernels else MISSING,
-                    "kernels_per_call": len(c.kernels)})
+                    "kernels_per_call": c.kernel_count})
         rows.append(row)
     return sorted(rows, key=lambda r: -r["total_us"])
 
@@ -209,12 +235,12 @@ def step_rows(fa: TraceCalls) -> list[dict[str, Any]]:
 
 
 def kernel_chart(fa: TraceCalls, top: int = CHART_TOP) -> dict[str, Any] | None:
-    """A plotly bar chart (JSON-ready dict) of the ``top`` kernel names by GPU time; None without kernels.
-    Bars are labelled by the kernel's stem (numbered when stems repeat); hover shows the full name."""
+    """A plotly bar chart (JSON-ready dict, the figure format plotly.js draws: ``data`` traces and ``layout``; built
+    without importing plotly, whose import would double the start-up of ``analyze`` on a small trace) of the ``top``
+    kernel names by GPU time; None without kernels. Bars are labelled by the kernel's stem (numbered when stems
+    repeat); hover shows the full name."""
     if not fa.kernels:
         return None
-    import plotly.graph_objects as go
-
     shown = fa.kernels[:top][::-1]  # largest at the top of a horizontal bar chart
     seen: Counter[str] = Counter()
     labels = []
@@ -222,13 +248,13 @@ def kernel_chart(fa: TraceCalls, top: int = CHART_TOP) -> dict[str, Any] | None:
         stem = kernel_stem(k.name)[:60] or "(unnamed)"
         seen[stem] += 1
         labels.append(stem if seen[stem] == 1 else f"{stem} #{seen[stem]}")
-    fig = go.Figure(go.Bar(
-        x=[k.total_us for k in shown], y=labels, orientation="h", customdata=[k.name[:400] for k in shown],
-        text=[f"{k.count}×" for k in shown], hovertemplate="%{customdata}<br>%{x:,.1f} µs in %{text}<extra></extra>",
-    ))
-    fig.update_layout(title=f"GPU time by kernel (top {len(shown)} of {len(fa.kernels)})", xaxis_title="summed kernel time (µs)",
-                      height=max(360, 28 * len(shown) + 120), margin={"l": 320})
-    return json.loads(fig.to_json())
+    bars = {"type": "bar", "x": [k.total_us for k in shown], "y": labels, "orientation": "h",
+            "customdata": [k.name[:400] for k in shown], "text": [f"{k.count}×" for k in shown],
+            "hovertemplate": "%{customdata}<br>%{x:,.1f} µs in %{text}<extra></extra>"}
+    layout = {"title": {"text": f"GPU time by kernel (top {len(shown)} of {len(fa.kernels)})"},
+              "xaxis": {"title": {"text": "summed kernel time (µs)"}}, "height": max(360, 28 * len(shown) + 120),
+              "margin": {"l": 320}}
+    return {"data": [bars], "layout": layout}
 
 
 # ---- JSON ----------------------------------------------------------------------------------------
@@ -251,7 +277,9 @@ def _call_dict(c: AttentionCall, memo: dict[Workload, dict[str, Any]]) -> dict[s
         "phase": c.phase.value if c.phase else None,
         "workload": _workload_dict(c.workload, memo) if c.workload else None, "workload_constructor": c.workload_constructor,
         "gpu_time_us": c.gpu_time_us if c.kernels else None, "kernel_families": list(c.kernel_families), "graph_launched": c.graph_launched,
-        "kernels": [{**asdict(k), "launch_shape": k.launch_shape} for k in c.kernels], "notes": list(c.notes),
+        "kernel_count": c.kernel_count,
+        "kernels": [{**asdict(k), "launch_shape": k.launch_shape} for k in c.kernels],
+        "kernels_omitted": asdict(c.omitted) if c.omitted else None, "notes": list(c.notes),
         **call_engine_dict(c),
     }
 
@@ -309,21 +337,56 @@ def analysis_to_dict(analysis: TraceSetAnalysis) -> dict[str, Any]:
     memo: dict[Workload, dict[str, Any]] = {}
     comm = analysis.comm or (None,) * len(analysis.files)
     for f, tl in zip(analysis.files, comm):
-        files.append({
+        doc = {
             "communication": _comm_dict(tl),
             "path": f.path, "label": f.label, "rank": f.rank, "device_name": f.device_name, "num_sms": f.num_sms,
             "kernel_count": f.kernel_count, "gpu_time_us": f.gpu_time_us, "gpu_busy_us": f.gpu_busy_us,
             "notes": list(f.notes),
             "warnings": [asdict(w) for w in f.warnings],
-            "kernels": [asdict(k) for k in f.kernels],
-            "launch_shapes": [asdict(s) for s in f.launch_shapes],
-            "ops": [asdict(o) for o in f.ops],
-            "steps": [asdict(s) for s in f.steps],
-            "attention_calls": [_call_dict(c, memo) for c in f.calls],
-            **engine_dict(f),
-        })
-    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "warnings": set_warnings(analysis),
-                    "skipped": [asdict(s) for s in analysis.skipped], "files": files})
+        }
+        for key, items, time in (("kernels", f.kernels, "total_us"), ("launch_shapes", f.launch_shapes, "total_us"),
+                                 ("ops", f.ops, "total_us"), ("steps", f.steps, "gpu_time_us")):
+            doc[key] = [asdict(x) for x in items[:JSON_LIST_LIMIT]]
+            doc[f"{key}_omitted"] = _omitted(items[JSON_LIST_LIMIT:], lambda x, t=time: getattr(x, t))
+        engine = engine_dict(f)
+        steps = engine.pop("serving_steps")
+        doc["serving_steps"] = steps[:JSON_LIST_LIMIT]
+        doc["serving_steps_omitted"] = _omitted(steps[JSON_LIST_LIMIT:], lambda x: x["gpu_time_us"])
+        merge = engine.get("graph_merge")
+        if merge is not None and len(merge["launches"]) > JSON_LIST_LIMIT:
+            launches = merge["launches"]
+            merge["launches"] = launches[:JSON_LIST_LIMIT]
+            merge["launches_omitted"] = {"count": len(launches) - JSON_LIST_LIMIT,
+                                         "kernels": sum(m["kernels"] for m in launches[JSON_LIST_LIMIT:])}
+        doc.update(engine)
+        shown = _heaviest_calls(f.calls)
+        doc["attention_calls"] = [_call_dict(c, memo) for c in shown]
+        kept = {c.index for c in shown}
+        doc["attention_calls_omitted"] = _omitted([c for c in f.calls if c.index not in kept], lambda c: c.gpu_time_us)
+        groups = call_group_rows(f)
+        doc["attention_call_groups"] = [{k: g[k] for k in ("op", "backend", "direction", "phase", "workload_tag", "calls",
+                                                            "first", "total_us", "kernels_per_call")}
+                                        for g in groups[:JSON_LIST_LIMIT]]
+        doc["attention_call_groups_omitted"] = _omitted(groups[JSON_LIST_LIMIT:], lambda g: g["total_us"])
+        files.append(doc)
+    limits = {"call_kernels": CALL_KERNEL_LIMIT, "attention_calls": JSON_CALL_LIMIT, "rows": JSON_LIST_LIMIT}
+    return _finite({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "limits": limits,
+                    "warnings": set_warnings(analysis), "skipped": [asdict(s) for s in analysis.skipped], "files": files})
+
+
+def _heaviest_calls(calls: "tuple[AttentionCall, ...]", limit: int = JSON_CALL_LIMIT) -> list[AttentionCall]:
+    """At most ``limit`` calls: the heaviest by GPU time (ties: the earliest), in trace order."""
+    if len(calls) <= limit:
+        return list(calls)
+    keep = sorted(sorted(calls, key=lambda c: (-c.gpu_time_us, c.index))[:limit], key=lambda c: c.index)
+    return keep
+
+
+def _omitted(items: "list[Any] | tuple[Any, ...]", gpu_time: Any) -> dict[str, Any] | None:
+    """``{"count", "gpu_time_us"}`` of the rows a list left out beyond its limit; None when it left none out."""
+    if not items:
+        return None
+    return {"count": len(items), "gpu_time_us": float(sum(gpu_time(x) for x in items))}
 
 
 def _finite(value: Any) -> Any:
@@ -354,6 +417,13 @@ def _limited(rows: list[dict[str, Any]], limit: int = TABLE_LIMIT) -> dict[str, 
     return {"rows": rows[:limit], "more": max(0, len(rows) - limit)}
 
 
+def _first_rows(rows: Any, fa: TraceCalls, field: str, limit: int = TABLE_LIMIT) -> dict[str, Any]:
+    """``rows(fa)`` for the first ``limit`` entries of ``fa.<field>`` only (a trace of 10⁶ distinct kernel names
+    makes no 10⁶ rows to show 100), and how many it left out."""
+    items = getattr(fa, field)
+    return {"rows": rows(replace(fa, **{field: items[:limit]})), "more": max(0, len(items) - limit)}
+
+
 def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace analysis",
                 ceilings: Ceilings | None = None) -> str:
     """The whole report as one self-contained HTML string (plotly.js inline once, no network access); ``ceilings``:
@@ -365,20 +435,21 @@ def render_html(analysis: TraceSetAnalysis, *, title: str = "profattn trace anal
             **summary,
             "comm": comm_row(tl),
             "has_kernels": fa.has_gpu_kernels,
-            "workloads": call_group_rows(fa),
-            "calls": _limited(call_rows(fa)),
+            "workloads": _limited(call_group_rows(fa)),
+            "calls": {"rows": [_call_row(c) for c in fa.calls[:TABLE_LIMIT]], "more": max(0, len(fa.calls) - TABLE_LIMIT)},
             "chart": kernel_chart(fa),
-            "kernel_table": _limited(kernel_rows(fa)),
-            "launch_table": _limited(launch_shape_rows(fa)),
-            "op_table": _limited(op_rows(fa)),
-            "steps": step_rows(fa),
-            "engine": engine_section(fa, ceilings),
+            "kernel_table": _first_rows(kernel_rows, fa, "kernels"),
+            "launch_table": _first_rows(launch_shape_rows, fa, "launch_shapes"),
+            "op_table": _first_rows(op_rows, fa, "ops"),
+            "steps": _first_rows(step_rows, fa, "steps"),
+            "engine": engine_section(fa, ceilings, limit=TABLE_LIMIT),
         })
     ctx = {
         "title": title,
         "files": sections,
         "warnings": set_warnings(analysis),
         "schema_version": SCHEMA_VERSION,
+        "json_call_limit": f"{JSON_CALL_LIMIT:,}",
     }
     return render("analyze", ctx)
 

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from profattn.analysis.compare import (
+    MIN_DRIFT_CELLS,
     CellChange,
     CompareClass,
+    CompareMode,
     Comparison,
     LaunchChange,
     RegressionKind,
@@ -36,13 +38,60 @@ def run_label(path: str | os.PathLike[str]) -> str:
 
 
 def fmt_change(est: RatioEstimate | None) -> str:
-    """``+10.2 % [+8.1, +11.5] (97 %)``-style text of a ratio estimate; "–" without one."""
+    """``+10.2 % [+8.1, +11.5]``-style text of a ratio estimate (its interval when it has one); "–" without one."""
     if est is None:
         return "–"
     s = f"{est.change:+.1%}"
-    if est.lo is not None and est.hi is not None and est.confidence is not None:
-        s += f" [{(est.lo - 1) * 100:+.1f}, {(est.hi - 1) * 100:+.1f}] ({est.confidence:.0%})"
+    if est.lo is not None and est.hi is not None:
+        s += f" [{(est.lo - 1) * 100:+.1f}, {(est.hi - 1) * 100:+.1f}]"
     return s
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value: ``0.031``, ``< 0.0001``; "–" without one."""
+    if p is None:
+        return "–"
+    return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
+def drift_text(cmp: Comparison) -> str | None:
+    """The run-wide shift as a sentence (None when no cell was tested): its size and interval, over how many cells,
+    and how the cells were judged."""
+    d = cmp.drift
+    if d is None:
+        return None
+    size = f"{d.change:+.1%} [{d.lo - 1:+.1%}, {d.hi - 1:+.1%}] over {d.cells} cell(s)"
+    if cmp.mode is CompareMode.AB:
+        return (f"Median change {size}: base and head were timed alternately in one process (A/B), so a drift of the "
+                "machine cancels within each round; every cell is judged on its own pairs.")
+    if not d.applied:
+        return (f"Median change {size}: too few cells to tell a drift of the machine from a change (it needs "
+                f"{MIN_DRIFT_CELLS}); cells are judged on their own samples.")
+    scatter = f"; single cells scatter ±{d.spread:.1%} around it (one σ)" if d.spread > 0.0005 else ""
+    if d.heavy:
+        scatter += (", and a run's machine was noisy (load above its CPUs, or many spread cells): a single cell can be "
+                    "starved for all its samples, so the scatter is read with heavy (Cauchy) tails")
+    if d.detected:
+        return (f"Run-wide shift {size}: most cells moved together — the machine drifted between the two processes (or "
+                f"every kernel changed alike, which two runs cannot tell apart: compare --ab can){scatter}. Every cell is "
+                "judged relative to it.")
+    return f"No run-wide shift: median change {size}{scatter}; every cell is judged relative to it."
+
+
+def method_text(cmp: Comparison) -> str:
+    """How cells are classified, with the family-wise false-alarm rate and the threshold (HTML, Markdown, CLI)."""
+    t = f"{cmp.threshold:.0%}"
+    samples = ("the paired A/B rounds (Hodges–Lehmann of the per-round log ratios, exact signed-rank interval)"
+               if cmp.mode is CompareMode.AB else
+               "each cell's timing samples (Hodges–Lehmann over the per-repeat medians, exact Mann–Whitney interval)")
+    relative = "" if cmp.mode is CompareMode.AB or not (cmp.drift and cmp.drift.applied) else \
+        (", relative to the run-wide shift; a cell is tested against its own samples and against the other cells' "
+         "scatter, and the larger p-value counts")
+    return (f"Change = head/base − 1 from {samples}{relative}. Each of the {cmp.tested} tested cell(s) is tested for a "
+            f"change beyond ±{t}, Holm-adjusted so the chance of any false alarm in the comparison is at most "
+            f"{cmp.alpha:.0%} (family-wise); *slower* / *faster* = adjusted p below {cmp.alpha:.0%}, else *within noise*. "
+            f"Intervals are simultaneous at {cmp.level:.0%} over the tested cells. A correctness pass → fail, or a cell "
+            "that ran in the base and errors in the head, is a regression whatever its speed.")
 
 
 def _fmt_value(v: object) -> str:
@@ -70,8 +119,9 @@ def correctness_text(c: CellChange) -> str:
 def regression_text(c: CellChange, r: RegressionReason) -> str:
     """One reason ``c`` fails the comparison, as a sentence."""
     if r.kind is RegressionKind.SLOWER:
-        est = c.estimate
-        return f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{c.threshold:.0%})"  # type: ignore[union-attr,operator]
+        est = c.judged
+        return (f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{c.threshold:.0%}; "  # type: ignore[union-attr,operator]
+                f"adjusted p {fmt_p(c.p_slower)})")
     if r.kind is RegressionKind.CORRECTNESS:
         return f"correctness pass → fail ({r.reason or 'failed'})"
     return f"ran in the base run, {r.head_status} in the head run" + (f": {r.reason}" if r.reason else "")
@@ -92,7 +142,8 @@ def verdict_change_text(ch: VerdictChange) -> str:
 
 
 def _order(c: CellChange) -> tuple:
-    return (not c.regression, list(CompareClass).index(c.classification), -abs(c.estimate.change) if c.estimate else 0)
+    est = c.judged or c.estimate
+    return (not c.regression, list(CompareClass).index(c.classification), -abs(est.change) if est else 0)
 
 
 def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
@@ -107,7 +158,8 @@ def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
             "faster": c.classification is CompareClass.FASTER,
             "top": c.regression or c.classification in (CompareClass.SLOWER, CompareClass.FASTER)
                    or bool(c.launch_changes) or c.correctness_changed,
-            "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us), "change": fmt_change(c.estimate),
+            "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us),
+            "change": fmt_change(c.judged or c.estimate), "raw": fmt_change(c.estimate) if c.judged else "",
             "samples": f"{len(c.base_samples_us)} / {len(c.head_samples_us)}",
             "correctness": correctness_text(c),
             "status": _status(c),
@@ -133,17 +185,21 @@ def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
 
 
 def summary_line(cmp: Comparison) -> str:
-    """One sentence: counts per class and whether the comparison fails."""
+    """One sentence: counts per class, whether the comparison fails, and the false-alarm rate it is held to."""
     parts = [f"{cmp.count(k)} {k.value}" for k in CompareClass if cmp.count(k)]
     head = f"{len(cmp.regressions)} regression(s)" if cmp.regression else "no regression"
-    return f"{head} beyond ±{cmp.threshold:.0%} — " + ", ".join(parts) + "."
+    shift = ""
+    if cmp.drift is not None and cmp.drift.detected:
+        shift = f"; run-wide shift {cmp.drift.change:+.1%} (machine drift, judged relative to it)"
+    return (f"{head} beyond ±{cmp.threshold:.0%} — " + ", ".join(parts)
+            + f" (family-wise false-alarm rate ≤ {cmp.alpha:.0%} over {cmp.tested} tested cell(s), Holm{shift}).")
 
 
 def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
     """Plotly figure (JSON-ready): head/base ratio with its interval per timed cell, the threshold band."""
     import plotly.graph_objects as go
 
-    cells = [c for c in cmp.cells if c.estimate is not None]
+    cells = [c for c in cmp.cells if (c.judged or c.estimate) is not None]
     if not cells:
         return None
     C = CompareClass
@@ -153,7 +209,7 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
         sel = [c for c in cells if c.classification is cls]
         if not sel:
             continue
-        est = [c.estimate for c in sel]
+        est = [c.judged or c.estimate for c in sel]
         fig.add_scatter(
             x=[e.ratio for e in est], y=[f"{workload_label(c.workload)} · {c.backend}" for c in sel], mode="markers",
             name=cls.value, marker={"color": colors[cls], "size": 8},
@@ -162,7 +218,8 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
             hovertemplate="%{y}<br>head/base %{x:.3f}<extra>" + cls.value + "</extra>")
     for x, dash in ((1.0, "solid"), (1 + cmp.threshold, "dash"), (1 / (1 + cmp.threshold), "dash")):
         fig.add_vline(x=x, line_dash=dash, line_color="black", line_width=1)
-    fig.update_layout(title=f"Latency head / base with {cmp.level:.0%} intervals (Hodges–Lehmann, Mann–Whitney); dashed: ±{cmp.threshold:.0%}",
+    relative = " relative to the run-wide shift" if cmp.drift is not None and cmp.drift.applied and cmp.mode is not CompareMode.AB else ""
+    fig.update_layout(title=f"Latency head / base{relative}, {cmp.level:.0%} simultaneous intervals; dashed: ±{cmp.threshold:.0%}",
                       xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
                       yaxis={"autorange": "reversed"})
     return json.loads(fig.to_json())
@@ -171,7 +228,8 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
 def render_html(cmp: Comparison) -> str:
     """The comparison as one self-contained HTML page (plotly.js inline)."""
     return render("compare", dict(
-        cmp=cmp, summary=summary_line(cmp), rows=cell_rows(cmp), winners=winner_rows(cmp),
+        cmp=cmp, summary=summary_line(cmp), method=method_text(cmp), drift=drift_text(cmp), rows=cell_rows(cmp),
+        winners=winner_rows(cmp),
         env=[d for d in cmp.environment], chart=forest_figure(cmp),
         base_verdict=verdict_summary(cmp.base_verdict), head_verdict=verdict_summary(cmp.head_verdict),
         verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes],

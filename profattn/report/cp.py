@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.comm import CpSummary
-from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.format import fmt_bytes, fmt_us, md_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from profattn.analysis.run import RunAnalysis
@@ -59,6 +59,7 @@ def cp_markdown(summaries: Sequence[CpSummary]) -> str:
             "idle | ledger |")
     lines = [head, "|---" * 12 + "|"]
     for r in cp_rows(summaries):
-        lines.append("| " + " | ".join(r[k] for k in ("scheme", "ranks", "phase", "backend", "status", "step", "single",
-                                                      "efficiency", "comm", "overlap", "idle", "ledger")) + " |")
+        lines.append("| " + " | ".join(md_text(r[k]) for k in ("scheme", "ranks", "phase", "backend", "status", "step",
+                                                               "single", "efficiency", "comm", "overlap", "idle",
+                                                               "ledger")) + " |")
     return "\n".join(lines)

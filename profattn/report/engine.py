@@ -149,12 +149,13 @@ def _spread(values: Sequence[float], fmt, fmt_range=None) -> str:  # type: ignor
     return f"{fmt(med)} median ({rng(min(values))} – {rng(max(values))})"
 
 
-def step_rows(fa: TraceCalls, ceilings: Ceilings | None = None) -> list[dict[str, Any]]:
-    """One row per annotated step: its name, prefill (context) and decode (generation) composition and ledgers, GPU
-    time, attention GPU time and share, attention calls and their achieved rates (median and range)."""
+def step_rows(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One row per annotated step (the first ``limit`` only, when given): its name, prefill (context) and decode
+    (generation) composition and ledgers, GPU time, attention GPU time and share, attention calls and their achieved
+    rates (median and range)."""
     rows = []
     calls = {c.index: c for c in fa.calls}
-    for s in fa.serving_steps:
+    for s in fa.serving_steps[:limit]:
         a = s.annotation
         mine = [calls[i] for i in s.attention_calls if i in calls]
         tflops = [c.step.tflops for c in mine if c.step is not None and c.step.tflops is not None]
@@ -178,9 +179,9 @@ def step_rows(fa: TraceCalls, ceilings: Ceilings | None = None) -> list[dict[str
     return rows
 
 
-def graph_text(merge: GraphMerge | None) -> list[str]:
-    """The graph replays against their captures, as sentences: placed kernels per rule, and per reason what could
-    not be placed. Empty without graph launches."""
+def graph_text(merge: GraphMerge | None, *, most: int | None = None) -> list[str]:
+    """The graph replays against their captures, as sentences: placed kernels per rule, and per graph launch what
+    could not be placed (at most ``most`` such lines, then how many more). Empty without graph launches."""
     if merge is None or not merge.launches:
         return []
     lines = []
@@ -193,7 +194,8 @@ def graph_text(merge: GraphMerge | None) -> list[str]:
     lines.append(f"{merge.placed_kernels:,} of {merge.replayed_kernels:,} replayed kernel(s) matched to their "
                  f"capture-time launches ({n:,} graph launch(es){': ' + rules if rules else ''}; captures from "
                  f"{', '.join(merge.capture_files)})")
-    for m in merge.launches:
+    partial = [m for m in merge.launches if m.rule is None or m.placed < m.kernels]
+    for m in partial[:most]:
         if m.rule is None:
             size = f"; closest capture: {m.capture_launches:,} launches" if m.capture_launches else ""
             lines.append(f"graph launch at {m.launch_ts_us:.0f} µs: {m.kernels:,} kernel(s) ({m.attention_kernels:,} "
@@ -201,6 +203,8 @@ def graph_text(merge: GraphMerge | None) -> list[str]:
         elif m.placed < m.kernels:
             lines.append(f"graph launch at {m.launch_ts_us:.0f} µs: {m.kernels - m.placed:,} of {m.kernels:,} kernel(s) "
                          f"not placed ({m.rule.value})")
+    if most is not None and len(partial) > most:
+        lines.append(f"… and {len(partial) - most:,} more graph launch(es) not wholly placed")
     return lines
 
 
@@ -231,8 +235,8 @@ def engine_lines(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int
         held = sum(1 for c in fa.calls if c.captured_in is not None)
         lines.append(f"  capture trace: {fa.captures} graph capture(s); {held} attention op call(s) made while capturing "
                      "(their kernels run at replay)")
-    rows = step_rows(fa, ceilings)
-    for r in rows[:steps]:
+    rows = step_rows(fa, ceilings, limit=steps)
+    for r in rows:
         lines.append(f"  step {r['index']} ({r['format']}): {r['requests']} sequence(s) — prefill {r['prefill']}; decode "
                      f"{r['decode']}; GPU {r['gpu_time']}, attention {r['attention_time']} ({r['attention_share']}) in "
                      f"{r['attention_calls']} call(s)")
@@ -240,8 +244,8 @@ def engine_lines(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int
             lines.append(f"    prefill part per call: {r['prefill_ledger']}")
         if r["decode_ledger"] != MISSING:
             lines.append(f"    decode part per call: {r['decode_ledger']}")
-    if len(rows) > steps:
-        lines.append(f"  … and {len(rows) - steps} more step(s) (see the HTML/JSON)")
+    if len(fa.serving_steps) > steps:
+        lines.append(f"  … and {len(fa.serving_steps) - steps} more step(s) (see the HTML/JSON)")
     groups: dict[tuple[Any, ...], list[AttentionCall]] = {}
     for c in fa.calls:
         if c.captured_in is None:
@@ -276,21 +280,24 @@ def engine_lines(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int
             if over:
                 lines.append(f"    {over} of these {len(members)} call(s) {ROOF_NOTE}")
         lines.append(f"    {c.profile_hint}")
-    for text in graph_text(fa.graph_merge):
+    for text in graph_text(fa.graph_merge, most=limit):
         lines.append(f"  graphs: {text}")
     return lines
 
 
-def engine_section(fa: TraceCalls, ceilings: Ceilings | None = None) -> dict[str, Any] | None:
+def engine_section(fa: TraceCalls, ceilings: Ceilings | None = None, *, limit: int | None = None
+                   ) -> dict[str, Any] | None:
     """The HTML context of the serving-engine section of one file (``engine.html.j2``); None when the file has no
-    step annotation, no engine call and no graph replay."""
-    engine_calls = [c for c in fa.calls if c.engine is not None]
-    if not fa.serving_steps and not engine_calls and fa.graph_merge is None and not fa.captures:
+    step annotation, no engine call and no graph replay. With ``limit``, rows are built for the first ``limit``
+    steps and graph launches only (``steps_more``: how many steps were left out)."""
+    if not fa.serving_steps and not any(c.engine is not None for c in fa.calls) and fa.graph_merge is None \
+            and not fa.captures:
         return None
     merge = fa.graph_merge
     return {
-        "steps": step_rows(fa, ceilings),
-        "graphs": graph_text(merge),
+        "steps": step_rows(fa, ceilings, limit=limit),
+        "steps_more": max(0, len(fa.serving_steps) - limit) if limit is not None else 0,
+        "graphs": graph_text(merge, most=limit),
         "recipe": list(RECIPE) if merge is not None and merge.unplaced_attention_kernels else [],
         "captures": fa.captures,
         "ceilings": None if ceilings is None else (f"GEMM {fmt_flops_rate(ceilings.matmul_tflops)}, "

@@ -10,10 +10,15 @@ one value two ways.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "MISSING",
+    "Md",
+    "md_code",
+    "md_text",
     "causal_text",
     "fmt_bytes",
     "fmt_count",
@@ -236,3 +241,48 @@ def short_kernel_name(name: str, width: int = 60) -> str:
         elif len(parts) > 1:
             short = f"{parts[-2]}::{short}"
     return short if len(short) <= width else short[: width - 1] + "…"
+
+
+# ---- Markdown: text from files made inert -------------------------------------------------------------------------
+
+#: Backslash escapes for every ASCII punctuation character that is markup in GitHub-flavoured Markdown inline text
+#: (CommonMark §2.4 allows a backslash before any ASCII punctuation), and entities for the HTML-special ones.
+_MD_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|~#"}, "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+#: GitHub turns ``@name`` into a mention (a notification) and ``#12`` into a link: a word joiner after the sign keeps
+#: the text as it reads and breaks both.
+_REFERENCE = re.compile(r"([@#])(?=\w)")
+#: What makes a line a list item, a heading underline or an ordered list when it starts it.
+_LINE_START = re.compile(r"^(?:[-+](?=\s|$)|=+\s*$|\d{1,9}[.)](?=\s|$))")
+
+
+class Md(str):
+    """Text that is already Markdown — profattn's own markup around values escaped with :func:`md_text` — which a
+    table keeps as it is (:func:`profattn.report.markdown.md_table` escapes every other cell)."""
+
+
+def md_text(v: Any) -> str:
+    """A value from a run or a trace (a backend name, a reason, a device name, a version) made inert for GitHub
+    Markdown, to be placed in inline text or a table cell: one line; Markdown's inline markup characters
+    (backslash, backtick, ``*``, ``_``, ``[``, ``]``, ``|``, ``~``, ``#``) backslash-escaped; HTML shown, not
+    interpreted (``<`` ``>`` ``&`` as entities); ``@name`` mentions and ``#12`` references broken by a word joiner
+    (U+2060); a leading list marker (``- ``, ``+ ``, ``1. ``) or a line of ``=`` escaped, so it cannot start a list or
+    underline a heading. Rendered, the
+    text reads as it was written."""
+    s = "" if v is None else str(v)
+    s = s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").translate(_MD_ESCAPES)
+    s = _REFERENCE.sub("\\1\u2060", s)
+    start = _LINE_START.match(s)
+    if start is None:
+        return s
+    end = start.end() if s[0].isdigit() else 1  # "- x" → "\- x"; "1. x" → "1\. x" (a backslash escapes punctuation)
+    return s[: end - 1] + "\\" + s[end - 1:]
+
+
+def md_code(v: Any) -> str:
+    """A value from a file as a Markdown code span (shown literally, markup and HTML included): fenced by one more
+    backtick than the longest run of backticks inside, padded with a space where it starts or ends with one, on one
+    line (backslash escapes do not work inside code spans, so backticks cannot be escaped there)."""
+    s = ("" if v is None else str(v)).replace("\r", " ").replace("\n", " ")
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) or not s else ""
+    return f"{fence}{pad}{s}{pad}{fence}"

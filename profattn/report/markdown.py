@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
 from profattn.files import MARKDOWN_MARKER
-from profattn.report.compare import cell_rows, summary_line, verdict_change_text, winner_rows
+from profattn.report.format import Md, md_code, md_text
+from profattn.report.compare import cell_rows, drift_text, method_text, summary_line, verdict_change_text, winner_rows
 from profattn.report.verdict import summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,16 +27,9 @@ MAX_CHARS = 65_000
 _CAPS: tuple[int | None, ...] = (None, 200, 100, 50, 25, 10, 5)
 
 
-def md_text(v: Any) -> str:
-    """Text from a run (backend names, reasons, verdicts) made inert for GitHub Markdown: HTML tags shown,
-    not stripped (``<`` ``>`` ``&`` as entities), backticks and backslashes escaped, one line."""
-    s = "" if v is None else str(v)
-    s = s.replace("\\", "\\\\").replace("`", "\\`").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return s.replace("\n", " ").replace("\r", " ")
-
-
 def _cell(v: Any) -> str:
-    return md_text(v).replace("|", "\\|")
+    """A table cell: :class:`~profattn.report.format.Md` as it is, anything else through :func:`md_text`."""
+    return v if isinstance(v, Md) else md_text(v)
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_rows: int | None = None) -> str:
@@ -87,7 +81,7 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
         c = m.cell
         t = c.graph_timing or c.timing
         table.append([
-            (("**" + c.backend + "** 🏆" + (" (tie: " + ", ".join(m.ties) + ")" if m.ties else ""))
+            (Md("**" + md_text(c.backend) + "** 🏆" + (" (tie: " + md_text(", ".join(m.ties)) + ")" if m.ties else ""))
              if m.winner else c.backend), labels[c.workload.tag], c.status.value,
             (fmt_us(t.median_us) if t else "–") + (" (graph)" if c.graph_timing is not None else ""),
             *([fmt_us(c.eager_latency_us)] if eager else []), fmt_rate(c.achieved_gbps, "GB/s", roof, bare=True),
@@ -109,8 +103,9 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
 
     def render(cap: int | None) -> str:
         parts = [
-            f"## profattn: preset `{run.preset}` on {e.device_name}",
-            (f"torch {e.torch}, CUDA {e.cuda or 'n/a'}, cuDNN {e.cudnn or 'n/a'}, triton {e.triton or 'n/a'}, driver {e.driver or 'n/a'}; "
+            f"## profattn: preset {md_code(run.preset)} on {md_text(e.device_name)}",
+            (f"torch {md_text(e.torch)}, CUDA {md_text(e.cuda or 'n/a')}, cuDNN {md_text(e.cudnn or 'n/a')}, "
+             f"triton {md_text(e.triton or 'n/a')}, driver {md_text(e.driver or 'n/a')}; "
              f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
         ]
         parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
@@ -141,8 +136,8 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
     flips = [[w["label"], w["base"], w["head"], "yes (tie in one run)" if w["noise_flip"] else "yes"] for w in winner_rows(cmp) if w["flipped"]]
 
     def cells_table(rs: list[dict[str, Any]], cap: int | None) -> str:
-        return md_table(["workload", "backend", "result", "base", "head", "change [interval] (coverage)", "correctness", "launch shape", "DRAM bytes", "why it fails"],
-                        [[r["label"], r["backend"], ("**" + r["classification"].value + "**") if r["regression"] else r["classification"].value,
+        return md_table(["workload", "backend", "result", "base", "head", "change [interval]", "correctness", "launch shape", "DRAM bytes", "why it fails"],
+                        [[r["label"], r["backend"], Md("**" + r["classification"].value + "**") if r["regression"] else r["classification"].value,
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
     def render(cap: int | None) -> str:
@@ -150,14 +145,12 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
         parts = [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
                  f"**{outcome}**: {md_text(summary_line(cmp))}"]
         parts += [f"> ⚠️ {md_text(w)}" for w in cmp.warnings]
-        parts.append(
-            f"Change = head/base − 1 (Hodges–Lehmann over the per-repeat medians, exact Mann–Whitney interval at a nominal "
-            f"{cmp.level:.0%}); *slower* = interval entirely above +{cmp.threshold:.0%}, *faster* = entirely below "
-            f"1/(1+{cmp.threshold:.0%}) − 1, else *within noise*.")
+        parts += [md_text(t) for t in (drift_text(cmp),) if t]
+        parts.append(md_text(method_text(cmp)).replace("\\*", "*"))  # profattn's own emphasis of the class names
         parts += ["### Environment", md_table(["field", cmp.base_label, cmp.head_label], env, cap) if env else "No differences."]
         parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(verdict_summary(cmp.base_verdict))}",
                   f"- **{md_text(cmp.head_label)}**: {md_text(verdict_summary(cmp.head_verdict))}"]
-        parts.append("Verdict changes: " + "; ".join(verdict_change_text(v) for v in cmp.verdict_changes)
+        parts.append("Verdict changes: " + "; ".join(md_text(verdict_change_text(v)) for v in cmp.verdict_changes)
                      if cmp.verdict_changes else "The verdict did not change.")
         if flips:
             parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]

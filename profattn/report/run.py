@@ -19,7 +19,7 @@ from typing import Any
 
 from profattn.interfaces import Layout
 from profattn.analysis.noise import NoiseKind
-from profattn.analysis.reattach import TraceProblemKind
+from profattn.analysis.reattach import TraceProblem, TraceProblemKind
 from profattn.analysis.run import MatrixCell, RunAnalysis, analyze_run
 from profattn.report.format import (
     flops_unit,
@@ -108,6 +108,9 @@ def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     mm = run.ceilings.matmul_tflops if run.ceilings else None
     unit = matrix_columns(a)["flops_unit"]
     labels = workload_labels(a)
+    not_read: dict[str, list[str]] = {}
+    for p in a.trace_problems:
+        not_read.setdefault(p.cell_id, []).append(trace_problem_text(p))
     rows = []
     for m in a.matrix:
         c = m.cell
@@ -140,7 +143,7 @@ def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
             "kernels_per_call": f"{c.trace.kernels_per_call:g}" if c.trace else "–",
             "family_ok": None if c.trace is None else c.trace.family_ok,
             "family_note": c.trace.family_note if c.trace else "",
-            "notes": "; ".join([*c.notes, *filter(None, [sdpa_mask_path_text(m)])]),
+            "notes": "; ".join([*c.notes, *filter(None, [sdpa_mask_path_text(m)]), *not_read.get(c.cell_id, ())]),
         })
     return rows
 
@@ -614,17 +617,21 @@ def render_html(a: RunAnalysis, *, title: str = "profattn report") -> str:
     return render("report", ctx)
 
 
+def trace_problem_text(p: TraceProblem) -> str:
+    """Why one cell's trace was not read (a :class:`~profattn.analysis.reattach.TraceProblem`), as a sentence:
+    ``trace_file 'traces/x.json.gz' is missing: not read, stored summary kept``."""
+    if p.kind is TraceProblemKind.OUTSIDE_RUN:
+        return f"trace_file {p.trace_file!r} is outside the run directory: not read"
+    if p.kind is TraceProblemKind.UNREADABLE:
+        return f"trace unreadable, stored summary kept: {p.detail}"
+    return f"trace_file {p.trace_file!r} is {p.kind.value}: not read, stored summary kept"
+
+
 def trace_warnings(a: RunAnalysis) -> list[str]:
-    """``<cell id>: <why>`` for every cell whose trace could not be read when the report was built
-    (:attr:`RunAnalysis.trace_problems`: outside the run directory, or unreadable); the cell keeps its stored
-    summary."""
-    out = []
-    for p in a.trace_problems:
-        if p.kind is TraceProblemKind.OUTSIDE_RUN:
-            out.append(f"{p.cell_id}: trace_file {p.trace_file!r} is outside the run directory: not read")
-        else:
-            out.append(f"{p.cell_id}: trace unreadable, stored summary kept: {p.detail}")
-    return out
+    """``<cell id>: <why>`` (:func:`trace_problem_text`) for every cell whose trace could not be read when the report
+    was built (:attr:`RunAnalysis.trace_problems`: outside the run directory, missing, not a regular file, or
+    unreadable); the cell keeps its stored summary."""
+    return [f"{p.cell_id}: {trace_problem_text(p)}" for p in a.trace_problems]
 
 
 def noise_texts(a: RunAnalysis) -> list[str]:

@@ -21,7 +21,7 @@ from profattn.analysis.simulate import (
 )
 from profattn.analysis.stepcost import Provenance
 from profattn.files import write_text_atomic
-from profattn.report.format import MISSING, fmt_latency_s, fmt_us
+from profattn.report.format import MISSING, fmt_latency_s, fmt_us, md_text
 from profattn.report.markdown import fit, md_table
 from profattn.report.palette import backend_colors
 from profattn.report.render import render, write_html_file
@@ -584,8 +584,8 @@ def simulation_markdown(report: SimulationReport) -> str:
     prov = provenance_rows(report)
 
     def body(cap: int | None) -> str:
-        parts = [f"## profattn simulate: {report.model.label} on {report.gpu}", ""]
-        parts += [f"- {s}" for s in verdict_sentences(report)]
+        parts = [f"## profattn simulate: {md_text(report.model.label)} on {md_text(report.gpu)}", ""]
+        parts += [f"- {md_text(s)}" for s in verdict_sentences(report)]
         parts += ["", md_table(["input", ""], _inputs(report)), ""]
         parts += [md_table(["deployment", "KV capacity", "TTFT p50/p90/p99", "TPOT p50/p90/p99", "ITL p99", "output tok/s",
                             "within SLO", "highest rate within SLO", "preemptions", "attention decode", "attention prefill",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Iterable
 
 from profattn.interfaces import Adoption
+from profattn.values import MAX_DURATION_US, number_problem, short_number
 from profattn.workload import Workload
 
 SCHEMA = "profattn.results"
@@ -61,15 +61,16 @@ class Timing:
     method: str
 
     def __post_init__(self) -> None:
-        """Raises ValueError for a latency that is not a positive finite number (e.g. a hand-edited or
-        corrupted results.json with NaN, inf, −1 or "12"): such a cell must never be ranked or compared."""
+        """Raises ValueError for a latency that is not a positive finite number of at most
+        :data:`~profattn.values.MAX_DURATION_US` (e.g. a hand-edited or corrupted results.json with NaN, inf, −1,
+        "12" or 10**400): such a cell must never be ranked or compared."""
         for name in ("median_us", "p10_us", "p90_us", "min_us"):
             v = getattr(self, name)
-            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
-                    or (name == "median_us" and v == 0)):
-                raise ValueError(f"Timing.{name} must be a positive finite number of µs, got {v!r}")
-        if isinstance(self.reps, bool) or not isinstance(self.reps, int) or self.reps < 1:
-            raise ValueError(f"Timing.reps must be a positive integer, got {self.reps!r}")
+            if (number_problem(v, limit=MAX_DURATION_US) is not None or v < 0 or (name == "median_us" and v == 0)):
+                raise ValueError(f"Timing.{name} must be a positive finite number of µs (at most "
+                                 f"{MAX_DURATION_US:g}), got {short_number(v)}")
+        if number_problem(self.reps, integer=True) is not None or not isinstance(self.reps, int) or self.reps < 1:
+            raise ValueError(f"Timing.reps must be a positive integer, got {short_number(self.reps)}")
 
 
 @dataclass(frozen=True)
@@ -463,6 +464,19 @@ class Ceilings:
 
 
 @dataclass(frozen=True)
+class ABRun:
+    """An A/B run (``profattn compare --ab BASE HEAD``): two backends timed alternately in one process. After each
+    cell's first sample (its measuring pass), ``rounds`` timing rounds go over the run's workloads, each round timing
+    ``base`` then ``head`` (odd rounds) or ``head`` then ``base`` (even rounds) back to back; sample ``i`` (``i ≥ 1``) of
+    one backend's cell is paired with sample ``i`` of the other's. A round either side of which failed is dropped
+    from both (noted on the cells)."""
+
+    base: str
+    head: str
+    rounds: int
+
+
+@dataclass(frozen=True)
 class RunResult:
     """A whole run: environment, preset, measured ceilings and every cell."""
 
@@ -475,6 +489,7 @@ class RunResult:
     seed: int = 0
     counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
+    ab: ABRun | None = None  #: an A/B run's pairing (None: an ordinary run)
 
     def samples_taken(self) -> tuple[int, int] | None:
         """(fewest, most) timing samples any timed cell holds — what was measured, which is less than

@@ -38,6 +38,7 @@ from profattn.interfaces import adoption_of, layout_read
 from profattn.store.records import (
     Measurement, StoredRun, measurements, read_workload, requested_bytes, stored_run, workload_key,
 )
+from profattn.values import MAX_DURATION_US, number_problem
 from profattn.workload import Workload
 
 #: The schema this code writes; :data:`MIGRATIONS` lead from 0 (an empty file) up to it.
@@ -183,9 +184,37 @@ _BOOL_AT = tuple(_CELL_FIELDS.index(n) for n in ("append", "varlen", "eligible")
 _CORRECT = _CELL_FIELDS.index("correct")
 
 
+#: (index, column) of every number column read back (bounded and finite before use: :func:`_measurement`).
+_NUMBERS = tuple((i, f.name) for i, f in enumerate(fields(Measurement))
+                 if str(f.type).split(" |")[0] in ("int", "float") and f.name not in ("append", "varlen", "eligible"))
+
+
+def _damaged(row: Sequence, column: str, problem: str) -> StoreError:
+    run, cell = row[_CELL_FIELDS.index("run_id")], row[_CELL_FIELDS.index("cell_id")]
+    return StoreError(f"results store: cell {str(cell)[:80]!r} of {str(run)[:40]}: column {column} is {problem} (a "
+                      f"damaged store: `profattn db forget {str(run)[:40]}`, then import the run again)")
+
+
 def _measurement(row: Sequence) -> Measurement:
+    """One ``cells`` row as a :class:`Measurement`, every number bounded and finite (durations, ``*_us``, within
+    :data:`profattn.values.MAX_DURATION_US`).
+
+    Raises:
+        StoreError: a number that is not (a damaged or hand-edited store), naming the cell and the column.
+    """
     values = list(row)
-    values[_SAMPLES] = tuple(json.loads(values[_SAMPLES]))
+    for i, name in _NUMBERS:
+        if values[i] is not None:
+            problem = number_problem(values[i], limit=MAX_DURATION_US if name.endswith("_us") else None)
+            if problem:
+                raise _damaged(row, name, problem)
+    try:
+        samples = json.loads(values[_SAMPLES]) if isinstance(values[_SAMPLES], str) else None
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        samples = None
+    if not isinstance(samples, list) or any(number_problem(x, limit=MAX_DURATION_US) for x in samples):
+        raise _damaged(row, "samples_json", f"{str(values[_SAMPLES])[:40]!r}, not a list of finite latencies")
+    values[_SAMPLES] = tuple(samples)
     for i in _BOOL_AT:
         values[i] = bool(values[i])
     if values[_CORRECT] is not None:
@@ -337,6 +366,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.text_factory = lambda b: b.decode("utf-8", "replace")  # text of a damaged file never stops a read
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open results store {path}: {exc}") from None
     try:

@@ -15,12 +15,15 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pandas as pd
 
 from profattn.trace.reader import Batch, parse_int
+from profattn.values import MAX_DURATION_US, MAX_INT, MIN_INT, safe_text
+
+if TYPE_CHECKING:  # the kernel frame is built in frames.py: importing pandas here would load it for every reader
+    import pandas as pd
 
 __all__ = [
     "EVENT_FIELDS",
@@ -45,8 +48,12 @@ __all__ = [
     "kernel_warnings",
 ]
 
-_INT64_MAX = 2**63 - 1
-_INT64_MIN = -(2**63)
+_INT64_MAX = MAX_INT
+_INT64_MIN = MIN_INT
+#: Largest magnitude of an integer kept in a recorded list (``Input Dims``, ...): beyond it, None.
+_RECORDED_INT_LIMIT = 2**64
+#: Largest ``ts`` read, µs (1e17 µs: year 5138 of the Unix epoch Kineto counts from); a larger one is unusable.
+MAX_TS_US = 1e17
 
 # Event categories, compared lower-cased so the old schema's ``Kernel``/``Runtime``/``Operator`` match.
 _KERNEL_CATS = frozenset({"kernel"})
@@ -255,13 +262,17 @@ _NO_ARGS = (None,) * len(_ARG_KEYS)
 NA_INT = _INT64_MIN
 
 
-def _time_problem(value: Any) -> str:
+def _time_problem(value: Any, limit: float = MAX_TS_US) -> str:
     """Why a ``ts``/``dur`` value is unusable (for warnings)."""
     if value is None:
         return "missing"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "not a number"
-    return "not finite"
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        finite = False
+    return f"beyond {limit:g} µs" if finite else "not finite"
 
 
 class EventColumns:
@@ -302,6 +313,9 @@ class EventColumns:
         self.kernels_without_args = 0
         self.bad_arg_values = 0
         self.launchers_repeated = 0
+        self.surrogates = 0  # unpaired UTF-16 surrogates replaced in names, recorded inputs, thread names
+        self.recorded_unusable = 0  # numbers of Input Dims / Concrete Inputs beyond 64 bits or not finite
+        self.op_durations_unusable: Counter[str] = Counter()  # CPU op ``dur`` read as unknown, by reason
 
     # ---- one batch ---------------------------------------------------------------------------------
 
@@ -335,13 +349,14 @@ class EventColumns:
                 kind = self._kind(cat)
             if kind == _OTHER:
                 continue
-            if kind != _OP or ph != "X" or ts is None or args is None:
+            if (kind != _OP or ph != "X" or ts is None or args is None or not -MAX_TS_US <= ts <= MAX_TS_US
+                    or (dur is not None and not 0 <= dur <= MAX_DURATION_US)):
                 self._event(ph, cat, name, pid, tid, ts, dur, _NO_ARGS if args is None else astuple(args), args is None)
                 continue
             values = astuple(args)
             name_add(strings.get(name) or self._str(name))
             ts_add(ts)
-            dur_add(dur if dur is not None and dur >= 0 else nan)
+            dur_add(nan if dur is None else dur)
             thread = threads.get(pid)
             pid_add(thread if thread is not None else self._thread(pid))
             thread = threads.get(tid)
@@ -387,7 +402,7 @@ class EventColumns:
         if kind == _KERNEL:
             self._kernel(name, ts, dur, args, no_args)
         elif kind == _LAUNCHER:
-            correlation, t = as_int(args[_CORRELATION]), _as_time(ts)
+            correlation, t = as_int(args[_CORRELATION]), _as_time(ts, MAX_TS_US)
             if correlation is None or t is None:
                 self.skipped["runtime/driver", "no usable correlation" if t is not None else f"ts {_time_problem(ts)}"] += 1
             elif correlation in self.launchers:
@@ -398,7 +413,7 @@ class EventColumns:
                 if kernel_name is not None or grid is not None:
                     self._launch_detail(correlation, kernel_name, grid, block, smem, name in WORK_SIZE_LAUNCHES)
         elif kind == _RANGE:
-            t, d = _as_time(ts), _as_time(dur)
+            t, d = _as_time(ts, MAX_TS_US), _as_time(dur, MAX_DURATION_US)
             if t is None or d is None or d < 0:
                 self.skipped["user_annotation", self._why(ts, t, dur, d)] += 1
                 return
@@ -414,10 +429,10 @@ class EventColumns:
     def _why(ts: Any, t: float | None, dur: Any, d: float | None) -> str:
         if t is None:
             return f"ts {_time_problem(ts)}"
-        return "negative dur" if d is not None else f"dur {_time_problem(dur)}"
+        return "negative dur" if d is not None else f"dur {_time_problem(dur, MAX_DURATION_US)}"
 
     def _kernel(self, name: Any, ts: Any, dur: Any, args: Sequence[Any], no_args: bool) -> None:
-        t, d = _as_time(ts), _as_time(dur)
+        t, d = _as_time(ts, MAX_TS_US), _as_time(dur, MAX_DURATION_US)
         if t is None or d is None or d < 0:
             self.skipped["kernel", self._why(ts, t, dur, d)] += 1
             return
@@ -473,11 +488,13 @@ class EventColumns:
         )
 
     def _op(self, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, args: Sequence[Any]) -> None:
-        t = _as_time(ts)
+        t = _as_time(ts, MAX_TS_US)
         if t is None:
             self.skipped["cpu_op", f"ts {_time_problem(ts)}"] += 1
             return
-        d = _as_time(dur)
+        d = _as_time(dur, MAX_DURATION_US)
+        if dur is not None and (d is None or d < 0):
+            self.op_durations_unusable[_time_problem(dur, MAX_DURATION_US) if d is None else "negative"] += 1
         self.o_name.append(self._str(name))
         self.o_ts.append(t)
         self.o_dur.append(d if d is not None and d >= 0 else math.nan)
@@ -497,17 +514,18 @@ class EventColumns:
             value = "" if value is None else str(value)
         kept = self.strings.get(value)
         if kept is None:
-            kept = value
-            if len(value) > MAX_NAME_CHARS:
+            kept, replaced = safe_text(value)
+            self.surrogates += replaced
+            if len(kept) > MAX_NAME_CHARS:
                 self.long_names += 1
-                kept = value[:MAX_NAME_CHARS]
+                kept = kept[:MAX_NAME_CHARS]
             self.strings[value] = kept
         return kept
 
     def _thread(self, value: Any) -> int | str | None:
         """A ``pid``/``tid`` as written (int or string; Kineto uses strings for some tracks), else None;
         one shared object per distinct value."""
-        result = value if isinstance(value, str) else as_int(value)
+        result = self._str(value) if isinstance(value, str) else as_int(value)
         if result is not None:
             result = self.threads.setdefault(result, result)
         return result
@@ -516,8 +534,8 @@ class EventColumns:
         """A recorded list (``Input Dims``, ...): one shared, decoded object per distinct JSON text."""
         if value is None:
             return None
-        if not isinstance(value, msgspec.Raw):
-            return value if isinstance(value, list) else None
+        if not isinstance(value, msgspec.Raw):  # a batch decoded without types (stdlib json): values as parsed
+            return self._usable(value) if isinstance(value, list) else None
         key = bytes(value)
         try:
             return self.recorded[key]
@@ -525,11 +543,53 @@ class EventColumns:
             pass
         try:
             decoded = msgspec.json.decode(key)
-        except msgspec.DecodeError:
-            decoded = json.loads(key, parse_int=parse_int)
-        result = decoded if isinstance(decoded, list) else None
+        except msgspec.DecodeError:  # NaN literals, unpaired surrogates (which msgspec refuses), ...
+            try:
+                decoded = json.loads(key, parse_int=parse_int)
+            except (ValueError, RecursionError):
+                decoded = None
+        result = self._usable(decoded) if isinstance(decoded, list) else None
         self.recorded[key] = result
         return result
+
+    def _usable(self, value: Any, depth: int = 0) -> Any:
+        """A recorded value with every number usable — an integer beyond ±2**64 (a dimension read as such is
+        unknown, with its value in the analysis' warning: :data:`profattn.analysis.call_shapes.SHAPE_LIMITS`) or a
+        non-finite float becomes None (counted) — and every string safe for UTF-8 output (:func:`profattn.values.safe_text`, counted);
+        nesting deeper than 8 levels becomes None."""
+        if isinstance(value, list):
+            return [self._usable(v, depth + 1) for v in value] if depth < 8 else None
+        if isinstance(value, str):
+            if value.isascii():
+                return value
+            fixed, n = safe_text(value)
+            self.surrogates += n
+            return fixed
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, int) and -_RECORDED_INT_LIMIT <= value <= _RECORDED_INT_LIMIT:
+            return value
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+        self.recorded_unusable += 1
+        return None
+
+    def safe_metadata(self, value: Any, depth: int = 0) -> Any:
+        """The document's top-level keys (``deviceProperties``, ``distributedInfo``, ...) with every string, key
+        included, safe for UTF-8 output (replacements counted with the events'); numbers as written (the readers
+        of metadata take them through :func:`as_int`); nesting deeper than 16 levels becomes None."""
+        if depth > 16:
+            return None
+        if isinstance(value, dict):
+            return {self.safe_metadata(k, depth + 1) if isinstance(k, str) else k: self.safe_metadata(v, depth + 1)
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.safe_metadata(v, depth + 1) for v in value]
+        if isinstance(value, str) and not value.isascii():
+            fixed, n = safe_text(value)
+            self.surrogates += n
+            return fixed
+        return value
 
     # ---- warnings ----------------------------------------------------------------------------------
 
@@ -584,6 +644,19 @@ class EventColumns:
             n = self.long_names
             out.append(TraceWarning("long_name", n, f"{n:,} distinct event name(s) longer than {MAX_NAME_CHARS:,} "
                                     f"characters: cut to their first {MAX_NAME_CHARS:,}"))
+        if self.surrogates:
+            n = self.surrogates
+            out.append(TraceWarning("surrogates", n, f"{n:,} unpaired UTF-16 surrogate(s) (half of a character: an "
+                                    "emoji cut in two, say) in event names or recorded inputs replaced by U+FFFD"))
+        if self.recorded_unusable:
+            n = self.recorded_unusable
+            out.append(TraceWarning("recorded_value_unusable", n, f"{n:,} value(s) of Input Dims/Input type/Concrete "
+                                    "Inputs beyond 64 bits or not finite: read as missing"))
+        if self.op_durations_unusable:
+            n = sum(self.op_durations_unusable.values())
+            detail = ", ".join(f"{why} ({k:,})" for why, k in self.op_durations_unusable.most_common())
+            out.append(TraceWarning("op_dur_unusable", n, f"{n:,} CPU op duration(s) unusable ({detail}): read as "
+                                    "unknown (the op is kept, its window has no length)"))
         if self.unknown_cats:
             n = sum(self.unknown_cats.values())
             shown = ", ".join(f"{str(c)[:40]!r} ({k})" for c, k in self.unknown_cats.most_common(5))
@@ -592,7 +665,7 @@ class EventColumns:
         return out
 
 
-def kernel_warnings(kernels: pd.DataFrame) -> list[TraceWarning]:
+def kernel_warnings(kernels: "pd.DataFrame") -> list[TraceWarning]:
     """Warnings that need the kernel frame: kernels without a launch event, repeated kernel events."""
     out = []
     if kernels.empty:
@@ -618,15 +691,16 @@ def kernel_warnings(kernels: pd.DataFrame) -> list[TraceWarning]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _as_time(value: Any) -> float | None:
-    """A finite JSON number as float, else None (strings, bools, NaN, inf, missing)."""
+def _as_time(value: Any, limit: float = MAX_TS_US) -> float | None:
+    """A finite JSON number within ``±limit`` (µs) as float, else None (strings, bools, NaN, inf, missing,
+    absurd values such as a ``dur`` of 1e308)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
         result = float(value)
     except OverflowError:
         return None
-    return result if math.isfinite(result) else None
+    return result if math.isfinite(result) and -limit <= result <= limit else None
 
 
 def as_int(value: Any) -> int | None:

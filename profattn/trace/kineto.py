@@ -192,7 +192,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     finally:
         if collecting:
             gc.enable()
-    metadata = reader.metadata
+    metadata = columns.safe_metadata(reader.metadata)
     device_properties = _device_properties(metadata)
     ranges = ranges_frame(columns)
     kernels = kernels_frame(columns, ranges)

@@ -200,3 +200,34 @@ def test_gpu_time_by_op_charges_replayed_kernels_to_their_captured_ops() -> None
     assert attn.total_us == pytest.approx(sum(c.gpu_time_us for c in replay.calls))
     assert "(no enclosing CPU op)" not in ops  # the eager kernels' ops are in the replay trace itself
     assert not any("attributed to the graph launch" in n for n in replay.notes)
+
+
+def test_engine_calls_keep_their_heaviest_kernels_eager_and_replayed(tmp_path: Path) -> None:
+    """The per-call kernel cap holds for engine ops too: an eager vLLM attention op of 70 launches, and the same op
+    captured and replayed (launch order), each keep the 64 heaviest kernels and summarise the other 6."""
+    from profattn.analysis.calls import CALL_KERNEL_LIMIT
+
+    n = CALL_KERNEL_LIMIT + 6
+    durs = [10.0 + (i % 7) for i in range(n)]  # 10..16 µs: the 6 dropped are six of the 10 µs ones
+    eager = [cpu_op("vllm::unified_attention_with_output", 100, 1000, dims=ATTN_DIMS, types=BF16)]
+    for i, d in enumerate(durs):
+        eager += [launch(110 + 10 * i, 100 + i, name="cuLaunchKernel"),
+                  kernel("kernel_unified_attention_2d", 2000 + 20 * i, d, 100 + i)]
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "eager.json", eager)))
+    (call,) = attention_calls(fa)
+    assert call.engine is not None and call.kernel_count == n and len(call.kernels) == CALL_KERNEL_LIMIT
+    assert call.omitted.count == 6 and call.omitted.gpu_time_us == 60.0 and call.gpu_time_us == sum(durs)
+    assert min(k.dur_us for k in call.kernels) == 10.0 and [k.ts_us for k in call.kernels] == sorted(k.ts_us for k in call.kernels)
+
+    capture = [launch(50, 1, name="cudaStreamBeginCapture"),
+               cpu_op("vllm::unified_attention_with_output", 100, 1000, dims=ATTN_DIMS, types=BF16)]
+    capture += [launch(110 + 10 * i, 2 + i, name="cuLaunchKernel") for i in range(n)]
+    capture += [launch(1200, 2 + n, name="cudaStreamEndCapture")]
+    replay = [launch(300, 500, name="cudaGraphLaunch")]
+    replay += [kernel("kernel_unified_attention_2d", 400 + 20 * i, d, 500) for i, d in enumerate(durs)]
+    fa = find_attention_calls(load_trace(write_trace(tmp_path / "replay.json", replay)),
+                              captures=[CaptureSource("capture.json", load_trace(write_trace(tmp_path / "c.json", capture)))])
+    (call,) = attention_calls(fa)
+    assert call.source == "graph" and call.graph.rule is GraphMatchRule.LAUNCH_ORDER
+    assert call.kernel_count == n and len(call.kernels) == CALL_KERNEL_LIMIT and call.omitted.count == 6
+    assert call.gpu_time_us == sum(durs) and call.ts_us == 400 and call.dur_us == 20 * (n - 1) + durs[-1]

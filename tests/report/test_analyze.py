@@ -283,7 +283,7 @@ def test_trace_strings_are_escaped_in_html(tmp_path: Path):
 def test_json_document_is_versioned_and_finite():
     analysis = TraceSetAnalysis((analyzed(FLASH), analyzed(AMD)))
     doc = json.loads(json.dumps(analysis_to_dict(analysis), allow_nan=False))
-    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis", 2)
+    assert (doc["schema"], doc["schema_version"]) == ("profattn.analysis", 3)
     call = doc["files"][0]["attention_calls"][0]
     assert call["workload"]["tag"] == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_none"
     assert call["kernels"][0]["grid"] == [1, 7, 32] and call["phase"] == "decode"

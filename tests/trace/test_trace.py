@@ -398,7 +398,8 @@ def test_odd_values_skip_events_instead_of_crashing(tmp_path: Path) -> None:
     events = [
         kernel_event(10, 1),  # a good kernel
         kernel_event("inf", 2),  # string ts: skipped
-        kernel_event(10**30, 3),  # huge but finite ts: kept
+        kernel_event(10**30, 3),  # huge but finite ts: beyond any clock (1e17 µs), skipped
+        kernel_event(50, 5, dur=1e308),  # a dur of 1e308 µs: skipped (it would add up to inf)
         {"ph": "X", "cat": "kernel", "name": "no_dur", "ts": 20, "args": {"correlation": 4}},  # skipped
         {"ph": "X", "cat": "kernel", "name": "no_args", "ts": 30, "dur": 1},  # kept, args all NA
         kernel_event(40, 10**30, grid=[10**30, 1, 1], block="oops"),  # unusable args become NA
@@ -409,8 +410,9 @@ def test_odd_values_skip_events_instead_of_crashing(tmp_path: Path) -> None:
     ]
     trace = load_trace(write_trace(tmp_path, {"traceEvents": events}))
     kernels = trace.kernels.set_index("name")
-    assert sorted(kernels.index) == sorted(["k1", "k3", "no_args", f"k{10**30}"])
-    assert kernels.loc["k3", "ts_us"] == 1e30
+    assert sorted(kernels.index) == sorted(["k1", "no_args", f"k{10**30}"])
+    skipped = next(w for w in trace.warnings if w.code == "kernel_skipped")
+    assert skipped.count == 4 and "ts beyond 1e+17 µs (1)" in skipped.message and "dur beyond 1e+12 µs (1)" in skipped.message
     no_args = kernels.loc["no_args"]
     assert pd.isna(no_args["correlation"]) and pd.isna(no_args["ctas"]) and no_args["launcher"] is None
     overflow = kernels.loc[f"k{10**30}"]

@@ -1,0 +1,64 @@
+"""Every command that reads a results.json answers a corrupt one the same way: one line, exit 2 (never compare's
+regression code 1), and what it reads past (unknown fields, unpaired surrogates) one ``warning:`` line each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profattn.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SEED_RUN = REPO / "examples" / "h200-seed"
+
+
+def _corrupt(tmp_path: Path, name: str, literal: str) -> Path:
+    """A copy of the committed seed run whose first timed cell's median is ``literal`` (raw JSON text)."""
+    run = tmp_path / name
+    run.mkdir()
+    data = json.loads((SEED_RUN / "results.json").read_text())
+    c = next(c for c in data["cells"] if c.get("timing"))
+    c["timing"]["median_us"] = "@@"
+    (run / "results.json").write_text(json.dumps(data).replace('"@@"', literal))
+    return run
+
+
+@pytest.mark.parametrize("literal", [str(10**400), "NaN"])
+def test_five_commands_refuse_a_corrupt_number_in_one_line(tmp_path: Path, literal: str):
+    """issue 26: 10**400 in timing.median_us tracebacked in compare, report, summary, db import and profile --resume,
+    and compare exited 1 (its regression code) for a corrupt file."""
+    bad = _corrupt(tmp_path, "bad", literal)
+    db = tmp_path / "store.sqlite"
+    commands = [
+        ["compare", str(SEED_RUN), str(bad), "--out", str(tmp_path / "c.html")],
+        ["compare", str(bad), str(SEED_RUN), "--out", str(tmp_path / "c.html")],
+        ["report", str(bad), "--out", str(tmp_path / "r.html")],
+        ["summary", str(bad)],
+        ["db", "import", str(bad), "--db", str(db)],
+        ["profile", "--resume", "--out", str(bad), "--device", "cpu", "--db", str(db)],
+    ]
+    for args in commands:
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.output.count("\n") == 1 and "Traceback" not in res.output, (args, res.output)
+        assert "timing.median_us' is " in res.output and "results.json" in res.output, (args, res.output)
+    assert not (tmp_path / "c.html").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_unknown_fields_and_surrogates_are_warnings_and_the_command_runs(tmp_path: Path):
+    run = tmp_path / "run"
+    shutil.copytree(SEED_RUN, run, ignore=shutil.ignore_patterns("traces", "*.html", "counters"))
+    data = json.loads((run / "results.json").read_text())
+    data["environment"]["gpu_power_w"] = 700
+    data["environment"]["torch"] += " \ud800"
+    (run / "results.json").write_text(json.dumps(data))
+    res = CliRunner().invoke(main, ["summary", str(run), "--out", str(tmp_path / "s.md")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("warning: ") and "1 unknown field(s) ignored" in lines[0] and "environment.gpu_power_w" in lines[0]
+    assert lines[1].startswith("warning: ") and "1 unpaired UTF-16 surrogate(s)" in lines[1]
+    assert "\ufffd" in (tmp_path / "s.md").read_text(encoding="utf-8")

@@ -307,3 +307,28 @@ def test_timing_refuses_huge_and_absurd_latencies():
         with pytest.raises(ValueError, match="median_us must be a positive finite number"):
             Timing(bad, 1.0, 1.0, 1.0, 5, "test")
     assert Timing(1e12, 1.0, 1.0, 1.0, 5, "test").median_us == 1e12
+
+
+def test_a_cells_adoption_round_trips_and_a_bad_one_is_one_line(tmp_path):
+    """Every cell records the interface its backend implements and the layout it read (``CellResult.adoption``); a
+    file without it reads as None (older runs), a malformed one names the field."""
+    import json
+
+    from factories import cell, run
+    from profattn.errors import ResultsError
+    from profattn.interfaces import ADOPTIONS
+    from profattn.results import read_results, write_results
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
+    from dataclasses import replace
+
+    r = run([replace(cell(w, "sdpa-cudnn", 10.0, family="cudnn"), adoption=ADOPTIONS["sdpa-cudnn"]), cell(w, "eager", 12.0)])
+    path = write_results(r, tmp_path / "results.json")
+    back = read_results(path)
+    assert back.cells[0].adoption == ADOPTIONS["sdpa-cudnn"] and back.cells[1].adoption is None
+    data = json.loads(path.read_text())
+    data["cells"][0]["adoption"] = {"interface": "cuda-graphs", "reads": "dense"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"cells\[0\].*adoption"):
+        read_results(path)

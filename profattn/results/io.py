@@ -397,7 +397,7 @@ def _adoption(v: Any, where: str) -> Adoption | None:
     if not isinstance(v, dict):
         raise ResultsError(f"field {where!r} is {_kind(v)}, not an object")
     try:
-        return Adoption.from_dict({**v, "how": [safe_text(x) if isinstance(x, str) else x for x in v.get("how") or ()]})
+        return Adoption.from_dict({**v, "how": [safe_text(x)[0] if isinstance(x, str) else x for x in v.get("how") or ()]})
     except (KeyError, ValueError) as exc:
         raise ResultsError(f"field {where!r}: {exc}") from None
 

@@ -138,12 +138,23 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from profattn.report.verdict import summary as verdict_summary
 
     analysis = report_analysis(run, keep_host_info=keep_host_info)
-    path = write_report(analysis, out_dir / "report.html")
+    path = _report_or_warning(lambda: write_report(analysis, out_dir / "report.html"), out_dir)
     for warning in noise_texts(analysis):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
     console.print(f"verdict: {verdict_summary(analysis.verdict)}", soft_wrap=True)
     console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
-    console.print(f"report: {path}")
+    console.print(f"report: {path}", markup=False, soft_wrap=True)
+
+
+def _report_or_warning(write, run_dir: Path) -> str:  # noqa: ANN001
+    """``write()``'s report path, or — when a package the report needs is not installed here (plotly, jinja2: a GPU
+    image the project's set-up did not run on) — a one-line note: the run itself is complete, and ``profattn report``
+    renders it where the package is."""
+    try:
+        return str(write())
+    except ModuleNotFoundError as exc:
+        return (f"not written ({exc.name} is not installed here); the run is complete: "
+                f"`profattn report {run_dir}` renders it where {exc.name} is")
 
 
 SWEEP_BACKENDS = ("triton-paged-decode", "torch-paged-reference", "sdpa-flash", "sdpa-cudnn")
@@ -209,7 +220,7 @@ def counters(run_dir: Path, backends: tuple[str, ...]) -> None:
     run = add_counters(run, run_dir, backends or None)
     write_results(run, run_dir / "results.json")
     read = reattach_traces(run, run_dir)
-    path = write_report(read.run, run_dir / "report.html", traces=read.problems)
+    path = _report_or_warning(lambda: write_report(read.run, run_dir / "report.html", traces=read.problems), run_dir)
     info = run.counters_info
     from profattn.cli.recommend import store_run
 

@@ -394,3 +394,24 @@ def test_analyze_of_a_runs_cp_traces_labels_each_cell_and_reports_bytes(tmp_path
         (tmp_path / "cp" / "cellA" / "rank0.pt.trace.json.gz").read_bytes())
     res = CliRunner().invoke(main, ["analyze", str(tmp_path / "cp"), "--out", str(tmp_path / "a.html")])
     assert "warning: rank 0 appears in 3 files" in res.output
+
+
+def test_profile_without_plotly_keeps_the_run_and_says_how_to_render(tmp_path: Path, monkeypatch):
+    """The GPU image lacks plotly: the run (results, traces, store) completes and the report line says how to render
+    it elsewhere, instead of a traceback after every cell was measured."""
+    import builtins
+
+    real = builtins.__import__
+
+    def no_plotly(name, *a, **kw):
+        if name == "plotly" or name.startswith("plotly."):
+            raise ModuleNotFoundError("No module named 'plotly'", name="plotly")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_plotly)
+    spec = "phase=decode,batch=2,q_len=1,kv_len=64,num_q_heads=4,num_kv_heads=2,head_dim=32,dtype=float32"
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--workload", spec, "--backend", "eager",
+                                    "--out", str(tmp_path / "r"), "--profile-calls", "1"])
+    assert res.exit_code == 0, res.output
+    assert "report: not written (plotly is not installed here); the run is complete" in res.output
+    assert (tmp_path / "r" / "results.json").is_file() and not (tmp_path / "r" / "report.html").exists()

@@ -28,7 +28,6 @@ held-out workload can be scored, so picks are made among those (for the policy a
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -388,13 +387,10 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
     sms = next((c.num_sms for c in mine if c.num_sms), None)
     adoptions: dict[str, Adoption] = {}
     for c in mine:
-        if c.adoption_json and c.backend not in adoptions:
-            try:
-                adoptions[c.backend] = Adoption.from_dict(json.loads(c.adoption_json))
-            except (ValueError, KeyError, TypeError):
-                pass
-        elif c.backend not in adoptions and adoption_of(c.backend) is not None:
-            adoptions[c.backend] = adoption_of(c.backend)  # type: ignore[assignment]
+        if c.backend not in adoptions:
+            a = c.adoption()
+            if a is not None:
+                adoptions[c.backend] = a
     ws = workload_times(mine)
     names = sorted({t.backend for w in ws for t in w.times})
     wins = {b: sum(w.best.backend == b for w in ws) for b in names}

@@ -300,13 +300,11 @@ def _change_costs(w: Workload, chg: tuple[Change, ...] | None, gbps: float,
 
 
 def _adoptions(cells: Sequence[Measurement]) -> dict[str, Adoption]:
+    """Each backend's adoption as its first cell recorded it (:meth:`~profattn.store.Measurement.adoption`)."""
     out: dict[str, Adoption] = {}
     for c in cells:
-        if c.adoption_json and c.backend not in out:
-            try:
-                out[c.backend] = Adoption.from_dict(json.loads(c.adoption_json))
-            except (ValueError, KeyError, TypeError):
-                pass
+        if c.backend not in out and (a := c.adoption()) is not None:
+            out[c.backend] = a
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from profattn.results import CellResult, RunResult, dominant_launch
 from profattn.errors import WorkloadError
-from profattn.interfaces import Layout, adoption_of, layout_read
+from profattn.interfaces import Adoption, Layout, adoption_of, layout_read
 from profattn.workload import KVLayout, Mask, Workload
 
 
@@ -122,6 +122,16 @@ class Measurement:
     read_key: str | None = None
     adoption_json: str | None = None
     kernels_per_call: float | None = None
+
+    def adoption(self) -> Adoption | None:
+        """The backend's declared :class:`~profattn.interfaces.Adoption` as the cell recorded it (else the built-in
+        declaration; None for a plugin that declared none, or a damaged record)."""
+        if self.adoption_json:
+            try:
+                return Adoption.from_dict(json.loads(self.adoption_json))
+            except (ValueError, KeyError, TypeError):
+                return None
+        return adoption_of(self.backend)
 
     def workload(self) -> Workload:
         """The stored workload (parsed from ``workload_json``).

@@ -39,9 +39,6 @@ from profattn.workload import KVLayout, Workload
 if TYPE_CHECKING:  # the trace records pull pandas in; recommend answers without them
     from profattn.analysis.call_records import AttentionCall, TraceCalls
 
-if TYPE_CHECKING:  # a trace's calls are advised on only with analyze --recommend
-    from profattn.analysis.call_records import TraceCalls
-
 #: Another backend within this fraction of the winner's median makes a near tie (TransformerEngine's 3 %).
 NEAR_TIE_FRACTION = 0.03
 #: The attention backends a trace names (:attr:`AttentionCall.backend`) → the kernel family of the stored cells

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profattn.analysis.policy import (
-    BASELINES, Policy, Score, SliceResult, Validation, policy_to_dict, validation_dict,
+    BASELINES, Policy, Score, Validation, policy_to_dict, validation_dict,
 )
 from profattn.analysis.recommend import (
     NEAR_TIE_FRACTION, CallAdvice, ChangeCost, Option, PlannedMeasurement, RankedBackend, Recommendation, Status,

@@ -126,8 +126,11 @@ def test_a_results_file_claiming_a_huge_batch_is_a_one_line_error(tmp_path):
     from pathlib import Path
 
     src = Path(__file__).resolve().parents[2] / "examples" / "h200-seed-2026-12-01" / "results.json"
-    doc = json.loads(src.read_text())
-    doc["cells"][0]["workload"]["batch"] = 10**30
-    (tmp_path / "results.json").write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, "-m", "profattn.cli", "summary", str(tmp_path)], capture_output=True, text=True)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "beyond profattn's bound" in proc.stderr, proc.stderr
+    for batch, message in ((2**40, "beyond profattn's bound"), (10**30, "beyond a 64-bit integer")):
+        doc = json.loads(src.read_text())
+        doc["cells"][0]["workload"]["batch"] = batch  # within 64 bits: the workload's bound; beyond: the reader's
+        (tmp_path / "results.json").write_text(json.dumps(doc))
+        proc = subprocess.run([sys.executable, "-m", "profattn.cli", "summary", str(tmp_path)], capture_output=True,
+                              text=True)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1

@@ -97,12 +97,30 @@ class Adoption:
         """Inverse of :meth:`to_dict`.
 
         Raises:
-            ValueError: an unknown interface or layout, or ``how`` not a list of strings.
+            ValueError: not an object with a known ``interface`` and ``reads``, ``plan_run`` not true or false, ``how``
+                not a list of strings (the message names the key).
         """
-        how = d.get("how") or ()
+        if not isinstance(d, dict):
+            raise ValueError(f"an adoption is an object, not {type(d).__name__}")
+        for key, enum_cls in (("interface", Interface), ("reads", Layout)):
+            if key not in d:
+                raise ValueError(f"adoption.{key} is missing")
+            try:
+                enum_cls(d[key])
+            except ValueError:
+                valid = ", ".join(dict.fromkeys(m.value for m in enum_cls))
+                raise ValueError(f"adoption.{key} {str(d[key])[:40]!r} is not one of {valid}") from None
+        how = d.get("how", ())
         if not isinstance(how, (list, tuple)) or not all(isinstance(x, str) for x in how):
             raise ValueError("adoption.how must be a list of strings")
-        return cls(Interface(d["interface"]), Layout(d["reads"]), tuple(how), bool(d.get("plan_run", False)))
+        plan_run = d.get("plan_run", False)
+        if not isinstance(plan_run, bool):
+            raise ValueError("adoption.plan_run must be true or false")
+        return cls(Interface(d["interface"]), Layout(d["reads"]), tuple(how), plan_run)
+
+
+#: The keys :meth:`Adoption.to_dict` writes (a reader ignores others, naming them).
+ADOPTION_KEYS = ("interface", "reads", "plan_run", "how")
 
 
 def _sdpa(backend: str) -> Adoption:
@@ -257,5 +275,5 @@ def changes(caller: Interface, target: Adoption | None) -> tuple[Change, ...] | 
     return tuple(out)
 
 
-__all__ = ["ADOPTIONS", "Adoption", "Change", "Interface", "Layout", "adoption_of", "caller_interface", "changes",
+__all__ = ["ADOPTIONS", "ADOPTION_KEYS", "Adoption", "Change", "Interface", "Layout", "adoption_of", "caller_interface", "changes",
            "layout_read"]

@@ -332,3 +332,28 @@ def test_a_cells_adoption_round_trips_and_a_bad_one_is_one_line(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ResultsError, match=r"cells\[0\].*adoption"):
         read_results(path)
+
+
+@pytest.mark.parametrize("adoption, message", [
+    ({"interface": "sdpa", "reads": "dense", "how": 12}, "adoption.how must be a list of strings"),
+    ({"interface": "sdpa", "reads": "dense", "how": "abc"}, "adoption.how must be a list of strings"),
+    ({}, "adoption.interface is missing"),
+    ({"interface": "sdpa", "reads": "dense", "plan_run": "yes"}, "plan_run must be true or false"),
+    ({"interface": "sdpa", "reads": "sideways"}, "adoption.reads 'sideways' is not one of dense, paged, packed"),
+    ([1, 2], "not an object"),
+])
+def test_a_malformed_adoption_is_one_line(tmp_path, adoption, message):
+    import json
+
+    from factories import cell, run
+    from profattn.errors import ResultsError
+    from profattn.results import read_results, write_results
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
+    path = write_results(run([cell(w, "eager", 12.0)]), tmp_path / "results.json")
+    data = json.loads(path.read_text())
+    data["cells"][0]["adoption"] = adoption
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=message):
+        read_results(path)

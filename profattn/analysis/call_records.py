@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -645,7 +646,7 @@ class AttentionCall:
         from profattn.workload import workload_spec
 
         device = " --device cpu" if self.backend == "flash-cpu" else ""
-        return f"profattn profile --workload {workload_spec(w)}{device} --out profattn-traced"
+        return f"profattn profile --workload {shlex.quote(workload_spec(w))}{device} --out profattn-traced"
 
 
 @dataclass(frozen=True)

@@ -129,9 +129,9 @@ class Regime:
 
 
 def regime_of(w: Workload, reads: Layout | str) -> Regime | None:
-    """The :class:`Regime` of workload ``w`` read as ``reads``, or None for a ragged batch (no model: see the
+    """The :class:`Regime` of workload ``w`` read as ``reads``, or None for a batch of drawn lengths (no model: see the
     module docstring) or a context-parallel call."""
-    if w.is_ragged or w.is_context_parallel:
+    if w.kv_len_dist.drawn or w.is_context_parallel:
         return None
     offset = w.phase is not Phase.DECODE and any(q < k for q, k in zip(w.q_lens, w.kv_lens))
     return Regime(w.phase.value, str(reads), w.kv_dtype or "none", w.window is not None, bool(w.seqs), offset)
@@ -164,10 +164,10 @@ def features(w: Workload, reads: Layout | str, num_sms: int | None, executed_pai
     :class:`Shape`. ``executed_pairs``: the pairs the kernel computed when it padded (None: the required ones).
 
     Raises:
-        WorkloadError: a ragged batch (its lengths need torch).
+        WorkloadError: a batch of drawn lengths (``kv_len_dist`` ragged or lognormal: they need torch).
     """
-    if w.is_ragged:
-        raise WorkloadError("a ragged batch has no cost-model features (its lengths are drawn with torch)")
+    if w.kv_len_dist.drawn:
+        raise WorkloadError("a batch of drawn lengths has no cost-model features (its lengths are drawn with torch)")
     sms = num_sms or DEFAULT_SMS
     r = read_workload(w, reads)
     mb = r.requested_bytes / 1e6

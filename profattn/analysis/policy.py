@@ -51,7 +51,7 @@ POLICY_VERSION = 2
 #: or two shapes it saw).
 WEAK_WORKLOADS = 3
 #: An estimate less certain than this (σ of log time: 0.5 ≈ a factor 1.65 either way) carries no information for the
-#: pick: the lowest estimate among the more certain candidates wins (among all, when none is).
+#: pick: the lowest estimate among the more certain candidates wins (among all, when none is more certain).
 MAX_SIGMA = 0.5
 #: Workloads two backends must share before "slower on every one" makes one dominated.
 MIN_DOMINANCE = 3
@@ -173,11 +173,13 @@ def refusal_key(w: Workload) -> tuple:
 
 @dataclass(frozen=True)
 class Predicted:
-    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``."""
+    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, and
+    whether it is ``dominated`` in its regime (estimated and shown, never the pick)."""
 
     backend: str
     reads: Layout
     estimate: Estimate
+    dominated: bool = False
 
 
 @dataclass(frozen=True)
@@ -257,36 +259,40 @@ class Policy:
             model = self.models.model(b, reg) if reg is not None else None
             if model is None:
                 continue
-            if b in self.dominated.get(reg.key, ()):  # type: ignore[union-attr]
-                dominated.append(b)
-                continue
             if rk in self.refused.get(b, frozenset()):
                 refused.append(b)
                 continue
+            beaten = b in self.dominated.get(reg.key, ())  # type: ignore[union-attr]
+            if beaten:
+                dominated.append(b)
             x, shape = features(w, reads, self.num_sms)
-            out.append(Predicted(b, reads, model.predict(x, shape, self.models.floor_us(x))))
+            out.append(Predicted(b, reads, model.predict(x, shape, self.models.floor_us(x)), beaten))
         out.sort(key=lambda p: (p.estimate.us, p.backend))
         return out, dominated, refused
 
     def choose(self, w: Workload, among: Iterable[str] | None = None) -> Choice | None:
         """The :class:`Choice` for ``w`` among ``among`` (default: every backend the policy knows), or None when
-        it knows none of them or ``w`` is context-parallel. Without a candidate model (a regime no cell taught, a ragged batch) the answer is the
-        regime's default or a nearby regime's (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None)."""
+        it knows none of them or ``w`` is context-parallel. Dominated candidates are estimated but never picked; an
+        estimate with σ above :data:`MAX_SIGMA` is picked only when no candidate's is more certain (the held-out slices
+        score worse when such a workload falls back to the default instead: NOTES). Without a candidate model (a regime
+        no cell taught, a batch of drawn lengths) the answer is the regime's default or a nearby regime's
+        (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None; any dominated candidates still listed)."""
         if w.is_context_parallel:  # a question of its own (communication): no single-process model answers it
             return None
         names = set(among) if among is not None else None
         cands, dominated, refused = self._candidates(w, names)
         reg = regime_of(w, w.kv_layout.value)
         default = self.defaults.get(reg.key) if reg is not None else None
-        if not cands:
+        eligible = [c for c in cands if not c.dominated]
+        if not eligible:  # no model (or only dominated ones): the default of the nearest regime, not a guess
             pick = next((b for b in self.fallback_order(w, default) if names is None or b in names), None)
             if pick is None:
                 return None
-            return Choice(pick, None, (), reg, default, True, tuple(dominated), tuple(refused))
-        informed = [c for c in cands if c.estimate.sigma <= MAX_SIGMA]
-        fastest = (informed or cands)[0]
+            return Choice(pick, None, tuple(cands), reg, default, True, tuple(dominated), tuple(refused))
+        pool = [c for c in eligible if c.estimate.sigma <= MAX_SIGMA] or eligible
+        fastest = pool[0]
         pick, kept = fastest, False
-        d = next((c for c in cands if c.backend == default), None)
+        d = next((c for c in eligible if c.backend == default), None)
         model = self.models.model(fastest.backend, regime_of(w, fastest.reads))  # type: ignore[arg-type]
         if d is not None and d is not fastest and model is not None and model.workloads < WEAK_WORKLOADS:
             pick, kept = d, True

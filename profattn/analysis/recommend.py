@@ -44,9 +44,6 @@ NEAR_TIE_FRACTION = 0.03
 #: The attention backends a trace names (:attr:`AttentionCall.backend`) → the kernel family of the stored cells
 #: that ran the same kernels (a trace's ``math`` is the ``dense`` family: SDPA's math path and eager).
 TRACE_FAMILY = {"math": "dense", "flash-cpu": "dense"}
-#: Device copy bandwidth (GB/s, read + write) assumed for a change's estimated cost when no stored run of the GPU
-#: measured one (the H200's, NOTES.md).
-DEFAULT_COPY_GBPS = 4260.0
 
 
 class Status(enum.Enum):
@@ -194,8 +191,11 @@ class Recommendation:
 
     @property
     def fastest(self) -> Option | None:
-        """The option of least :attr:`Option.total_us`, changes included (None: no option)."""
-        return min(self.options, key=lambda o: o.total_us, default=None)
+        """The option of least :attr:`Option.total_us`, changes included, among the measured ones and the informed
+        predictions (σ ≤ :data:`~profattn.analysis.policy.MAX_SIGMA`, not dominated); None: no such option."""
+        usable = [o for o in self.options if o.measured is not None
+                  or (not o.predicted.dominated and o.predicted.estimate.sigma <= MAX_SIGMA)]  # type: ignore[union-attr]
+        return min(usable, key=lambda o: o.total_us, default=None)
 
     @property
     def extrapolated(self) -> bool:
@@ -271,24 +271,29 @@ def _evidence(r: RankedBackend, runs: dict[str, StoredRun]) -> Evidence:
                     c.requested_bytes)
 
 
-def _copy_gbps(runs: Sequence[StoredRun], gpu: str) -> float:
-    """The median copy bandwidth the GPU's stored runs measured (GB/s), else :data:`DEFAULT_COPY_GBPS`."""
-    vals = sorted(r.copy_gbps for r in runs if r.gpu == gpu and r.copy_gbps)
-    return vals[len(vals) // 2] if vals else DEFAULT_COPY_GBPS
+def _copy_gbps(runs: Sequence[StoredRun], gpu: str) -> float | None:
+    """The median copy bandwidth the GPU's stored runs measured (GB/s; values that are not positive and finite
+    ignored), or None when none did (a CPU run: the changes' costs are then not estimated)."""
+    vals = sorted(r.copy_gbps for r in runs
+                  if r.gpu == gpu and isinstance(r.copy_gbps, (int, float)) and math.isfinite(r.copy_gbps) and r.copy_gbps > 0)
+    return vals[len(vals) // 2] if vals else None
 
 
-def _change_costs(w: Workload, chg: tuple[Change, ...] | None, gbps: float,
+def _change_costs(w: Workload, chg: tuple[Change, ...] | None, gbps: float | None,
                   gather_path: RankedBackend | None) -> tuple[ChangeCost, ...]:
-    """Per-call costs of ``chg`` on ``w``: a gather moves the K/V once each way (estimated at ``gbps``; the measured
-    gather + SDPA path beside it when ``gather_path`` ran); packing moves Q, K and V once each way; the rest have no
-    per-call cost profattn measures."""
+    """Per-call costs of ``chg`` on ``w``: a gather moves the K/V once each way (estimated at the measured copy
+    bandwidth ``gbps``; the measured gather + SDPA path beside it when ``gather_path`` ran); packing moves Q, K and V
+    once each way; the rest have no per-call cost profattn measures. Without a measured ``gbps`` nothing is estimated."""
     out = []
     for c in chg or ():
-        if c is Change.GATHER and not w.is_ragged:
+        if gbps is None:
+            out.append(ChangeCost(c, None, False, path_us=gather_path.time.median_us
+                                  if gather_path and c is Change.GATHER else None))
+        elif c is Change.GATHER and not w.kv_len_dist.drawn:
             nbytes = 2 * w.logical_kv_bytes
             out.append(ChangeCost(c, nbytes / (gbps * 1e3), False, nbytes, gbps,
                                   gather_path.time.median_us if gather_path else None))
-        elif c in (Change.PACK, Change.NESTED) and not w.is_ragged:
+        elif c in (Change.PACK, Change.NESTED) and not w.kv_len_dist.drawn:
             nbytes = 2 * w.input_bytes
             out.append(ChangeCost(c, nbytes / (gbps * 1e3), False, nbytes, gbps))
         else:
@@ -482,7 +487,7 @@ class CallAdvice:
 class TraceAdvice:
     """:class:`CallAdvice` for one trace file: ``label``/``path`` of the file, the ``gpu`` looked up (None: no GPU
     named — then ``advice`` is empty), ``steps`` (``ProfilerStep`` windows; 0 when none), ``unshaped`` calls
-    without a workload, the ``plan`` (workloads worth measuring, with ``--plan``), and the totals: ``saving_us`` over
+    without a workload, the ``plan`` (workloads worth measuring) and whether one was asked for (``planned``), and the totals: ``saving_us`` over
     the file, ``saving_per_step_us`` (None without steps)."""
 
     label: str
@@ -492,6 +497,7 @@ class TraceAdvice:
     steps: int
     unshaped: int
     plan: tuple[PlannedMeasurement, ...] = ()
+    planned: bool = False
 
     @property
     def saving_us(self) -> float:
@@ -536,11 +542,17 @@ def advise_trace(store: ResultsStore, calls: TraceCalls, gpu: str | None, *, pla
         for kv in sorted(by_kv):
             w = by_kv[kv][0].workload
             rec = recommend(store, w, gpu, policy=policy, interface=caller)  # type: ignore[arg-type]
+            adoptions = {o.backend: o.adoption for o in rec.options if o.adoption is not None}
             per_kv.append((kv, rec.status, (rec.best_drop_in or rec.fastest).backend if rec.options else rec.best))
             gpu_us = sum(c.gpu_time_us for c in by_kv[kv])
             asked.append((w, gpu_us))  # type: ignore[arg-type]
             family = TRACE_FAMILY.get(ran, ran)
-            mine = [r for r in rec.ranked if any(c.family == family for c in r.cells)]
+            # the stored backend of the family that ran, of the call's own interface first (a traced SDPA math call
+            # is sdpa-math's cells, not eager's, though both are the dense family)
+            mine = sorted((r for r in rec.ranked if any(c.family == family for c in r.cells)),
+                          key=lambda r: (adoption_of(r.backend, adoptions.get(r.backend)) is None
+                                         or adoption_of(r.backend, adoptions.get(r.backend)).interface is not caller,
+                                         r.time.median_us))
             if mine:
                 ran_r = mine[0]
                 best = rec.best_drop_in.measured if rec.best_drop_in and rec.best_drop_in.measured else rec.ranked[0]
@@ -553,7 +565,7 @@ def advise_trace(store: ResultsStore, calls: TraceCalls, gpu: str | None, *, pla
                               tuple(sorted(by_kv)), rec, tuple(per_kv), ran_r.backend if ran_r else None,
                               ran_r.time.median_us if ran_r else None, saving_total))
     planned = plan(store, gpu, asked, plan_n, policy=policy) if plan_n and gpu is not None else ()
-    return TraceAdvice(calls.label, calls.path, gpu, tuple(out), len(calls.steps), unshaped, planned)
+    return TraceAdvice(calls.label, calls.path, gpu, tuple(out), len(calls.steps), unshaped, planned, bool(plan_n))
 
 
 def trace_gpu(store: ResultsStore, calls: TraceCalls, override: str | None) -> str | None:

@@ -12,6 +12,7 @@ unpaired surrogates replaced) prints one ``warning: ...`` line each on stderr. `
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import warnings
 from collections.abc import Iterable
@@ -55,6 +56,10 @@ class _Group(click.Group):
         except ProfattnError as exc:
             click.echo(f"profattn: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except sqlite3.DatabaseError as exc:  # a results store damaged after it was opened (a table dropped, a bad page)
+            click.echo(f"profattn: error: the results store could not be read ({exc}): a damaged file; "
+                       "`profattn db import` the runs into a new --db", err=True)
+            sys.exit(2)
         except click.ClickException as exc:
             click.echo(f"profattn: error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -153,7 +154,7 @@ def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None,
     local = _local_gpu()
     if local is None:
         raise ProfattnError(f"--measure needs a CUDA GPU on this machine (nvidia-smi finds none); on a GPU machine run: "
-                            f"profattn profile --workload {workload_spec(workload)}")
+                            f"profattn profile --workload {shlex.quote(workload_spec(workload))}")
     if gpu is not None and gpu.lower() not in local.lower():
         raise ProfattnError(f"--measure measures on this machine's GPU ({local}), not --gpu {gpu}")
     # the registered command (the profile command module imports this one for store_run)

@@ -38,13 +38,27 @@ def run_label(path: str | os.PathLike[str]) -> str:
 
 
 def fmt_change(est: RatioEstimate | None) -> str:
-    """``+10.2 % [+8.1, +11.5]``-style text of a ratio estimate (its interval when it has one); "–" without one."""
+    """``+10.2% [+8.1 %, +11.5 %]``-style text of a ratio estimate (its interval when it has one, ends beyond a
+    1,000 % change shown as a bound); "–" without one."""
     if est is None:
         return "–"
     s = f"{est.change:+.1%}"
     if est.lo is not None and est.hi is not None:
-        s += f" [{(est.lo - 1) * 100:+.1f}, {(est.hi - 1) * 100:+.1f}]"
+        s += f" [{_bound(est.lo)}, {_bound(est.hi)}]"
     return s
+
+
+#: Interval ends beyond this change are shown as a bound ("> +1,000 %"): a simultaneous interval from a few noisy
+#: samples can span many orders of magnitude, and its digits say nothing.
+_SHOWN_CHANGE = 10.0
+
+
+def _bound(ratio: float) -> str:
+    """One end of a ratio interval as a change in %: ``+8.1%``, ``-100.0%`` (a ratio of 0), ``> +1,000%``."""
+    change = ratio - 1
+    if change > _SHOWN_CHANGE:
+        return f"> +{_SHOWN_CHANGE * 100:,.0f}%"
+    return f"{change * 100:+.1f}%"
 
 
 def fmt_p(p: float | None) -> str:
@@ -120,7 +134,7 @@ def regression_text(c: CellChange, r: RegressionReason) -> str:
     """One reason ``c`` fails the comparison, as a sentence."""
     if r.kind is RegressionKind.SLOWER:
         est = c.judged
-        return (f"{est.change:+.1%} slower (interval {est.lo - 1:+.1%} … {est.hi - 1:+.1%}, beyond +{c.threshold:.0%}; "  # type: ignore[union-attr,operator]
+        return (f"{est.change:+.1%} slower (interval {_bound(est.lo)} … {_bound(est.hi)}, beyond +{c.threshold:.0%}; "  # type: ignore[union-attr,arg-type]
                 f"adjusted p {fmt_p(c.p_slower)})")
     if r.kind is RegressionKind.CORRECTNESS:
         return f"correctness pass → fail ({r.reason or 'failed'})"

@@ -5,6 +5,7 @@ JSON and template rows."""
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,8 +51,12 @@ def cost_text(c: ChangeCost) -> str:
     """``gather ≈ 31.5 µs per call (134 MB at 4,263 GB/s; gather + SDPA measured 74.6 µs)``, ``plan-run: no per-call
     cost measured``."""
     if c.us is None:
-        what = "no per-call cost" if c.change in (Change.PAGED_CACHE, Change.BLOCK_MASK) else "not measured"
-        return f"{c.change.value}: {what}"
+        if c.change in (Change.PAGED_CACHE, Change.BLOCK_MASK):
+            return f"{c.change.value}: no per-call cost"
+        if c.change in (Change.GATHER, Change.PACK, Change.NESTED):
+            measured = f"; gather + SDPA measured {fmt_us(c.path_us)}" if c.path_us is not None else ""
+            return f"{c.change.value}: not estimated (no copy bandwidth measured on this GPU){measured}"
+        return f"{c.change.value}: not measured"
     basis = f" ({fmt_bytes(c.bytes)} at {fmt_sig(c.gbps)} GB/s"
     basis += f"; gather + SDPA measured {fmt_us(c.path_us)})" if c.path_us is not None else ")"
     return f"{c.change.value} ≈ {fmt_us(c.us)} per call{basis}"
@@ -63,7 +68,7 @@ def option_text(o: Option) -> str:
         return "interface not declared (a plugin)"
     if not o.changes:
         return "drop-in"
-    costs = [cost_text(c) for c in o.costs if c.us is not None]
+    costs = [cost_text(c) for c in o.costs if c.us is not None or c.path_us is not None]
     return "needs " + "; ".join(CHANGE_TEXT[c] for c in o.changes) + (f" — {', '.join(costs)}" if costs else "")
 
 
@@ -129,12 +134,12 @@ def recommend_text(rec: Recommendation) -> str:
     else:
         lines.append("unknown: no measurement of this workload on this GPU and no cost model for its kind of call")
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
-        lines.append(f"  measure it: profattn profile --workload {workload_spec(w)}")
+        lines.append(f"  measure it: profattn profile --workload {shlex.quote(workload_spec(w))}")
     drop, fast = rec.best_drop_in, rec.fastest
     if drop is not None:
         lines += ["", f"use (drop-in for {INTERFACE_TEXT[rec.interface]}): {drop.backend}, {_time_text(drop)}"]
         lines += how_lines(drop)
-    if fast is not None and fast is not drop and (drop is None or fast.total_us < drop.total_us):
+    if fast is not None and fast is not drop and (drop is None or fast.total_us * (1 + NEAR_TIE_FRACTION) < drop.total_us):
         gain = f", {fmt_sig((drop.total_us / fast.total_us - 1) * 100, 2)} % faster than the drop-in" if drop else ""
         lines += ["", f"faster with a change: {fast.backend}, {_time_text(fast)}{gain}", f"  {option_text(fast)}"]
         lines += how_lines(fast)
@@ -143,11 +148,12 @@ def recommend_text(rec: Recommendation) -> str:
         lines.append(f"  {'#':>2} {'backend':<26} {'kernel':>11} {'with changes':>13} {'vs first':>9}  adoption")
         first = rec.options[0].total_us
         for i, o in enumerate(rec.options, 1):
-            kind = "" if o.measured is not None else "*"
+            kind = "" if o.measured is not None else ("†" if o.predicted.dominated else "*")
             vs = "–" if i == 1 else f"{'+' if o.total_us >= first else ''}{fmt_sig((o.total_us / first - 1) * 100, 2)} %"
             lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {fmt_us(o.total_us):>13} {vs:>9}  "
                          f"{option_text(o)}")
-        lines.append("  (drop-ins first; *: predicted, not measured on this workload; 'with changes': the kernel plus the "
+        lines.append("  (drop-ins first; *: predicted, not measured on this workload; †: predicted, and measured slower than "
+                     "another on every workload of its regime, so never the pick; 'with changes': the kernel plus the "
                      "per-call cost of the changes it needs, what your call would pay)")
     if rec.ranked:
         lines.append("")
@@ -225,7 +231,7 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
             "backend": c.backend, "us": c.estimate.us if c.estimate else None,
             "sigma": c.estimate.sigma if c.estimate else None, "extrapolated": c.extrapolated, "modelled": c.modelled,
             "kept_default": c.kept_default, "default": c.default},
-        "measure": f"profattn profile --workload {workload_spec(rec.workload)}" if rec.status in (Status.PREDICTED, Status.UNKNOWN) else None,
+        "measure": f"profattn profile --workload {shlex.quote(workload_spec(rec.workload))}" if rec.status in (Status.PREDICTED, Status.UNKNOWN) else None,
         "runs": [{"run": r.run_id, "created_utc": r.created_utc, "preset": r.preset, "path": r.path, "torch": r.torch,
                   "cuda": r.cuda, "cudnn": r.cudnn, "triton": r.triton, "flashinfer": r.flashinfer} for r in rec.runs],
     }
@@ -326,10 +332,10 @@ def _advice_line(a: CallAdvice) -> list[str]:
                      f"{' / '.join(statuses)} across the lengths)")
         lines += how_lines(drop, "      ")
     fast = rec.fastest
-    if fast is not None and fast is not drop and (drop is None or fast.total_us < drop.total_us):
+    if fast is not None and fast is not drop and (drop is None or fast.total_us * (1 + NEAR_TIE_FRACTION) < drop.total_us):
         lines.append(f"    faster with a change: {fast.backend}, {_time_text(fast)} — {option_text(fast)}")
     if drop is None and fast is None:
-        lines.append(f"    unknown — measure it: profattn profile --workload {workload_spec(w)}")
+        lines.append(f"    unknown — measure it: profattn profile --workload {shlex.quote(workload_spec(w))}")
     if a.saving_us is not None:
         lines.append(f"    saves {fmt_us(a.saving_us)} of {fmt_us(a.gpu_time_us)} GPU time (measured lengths only)")
     return lines
@@ -339,10 +345,11 @@ def plan_lines(plan: Sequence[PlannedMeasurement]) -> list[str]:
     """``--plan``: one ``profattn profile --workload …`` line per workload worth measuring, with why."""
     if not plan:
         return ["plan: nothing to measure (every answer asked for is measured)"]
-    out = [f"plan: the {len(plan)} measurement(s) that would most sharpen these answers (expected regret of today's answer"
+    out = [f"plan: the {len(plan)} measurement(s) that would most sharpen these answers (the asked workload first, then by "
+           "the expected regret of today's answer"
            + (", weighted by the GPU time it stands for)" if any(p.weight != p.expected_regret for p in plan) else ")")]
     for p in plan:
-        out.append(f"  profattn profile --workload {workload_spec(p.workload)}    # risks {_pct(p.expected_regret)}"
+        out.append(f"  profattn profile --workload {shlex.quote(workload_spec(p.workload))}    # risks {_pct(p.expected_regret)}"
                    + (f", {p.answers} call(s)" if p.answers > 1 else ""))
     return out
 
@@ -365,7 +372,7 @@ def trace_advice_text(advice: Sequence[TraceAdvice]) -> str:
         else:
             per_step = f", {fmt_us(t.saving_per_step_us)} per step ({t.steps} steps)" if t.saving_per_step_us is not None else ""
             lines.append(f"  estimated saving: {fmt_us(t.saving_us)} of GPU time over the trace{per_step}")
-        if t.plan:
+        if t.plan or t.planned:
             lines.extend(plan_lines(t.plan))
     return "\n".join(lines) + "\n"
 

@@ -21,7 +21,7 @@ from profattn.results.records import (
     CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary, KernelLaunch, RankRecord,
     RankStatus, RunResult, Timing, TraceSummary,
 )
-from profattn.interfaces import Adoption
+from profattn.interfaces import ADOPTION_KEYS, Adoption
 from profattn.values import MAX_INT, MIN_INT, bounded_int, finite_float, number_problem, safe_text, short_number
 from profattn.workload import Workload
 
@@ -382,23 +382,28 @@ def _cell_from_dict(r: _Reader, d: dict[str, Any], where: str) -> CellResult:
         append_timing=_opt_timing(r, values.get("append_timing"), f"{where}.append_timing"),
         executed_pairs=_opt_int(values.get("executed_pairs"), f"{where}.executed_pairs"),
         ranks=tuple(_rank(r, x, f"{where}.ranks[{i}]") for i, x in enumerate(_list(values.get("ranks"), f"{where}.ranks"))),
-        adoption=_adoption(values.get("adoption"), f"{where}.adoption"),
+        adoption=_adoption(r, values.get("adoption"), f"{where}.adoption"),
     )
 
 
-def _adoption(v: Any, where: str) -> Adoption | None:
+def _adoption(r: _Reader, v: Any, where: str) -> Adoption | None:
     """A cell's declared :class:`~profattn.interfaces.Adoption` (None when absent: files written before it was
-    recorded).
+    recorded); its text made safe, keys it does not know ignored and named in the reader's warning.
 
     Raises:
-        ResultsError: not an object of a known interface and layout (naming the field)."""
-    if not v:
+        ResultsError: not an object of a known interface and layout, with a list of strings as ``how`` and a boolean
+            ``plan_run`` (naming the field)."""
+    if v is None:
         return None
     if not isinstance(v, dict):
         raise ResultsError(f"field {where!r} is {_kind(v)}, not an object")
+    r.unknown.extend(f"{where}.{k}" for k in v if k not in ADOPTION_KEYS)
+    how = v.get("how", [])
+    if isinstance(how, list):
+        how = [safe_text(x)[0] if isinstance(x, str) else x for x in how]
     try:
-        return Adoption.from_dict({**v, "how": [safe_text(x)[0] if isinstance(x, str) else x for x in v.get("how") or ()]})
-    except (KeyError, ValueError) as exc:
+        return Adoption.from_dict({**v, "how": how})
+    except ValueError as exc:
         raise ResultsError(f"field {where!r}: {exc}") from None
 
 

@@ -126,6 +126,8 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM policy_cache")
 
 
+#: The tables a store at :data:`SCHEMA_VERSION` holds.
+_TABLES = ("schema_version", "runs", "cells", "meta", "policy_cache")
 #: ``MIGRATIONS[i]`` takes a store at version ``i`` to version ``i + 1`` (inside one transaction).
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 
@@ -374,6 +376,11 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in _TABLES if t not in tables]
+        if missing:
+            raise StoreError(f"not a usable results store: table {missing[0]!r} is missing (a damaged file: "
+                             "`profattn db import` the runs into a new --db)")
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"{path} is not a usable results store: {exc}") from None

@@ -162,7 +162,7 @@ def read_workload(w: Workload, layout: Layout | str) -> Workload:
     the dense workload of the same shape (the contiguous copy: every sequence's keys, a shared prefix once per
     sequence); anything else is ``w`` itself (a ragged batch has no contiguous copy, a packed read of a dense call
     reads its tokens)."""
-    if str(layout) != Layout.DENSE.value or w.kv_layout is not KVLayout.PAGED or w.is_ragged:
+    if str(layout) != Layout.DENSE.value or w.kv_layout is not KVLayout.PAGED or w.kv_len_dist.drawn:
         return w
     try:
         return replace(w, kv_layout=KVLayout.DENSE, page_size=None, shared_prefix_len=0)

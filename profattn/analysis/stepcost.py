@@ -501,7 +501,7 @@ def _usable(m: Measurement, w: Workload) -> bool:
     """A cell whose every sequence's lengths are known without torch and whose K/V reads are each sequence's own:
     eligible, timed, causal, no window, no shared prefix, uniform or given lengths, not packed documents."""
     return (m.eligible and m.latency_us is not None and m.latency_us > 0 and w.mask.value == "causal"
-            and w.window is None and w.shared_prefix_len == 0 and not w.is_ragged and not w.is_packed
+            and w.window is None and w.shared_prefix_len == 0 and not w.kv_len_dist.drawn and not w.is_packed
             and w.cp_ranks == 1)
 
 

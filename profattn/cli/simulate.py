@@ -66,11 +66,22 @@ def _same_dtype(name: str, dtype: str) -> bool:
 def _pairs(backends: tuple[str, ...], prefill: str):
     from profattn.analysis.simulate import BackendPair
 
+    from profattn.interfaces import Layout, adoption_of
+
     out = []
     for spec in backends:
         dec, plus, pre = (s.strip() for s in spec.partition("+"))
         if not dec or (plus and not pre):
             raise ProfattnError(f"--backend {spec!r}: give DECODE or DECODE+PREFILL")
+        for name in (dec, pre or prefill):
+            a = adoption_of(name)
+            if a is not None and a.reads is not Layout.PAGED:
+                # its cells timed the kernel on a contiguous copy made outside the timing: priced as is, a serving
+                # step would leave out the per-step gather of the paged cache (recommend prices it; this does not)
+                raise ProfattnError(f"--backend {spec!r}: {name} reads a contiguous K/V cache, not the paged cache a "
+                                    "serving engine holds (its measured time leaves out the gather); simulate paged "
+                                    "backends (e.g. triton-paged-decode, flashinfer-decode-tc, flashinfer-prefill-paged, "
+                                    "triton-paged-prefill)")
         out.append(BackendPair(dec, pre or prefill))
     return out
 

@@ -97,6 +97,7 @@ def bad_csv(tmp_path: Path) -> Path:
     (["--backend", "triton-paged-decode+triton-paged-decode"],
      "backend triton-paged-decode was never measured in phase prefill at dtype bfloat16 in this store"),
     (["--backend", "nope"], "backend nope was never measured in phase decode"),
+    (["--backend", "sdpa-cudnn"], "sdpa-cudnn reads a contiguous K/V cache, not the paged cache a serving engine holds"),
     (["--rate", "5", "--rate-scale", "2"], "give --rate or --rate-scale, not both"),
     (["--slo", "ttft=fast"], "--slo ttft='fast' must be a positive number"),
     (["--slo", "p99=5"], "'p99=5' is not ttft=MS"),

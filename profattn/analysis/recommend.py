@@ -311,8 +311,10 @@ def _adoptions(cells: Sequence[Measurement]) -> dict[str, Adoption]:
 
 
 def _order(options: Sequence[Option]) -> tuple[Option, ...]:
-    """Drop-ins first, then the rest, each by :attr:`Option.total_us` (then name)."""
-    return tuple(sorted(options, key=lambda o: (not o.drop_in, o.total_us, o.backend)))
+    """Drop-ins first, then the rest, each by :attr:`Option.total_us` (then name) — a dominated prediction after the
+    others of its group (it is never the pick; its estimate is shown for what it is)."""
+    return tuple(sorted(options, key=lambda o: (not o.drop_in, o.predicted is not None and o.predicted.dominated,
+                                                o.total_us, o.backend)))
 
 
 def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Policy | None = None,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,7 +40,7 @@ from profattn.analysis.costmodel import (
     regime_of, sample,
 )
 from profattn.analysis.verdict import JudgedTime, judged_margin
-from profattn.errors import WorkloadError
+from profattn.errors import ProfattnWarning, WorkloadError
 from profattn.interfaces import Adoption, Layout, adoption_of, layout_read
 from profattn.store import Measurement
 from profattn.workload import Workload
@@ -153,7 +154,8 @@ def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
 
 
 def _parsed(cells: Iterable[Measurement]) -> dict[str, Workload]:
-    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell)."""
+    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell); one that no
+    longer parses (a hand-edited or damaged store) is left out (:func:`learn` warns)."""
     out: dict[str, Workload] = {}
     for c in cells:
         if c.workload_json not in out:
@@ -162,6 +164,21 @@ def _parsed(cells: Iterable[Measurement]) -> dict[str, Workload]:
             except WorkloadError:
                 pass
     return out
+
+
+def _warn_unparsed(cells: Sequence[Measurement], parsed: Mapping[str, Workload]) -> None:
+    """One :class:`ProfattnWarning` counting the stored workloads that no longer parse, naming the first."""
+    bad = {c.workload_json: c for c in cells if c.workload_json not in parsed}
+    if bad:
+        c = next(iter(bad.values()))
+        try:
+            c.workload()
+            why = "?"
+        except WorkloadError as exc:
+            why = str(exc)
+        warnings.warn(f"results store: {len(bad)} stored workload(s) no longer parse and teach nothing (first: cell "
+                      f"{c.cell_id[:80]!r} of run {c.run_id[:40]}: {why[:160]}); `profattn db forget RUN`, then import "
+                      "the run again", ProfattnWarning, stacklevel=3)
 
 
 def refusal_key(w: Workload) -> tuple:
@@ -380,12 +397,15 @@ def _refused(cells: Iterable[Measurement]) -> dict[str, frozenset]:
 
 
 def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
-          ceilings: tuple[float | None, float | None] = (None, None)) -> Policy | None:
+          ceilings: tuple[float | None, float | None] = (None, None), warn: bool = True) -> Policy | None:
     """The :class:`Policy` for ``gpu`` from its stored ``cells`` (every status: eligible ones teach the models,
     unsupported ones the refusals), or None when none is eligible. ``ceilings``: the GPU's measured (read GB/s,
-    GEMM TFLOP/s), the roofline under every prediction."""
+    GEMM TFLOP/s), the roofline under every prediction. With ``warn``, stored workloads that no longer parse (left
+    out) are counted in one :class:`ProfattnWarning` (validation, learning on subsets, passes False)."""
     mine = [c for c in cells if c.gpu == gpu]
     parsed = _parsed(mine)
+    if warn:
+        _warn_unparsed(mine, parsed)
     memo: dict = {}
     samples = [s for s in (sample(c, parsed.get(c.workload_json), memo) for c in mine) if s is not None]
     if not samples:
@@ -566,7 +586,7 @@ def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any
     def fold(held: list[WorkloadTimes]) -> list[HeldOut]:
         keys = {w.key for w in held}
         rest = [c for c in mine if c.workload_key not in keys]
-        policy = learn(rest, gpu, ceilings=ceilings)
+        policy = learn(rest, gpu, ceilings=ceilings, warn=False)
         per, overall = _baseline_picks([w for w in ws if w.key not in keys])
         return [_held_out(policy, w, per, overall) for w in held]
 

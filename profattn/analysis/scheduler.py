@@ -81,7 +81,8 @@ class SchedulerConfig:
         for f in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise SchedulerError(f"{f.replace('_', '-')} must be a positive integer, got {v!r}")
+                name = "page-size (vLLM's block_size)" if f == "block_size" else f.replace("_", "-")
+                raise SchedulerError(f"{name} must be a positive integer, got {v!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise SchedulerError(f"max-num-batched-tokens {self.max_num_batched_tokens} is below max-num-seqs "
                                  f"{self.max_num_seqs} (vLLM requires max_num_batched_tokens >= max_num_seqs)")

@@ -139,7 +139,13 @@ class Measurement:
         Raises:
             WorkloadError: the stored fields are not a valid workload (a damaged store).
         """
-        return Workload.from_dict(json.loads(self.workload_json))
+        try:
+            data = json.loads(self.workload_json)
+        except (json.JSONDecodeError, RecursionError, TypeError) as exc:
+            raise WorkloadError(f"stored workload is not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise WorkloadError(f"stored workload is a {type(data).__name__}, not an object of fields")
+        return Workload.from_dict(data)
 
 
 def canonical_workload(w: Workload) -> Workload:

@@ -854,7 +854,15 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> "Workload":
         """Inverse of :meth:`to_dict` (derived keys ignored; files without ``kv_dtype`` read as None,
-        without ``cp_ranks`` as one process)."""
+        without ``cp_ranks`` as one process).
+
+        Raises:
+            WorkloadError: a shape field missing, ``seqs`` not a list of pairs, or any invalid value.
+        """
+        missing = [k for k in ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim")
+                   if k not in data]
+        if missing:
+            raise WorkloadError(f"workload fields missing: {', '.join(missing)}")
         fields_ = ("phase", "batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "mask",
                    "kv_layout", "page_size", "kv_len_dist", "kv_len_seed", "shared_prefix_len", "append", "kv_dtype", "window",
                    "cp_ranks", "cp_scheme")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,15 @@ def load_requests(path: str | Path) -> RequestTrace:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise RequestError(f"--requests {path.name}: not a CSV request trace ({str(exc).splitlines()[0]})") from None
+    if not isinstance(df.index, pd.RangeIndex):  # every row has more fields than the header: pandas shifted them
+        extra = df.index.nlevels
+        tail = df.iloc[:, -extra:]
+        if (tail != "").to_numpy().any():
+            raise RequestError(f"--requests {path.name}: its rows have {len(df.columns) + extra} fields, its header "
+                               f"{len(df.columns)}: name every column in the header")
+        with warnings.catch_warnings():  # trailing commas: the fields dropped are empty (checked above)
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, index_col=False)
     cols = [c.strip() for c in df.columns]
     df.columns = cols
     if all(c in cols for c in _NATIVE):

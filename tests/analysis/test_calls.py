@@ -5,6 +5,7 @@ hand-written ones."""
 from __future__ import annotations
 
 import functools
+import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -204,10 +205,10 @@ def test_uniform_packed_batch_with_flash_window_is_a_varlen_workload() -> None:
         "times the longest, so every sequence is that long",
         "sliding window from window_size_left/right (left 3, right 0): each query sees at most its last 4 keys "
         "(profattn window=4)")
-    assert c.profile_hint == ("profattn profile --workload phase=prefill,num_q_heads=8,num_kv_heads=2,head_dim=64,"
-                              "dtype=bfloat16,window=4,seqs=4x(q8,kv8) --out profattn-traced")
+    assert c.profile_hint == ("profattn profile --workload 'phase=prefill,num_q_heads=8,num_kv_heads=2,head_dim=64,"
+                              "dtype=bfloat16,window=4,seqs=4x(q8,kv8)' --out profattn-traced")
     assert eval(c.workload_constructor, {"Workload": Workload}) == c.workload
-    assert parse_workload_spec(c.profile_hint.split()[3]) == c.workload
+    assert parse_workload_spec(shlex.split(c.profile_hint)[3]) == c.workload  # the line as a shell reads it
 
 
 def test_one_sequence_and_uniform_decode_are_determined() -> None:

@@ -152,7 +152,7 @@ def test_requests_the_configuration_cannot_serve_are_named():
         Scheduler(trace([(0.0, 9, 1)]), nochunk)
     with pytest.raises(SchedulerError, match="max-num-batched-tokens 8 is below max-num-seqs 16"):
         SchedulerConfig(num_gpu_blocks=1, max_num_batched_tokens=8, max_num_seqs=16)
-    with pytest.raises(SchedulerError, match="block-size must be a positive integer"):
+    with pytest.raises(SchedulerError, match=r"page-size \(vLLM's block_size\) must be a positive integer"):
         SchedulerConfig(num_gpu_blocks=1, block_size=0)
 
 

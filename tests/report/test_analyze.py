@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def test_flash_decode_fixture_three_gqa_calls_with_splitkv_kernels():
         assert call.gpu_time_us == pytest.approx(split.dur_us + combine.dur_us)
         assert call.workload == Workload(phase="decode", mask="none", **SEED_DECODE)
         assert eval(call.workload_constructor, {"Workload": Workload}) == call.workload
-        cmd = call.profile_hint.split()
+        cmd = shlex.split(call.profile_hint)
         assert cmd[:3] == ["profattn", "profile", "--workload"]
         assert parse_workload_spec(cmd[3]) == call.workload  # the command benchmarks exactly this workload
     assert [c.index for c in fa.calls] == [0, 1, 2]

@@ -15,6 +15,18 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = "phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16"
 
 
+def damaged_seed_store(tmp_path: Path, column: str, value: str, where: str) -> Path:
+    """The seed run imported into a new store, then ``column = value`` written into the cells ``where`` selects."""
+    db = tmp_path / "store.sqlite"
+    with open_store(db) as store:
+        import_runs(store, [REPO / "examples" / "h200-seed"])
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE cells SET {column} = {value} WHERE {where}")
+    conn.commit()
+    conn.close()
+    return db
+
+
 @pytest.mark.parametrize("column, value, problem", [
     ("latency_us", "9e999", "inf, not a finite number"),
     ("latency_us", "1e300", "beyond the limit of 1e+12"),
@@ -22,13 +34,18 @@ SEED = "phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16"
     ("samples_json", "'not json'", "not a list of finite latencies"),
 ])
 def test_a_damaged_store_row_is_one_line(tmp_path: Path, column: str, value: str, problem: str):
-    db = tmp_path / "store.sqlite"
-    with open_store(db) as store:
-        import_runs(store, [REPO / "examples" / "h200-seed"])
-    conn = sqlite3.connect(db)
-    conn.execute(f"UPDATE cells SET {column} = {value} WHERE backend = 'sdpa-cudnn' AND kv_len = 8192")
-    conn.commit()
-    conn.close()
+    db = damaged_seed_store(tmp_path, column, value, "backend = 'sdpa-cudnn' AND kv_len = 8192")
     res = CliRunner().invoke(main, ["recommend", "--workload", SEED, "--db", str(db)])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "Traceback" not in res.output, res.output
     assert f"column {column} is " in res.output and problem in res.output and "sdpa-cudnn" in res.output, res.output
+
+
+@pytest.mark.parametrize("value", ["'not json'", "'[1, 2]'", """'{"phase": "sideways"}'"""])
+def test_a_stored_workload_that_no_longer_parses_is_counted_not_silent(tmp_path: Path, value: str):
+    """The cells of a damaged workload teach nothing; the others still answer, and one warning says how many."""
+    db = damaged_seed_store(tmp_path, "workload_json", value, "kv_len = 512 AND phase = 'decode'")
+    res = CliRunner().invoke(main, ["recommend", "--workload", SEED, "--db", str(db)])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    (warning,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert "results store: 1 stored workload(s) no longer parse and teach nothing" in warning, warning
+    assert "`profattn db forget RUN`" in warning and "use (drop-in" in res.stdout, res.output

@@ -45,6 +45,9 @@ def test_azure_native_columns_and_unsorted_rows(tmp_path: Path):
     ("0.0,99999999999,5\n", "is beyond 268,435,456 tokens"),
     ("0.0,1.5,5\n", "num_prefill_tokens '1.5' is not an integer"),
     ("", "no requests (only a header)"),
+    ("0.0,10,5,7\n1.0,10,5,8\n", "t.csv: its rows have 4 fields, its header 3: name every column in the header"),
+    ("0.0,10,5,7,1\n1.0,10,5,8,1\n", "t.csv: its rows have 5 fields, its header 3"),
+    ("0.0,10,5\n1.0,10,5,8\n", "not a CSV request trace (Error tokenizing data. C error: Expected 3 fields in line 3, saw 4)"),
 ])
 def test_bad_rows_name_line_and_field(tmp_path: Path, body: str, msg: str):
     p = tmp_path / "t.csv"
@@ -52,6 +55,15 @@ def test_bad_rows_name_line_and_field(tmp_path: Path, body: str, msg: str):
     with pytest.raises(RequestError) as info:
         load_requests(p)
     assert msg in str(info.value) and "\n" not in str(info.value)
+
+
+def test_trailing_commas_are_empty_fields(tmp_path: Path):
+    """A spreadsheet's export with a comma after every row: the empty fields are dropped, nothing shifts."""
+    p = tmp_path / "t.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,20,\n0.5,200,30,\n")
+    t = load_requests(p)
+    assert t.prompt_tokens.tolist() == [100, 200] and t.output_tokens.tolist() == [20, 30]
+    assert t.arrival_s.tolist() == [0.0, 0.5]
 
 
 def test_wrong_columns_and_missing_file(tmp_path: Path):

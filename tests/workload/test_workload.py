@@ -93,6 +93,13 @@ def test_presets_and_roundtrip():
     assert seed_decode(8192).tag == "decode_b8_q1_kv8192_hq16_hkv4_d128_bf16_causal"
 
 
+def test_from_dict_without_a_shape_field_names_it():
+    d = seed_decode(512).to_dict()
+    del d["batch"], d["head_dim"]
+    with pytest.raises(WorkloadError, match="^workload fields missing: batch, head_dim$"):
+        Workload.from_dict(d)
+
+
 def test_gqa_presets_differ_only_in_kv_heads():
     big, small = get_preset("gqa"), get_preset("gqa-small")
     assert [(w.kv_len, w.num_kv_heads) for w in big.workloads] == [(n, h) for n in (512, 2048, 8192, 32768) for h in (32, 8, 1)]

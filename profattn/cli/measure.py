@@ -109,6 +109,8 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     from profattn.harness.session import ProgressEvent
 
+    name_width = max([15, *(len(b.name) for b in backends)])  # one column for the longest backend name of this run
+
     def progress(event: ProgressEvent, cell, done: int, total: int) -> None:
         if event is ProgressEvent.START:
             return
@@ -117,11 +119,11 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             return
         if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
-            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<15} {lat}", markup=False, soft_wrap=True)
+            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<{name_width}} {lat}", markup=False, soft_wrap=True)
             return
         lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
-        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<15} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
+        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
 
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,

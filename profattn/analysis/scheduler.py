@@ -67,7 +67,8 @@ class SchedulerConfig:
     pages in the pool (:func:`kv_capacity`).
 
     Raises:
-        SchedulerError: a non-positive value, or ``max_num_batched_tokens < max_num_seqs`` (vLLM refuses it too:
+        SchedulerError: a non-positive value, one beyond its bound (page size 65,536 tokens, 2**24 batched tokens,
+            2**20 sequences, 2**40 pages), or ``max_num_batched_tokens < max_num_seqs`` (vLLM refuses it too:
             every running request must be able to decode in one step).
     """
 
@@ -88,6 +89,9 @@ class SchedulerConfig:
                                  f"{self.max_num_seqs} (vLLM requires max_num_batched_tokens >= max_num_seqs)")
         if self.block_size > 1 << 16:
             raise SchedulerError(f"page size {self.block_size} is beyond 65,536 tokens")
+        for f, top in (("max_num_batched_tokens", 1 << 24), ("max_num_seqs", 1 << 20), ("num_gpu_blocks", 1 << 40)):
+            if getattr(self, f) > top:
+                raise SchedulerError(f"{f.replace('_', '-')} {getattr(self, f):,} is beyond {top:,}")
 
 
 @dataclass(frozen=True)

@@ -66,11 +66,26 @@ class _Group(click.Group):
         except click.Abort:
             click.echo("profattn: aborted", err=True)
             sys.exit(130)
+        except ModuleNotFoundError as exc:  # a dependency missing from this environment (an install without pip's deps)
+            if exc.name is None or exc.name.split(".")[0] == "profattn":
+                raise
+            top = exc.name.split(".")[0]
+            click.echo(f"profattn: error: this command needs the Python package {top!r}, which is not installed "
+                       f"(`pip install {top}`, or install profattn with its dependencies)", err=True)
+            sys.exit(2)
         except OSError as exc:  # the file system refused: unwritable --out, full disk, ...
             where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
             click.echo(f"profattn: error: {exc.strerror or exc}{where}", err=True)
             sys.exit(2)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def one_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    """Click callback for an option declared ``multiple=True`` that takes one value: the value (None when not
+    given); given twice, a usage error instead of click's silent "the last one wins"."""
+    if len(values) > 1:
+        raise click.BadParameter(f"given {len(values)} times; give it once (run the command once per value)", ctx, param)
+    return values[0] if values else None
 
 
 def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None,

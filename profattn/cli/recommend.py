@@ -15,11 +15,12 @@ import re
 import shlex
 import shutil
 import subprocess
+from datetime import date
 from pathlib import Path
 
 import click
 
-from profattn.cli.main import main, output_file
+from profattn.cli.main import main, one_value, output_file
 from profattn.errors import ProfattnError
 from profattn.interfaces import Interface
 
@@ -35,8 +36,12 @@ def store_run(run_dir: Path, db: str | None = None) -> str:
     try:
         with open_store(db) as store:
             (row,) = import_runs(store, [run_dir])
-            policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
-        return f"store: {row.cells} cell{'s' * (row.cells != 1)} of {row.run_id} added to {store.path}"
+            added = f"store: {row.cells} cell{'s' * (row.cells != 1)} of {row.run_id} added to {store.path}"
+            try:
+                policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
+            except ModuleNotFoundError as exc:  # the run and the store are whole; `recommend` derives it later
+                return f"{added} (the selection policy not derived: Python package {exc.name!r} missing)"
+        return added
     except (ProfattnError, OSError) as exc:
         return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
 
@@ -70,7 +75,8 @@ def pick_gpu(store, name: str | None) -> str:
 
 
 @main.command()
-@click.option("--workload", "spec", default=None, metavar="SPEC", help="The workload, in `profile --workload` grammar.")
+@click.option("--workload", "spec", multiple=True, callback=one_value, metavar="SPEC",
+              help="The workload, in `profile --workload` grammar.")
 @click.option("--gpu", default=None, metavar="NAME", help="GPU as the store names it (H200 matches 'NVIDIA H200'); default: the store's only GPU, else this machine's.")
 @click.option("--db", default=None, metavar="PATH", help=_DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (schema profattn.recommend).")
@@ -211,8 +217,13 @@ def db_forget(runs: tuple[str, ...], before: str | None, db_path: str | None) ->
 
     if not runs and before is None:
         raise ProfattnError("name runs to forget (ids or directories), or give --before YYYY-MM-DD")
-    if before is not None and not _DATE.match(before):
-        raise ProfattnError(f"--before {before!r} is not a date YYYY-MM-DD")
+    if before is not None:
+        try:
+            valid = bool(_DATE.match(before)) and date.fromisoformat(before) is not None
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ProfattnError(f"--before {before!r} is not a date YYYY-MM-DD")
     with open_store(db_path, create=False) as store:
         known = {r.run_id for r in store.runs()} | {r.path for r in store.runs()}
         unknown = [r for r in runs if r not in known and str(Path(r).resolve()) not in known]

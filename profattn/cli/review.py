@@ -73,7 +73,10 @@ def _compare_runs(base_run: Path, head_run: Path, t: float, *, force: bool, keep
 
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)
     bl, hl = compare_report.run_label(base_run), compare_report.run_label(head_run)
-    if base_run.resolve() == head_run.resolve():
+    def results_file(p: Path) -> Path:  # a run directory and its results.json are one run
+        return (p / "results.json").resolve() if p.is_dir() else p.resolve()
+
+    if results_file(base_run) == results_file(head_run):
         click.echo("warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise", err=True)
     if bl == hl:
         bl, hl = f"base ({bl})", f"head ({hl})"

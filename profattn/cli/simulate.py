@@ -8,6 +8,7 @@ to stderr; bad input is one line and exit code 2.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import time
@@ -27,18 +28,32 @@ DEFAULT_PREFILL = "flashinfer-prefill-paged"
 GIB = 1 << 30
 
 
+MAX_RATE_PER_S = 1e6  # req/s (and 1e-6 at the low end): past these, arrival times lose a step's µs in float64
+MAX_RATE_SCALE = 1e6
+MAX_GPU_MEMORY_GIB = 1e6
+MAX_KV_BUDGET_TOKENS = 1 << 40
+
+
 def parse_slo(text: str) -> tuple[float, float, float]:
     """``ttft=MS,tpot=MS[,attainment=P%|FRACTION]`` → (ttft s, tpot s, attainment 0–1); missing items keep the
     defaults (500 ms, 50 ms, 90 %).
 
     Raises:
-        ProfattnError: an unknown item, a value that is not a positive number, an attainment outside (0, 100 %].
+        ProfattnError: no item, an unknown item or one given twice, a value that is not a positive number, an
+            attainment outside (0, 100 %].
     """
     vals = {"ttft": 0.5, "tpot": 0.05, "attainment": 0.9}
-    for item in (s.strip() for s in text.split(",") if s.strip()):
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items:
+        raise ProfattnError(f"--slo {text!r}: give ttft=MS, tpot=MS and/or attainment=P%")
+    seen: set[str] = set()
+    for item in items:
         key, eq, raw = (s.strip() for s in item.partition("="))
         if not eq or key not in vals:
             raise ProfattnError(f"--slo {text!r}: {item!r} is not ttft=MS, tpot=MS or attainment=P%")
+        if key in seen:
+            raise ProfattnError(f"--slo {text!r}: {key} given twice")
+        seen.add(key)
         pct = raw.endswith("%")
         num = raw.rstrip("%").removesuffix("ms").strip()
         if not re.fullmatch(r"[0-9]+(\.[0-9]*)?", num) or float(num) <= 0:
@@ -98,7 +113,8 @@ def _ceilings(store, gpu: str):
             run = read_results(r.path)
         except (ProfattnError, OSError):
             continue
-        found.append(run.ceilings)
+        if run.ceilings is not None:  # a CPU run measures none
+            found.append(run.ceilings)
         if run.environment.total_memory_bytes:
             memory.append(run.environment.total_memory_bytes)
     return found, (max(memory) if memory else None)
@@ -121,6 +137,11 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
         gpu_name = resolve_gpu(store, gpu)
         cells = store.cells_on(gpu_name)
         ceilings, memory = _ceilings(store, gpu_name)
+        measured_on_gpu = gpu_name in store.cuda_gpus()
+    if not measured_on_gpu:
+        raise ProfattnError(f"the store's runs on {gpu_name!r} are CPU runs: simulate prices a GPU's serving steps "
+                            "from its measured cells and ceilings (import a GPU run, e.g. `profattn db import "
+                            "examples/h200-serving`, and give --gpu)")
     ceil = median_ceilings(ceilings)
     shapes = {k: AttentionShape.of_model(model, k) for k in kv_dtypes}
     sources = {k: MeasuredCells(cells, shapes[k], ceil) for k in kv_dtypes}
@@ -180,17 +201,20 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
 
     if rate is not None and rate_scale is not None:
         raise ProfattnError("give --rate or --rate-scale, not both")
-    for name, v in (("--rate", rate), ("--rate-scale", rate_scale), ("--gpu-memory", gpu_memory)):
-        if v is not None and not v > 0:
+    for name, v, top in (("--rate", rate, MAX_RATE_PER_S), ("--rate-scale", rate_scale, MAX_RATE_SCALE),
+                         ("--gpu-memory", gpu_memory, MAX_GPU_MEMORY_GIB)):
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise ProfattnError(f"{name} must be a positive number, got {v}")
+        if v is not None and not (1.0 / top <= v <= top):
+            raise ProfattnError(f"{name} {v:g} is outside [{1.0 / top:g}, {top:g}]")
     if not 0 < search_resolution < 1:
         raise ProfattnError(f"--search-resolution must be in (0, 1), got {search_resolution}")
     if n_steps < 0:
         raise ProfattnError(f"--steps must be ≥ 0, got {n_steps}")
     if kv_budget_tokens is not None and gpu_memory is not None:
         raise ProfattnError("give --gpu-memory or --kv-budget-tokens, not both")
-    if kv_budget_tokens is not None and kv_budget_tokens < 1:
-        raise ProfattnError(f"--kv-budget-tokens must be a positive integer, got {kv_budget_tokens}")
+    if kv_budget_tokens is not None and not 1 <= kv_budget_tokens <= MAX_KV_BUDGET_TOKENS:
+        raise ProfattnError(f"--kv-budget-tokens must be an integer in [1, {MAX_KV_BUDGET_TOKENS:,}], got {kv_budget_tokens}")
     inputs = [] if requests_path.startswith("poisson:") else [requests_path]
     files = {}
     if out_dir is not None:
@@ -211,8 +235,9 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
         SchedulerConfig(num_gpu_blocks=1, block_size=p)
     model = parse_model_spec(model_spec)
     trace = parse_synthetic_spec(requests_path) if requests_path.startswith("poisson:") else load_requests(requests_path)
-    if len(trace) < 2 and (rate is not None):
-        raise ProfattnError("--rate needs a trace of at least two requests at different times")
+    if trace.duration_s <= 0:
+        raise ProfattnError(f"--requests: its {len(trace)} request(s) all arrive at once: a load (req/s, the rate "
+                            "search, --rate) needs at least two requests at different times")
     scale = rate_scale if rate_scale is not None else (rate / trace.rate_per_s if rate is not None else 1.0)
     slo = SLO(*parse_slo(slo_text))
     kv_list = []

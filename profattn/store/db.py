@@ -191,6 +191,10 @@ _NUMBERS = tuple((i, f.name) for i, f in enumerate(fields(Measurement))
                  if str(f.type).split(" |")[0] in ("int", "float") and f.name not in ("append", "varlen", "eligible"))
 
 
+#: The shape columns: integers ≥ 1 in every cell.
+_SHAPE = frozenset(("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim"))
+
+
 def _damaged(row: Sequence, column: str, problem: str) -> StoreError:
     run, cell = row[_CELL_FIELDS.index("run_id")], row[_CELL_FIELDS.index("cell_id")]
     return StoreError(f"results store: cell {str(cell)[:80]!r} of {str(run)[:40]}: column {column} is {problem} (a "
@@ -198,16 +202,19 @@ def _damaged(row: Sequence, column: str, problem: str) -> StoreError:
 
 
 def _measurement(row: Sequence) -> Measurement:
-    """One ``cells`` row as a :class:`Measurement`, every number bounded and finite (durations, ``*_us``, within
-    :data:`profattn.values.MAX_DURATION_US`).
+    """One ``cells`` row as a :class:`Measurement`, every number bounded, finite and not negative (durations,
+    ``*_us``, within :data:`profattn.values.MAX_DURATION_US`; the shape columns integers ≥ 1).
 
     Raises:
         StoreError: a number that is not (a damaged or hand-edited store), naming the cell and the column.
     """
     values = list(row)
     for i, name in _NUMBERS:
-        if values[i] is not None:
-            problem = number_problem(values[i], limit=MAX_DURATION_US if name.endswith("_us") else None)
+        if values[i] is not None or name in _SHAPE:
+            shape = name in _SHAPE
+            problem = number_problem(values[i], integer=shape, limit=MAX_DURATION_US if name.endswith("_us") else None)
+            if problem is None and (values[i] < 1 if shape else values[i] < 0):
+                problem = f"{values[i]}, " + ("not a positive integer" if shape else "negative")
             if problem:
                 raise _damaged(row, name, problem)
     try:
@@ -355,14 +362,18 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
     mode with a :data:`BUSY_TIMEOUT_S` busy timeout.
 
     Raises:
-        StoreError: no store there and ``create`` is False; the file is not a SQLite database or not a profattn
-            store; its schema is newer than this code's; it cannot be created.
+        StoreError: no store there and ``create`` is False; the file is empty, not a SQLite database or not a
+            profattn store (refused before anything is written into it); its schema is newer than this code's; it
+            cannot be created.
     """
     path = Path(path) if path is not None else default_db_path()
     if path.is_dir():
         raise StoreError(f"{path} is a directory: give the store's file (e.g. {path / 'results.sqlite'})")
     if not create and not path.is_file():
         raise StoreError(f"no results store at {path} (add runs with `profattn db import RUN_DIR`, or give --db)")
+    if path.is_file() and path.stat().st_size == 0:
+        raise StoreError(f"{path} is an empty file, not a results store (give a path that does not exist yet: "
+                         "profattn creates the store; it never writes into a file it did not create)")
     if path.is_dir():
         raise StoreError(f"--db {path} is a directory")
     try:
@@ -373,6 +384,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
         raise StoreError(f"cannot open results store {path}: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        stored_version(conn)  # another program's database is refused before anything is written into it
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)

@@ -171,7 +171,7 @@ class Trace:
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read a Kineto Chrome trace (``.json`` or gzipped ``.json.gz``) into a :class:`Trace`.
 
-    The file is read once, as a stream (:class:`~profattn.trace_reader.TraceReader`): only the fields the
+    The file is read once, as a stream (:class:`~profattn.trace.reader.TraceReader`): only the fields the
     frames need are kept, in columns; the JSON tree is never held whole. Gzip is detected by its magic
     bytes; a file named ``*.gz`` that is not gzip is an error. Events with a non-numeric or non-finite
     ``ts`` (or ``dur``, where one is needed) are skipped, as are kernels and ranges without ``dur``; each

@@ -30,6 +30,7 @@ __all__ = ["MAX_TOKENS", "RequestError", "RequestTrace", "load_requests", "parse
 
 #: Longest prompt or output a trace may give (the workload layer's bound on one sequence's length, 2**28).
 MAX_TOKENS = 1 << 28
+MAX_ARRIVAL_S = 1e9  # ~32 years: beyond it float64 seconds no longer resolve a step's microseconds
 _NATIVE = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -100,8 +101,10 @@ def load_requests(path: str | Path) -> RequestTrace:
     import pandas as pd
 
     path = Path(path)
+    if path.is_dir():
+        raise RequestError(f"--requests {path}: is a directory; give a CSV file")
     if not path.is_file():
-        raise RequestError(f"--requests {path}: no such file")
+        raise RequestError(f"--requests {path}: " + ("not a regular file" if path.exists() else "no such file"))
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -135,6 +138,10 @@ def load_requests(path: str | Path) -> RequestTrace:
         if bad.any():
             i = int(np.argmax(bad))
             raise _bad(path, int(lines[i]), t_col, df[t_col].iloc[i], "is not a time in seconds ≥ 0")
+        late = t > MAX_ARRIVAL_S
+        if late.any():
+            i = int(np.argmax(late))
+            raise _bad(path, int(lines[i]), t_col, df[t_col].iloc[i], f"is beyond {MAX_ARRIVAL_S:g} s")
     else:
         ts = pd.to_datetime(df[t_col].str.strip(), errors="coerce", format="mixed")
         bad = ts.isna().to_numpy()
@@ -174,11 +181,13 @@ def synthetic_trace(*, rate_per_s: float, n: int, prompt_median: float, output_m
     clipped to [1, 2**28]. Deterministic for a ``seed`` (numpy's PCG64).
 
     Raises:
-        RequestError: a non-positive rate, count, median or a negative sigma.
+        RequestError: a non-positive rate, count, median or a negative sigma; a rate outside [1e-6, 1e6] req/s.
     """
     for name, v in (("rate", rate_per_s), ("n", n), ("prompt", prompt_median), ("output", output_median)):
         if not (math.isfinite(v) and v > 0):
             raise RequestError(f"--requests poisson: {name} must be > 0, got {v}")
+    if not 1e-6 <= rate_per_s <= 1e6:
+        raise RequestError(f"--requests poisson: rate {rate_per_s:g} is outside [1e-06, 1e+06] req/s")
     for name, v in (("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
         if not (math.isfinite(v) and v >= 0):
             raise RequestError(f"--requests poisson: {name} must be ≥ 0, got {v}")
@@ -196,7 +205,7 @@ def synthetic_trace(*, rate_per_s: float, n: int, prompt_median: float, output_m
     return RequestTrace(np.cumsum(gaps), lengths[0], lengths[1], np.arange(1, n + 1, dtype=np.int64), spec)
 
 
-_NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?"
+_NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
 
 
 def parse_synthetic_spec(text: str) -> RequestTrace:

@@ -62,3 +62,9 @@ def test_unknown_fields_and_surrogates_are_warnings_and_the_command_runs(tmp_pat
     assert lines[0].startswith("warning: ") and "1 unknown field(s) ignored" in lines[0] and "environment.gpu_power_w" in lines[0]
     assert lines[1].startswith("warning: ") and "1 unpaired UTF-16 surrogate(s)" in lines[1]
     assert "\ufffd" in (tmp_path / "s.md").read_text(encoding="utf-8")
+
+
+def test_a_run_compared_with_its_own_results_file_is_called_the_same_run(tmp_path: Path):
+    res = CliRunner().invoke(main, ["compare", str(SEED_RUN), str(SEED_RUN / "results.json"), "--out", str(tmp_path / "c.html")])
+    assert res.exit_code == 0, res.output
+    assert "warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise" in res.stderr

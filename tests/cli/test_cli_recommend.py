@@ -44,6 +44,7 @@ def test_import_list_recommend_forget(tmp_path: Path):
     assert res.exit_code == 0 and "held out (leave one slice out" in res.output
     policy = json.loads(out.read_text())
     assert policy["schema"] == "profattn.policy" and policy["version"] == 2
+    assert invoke("recommend", "--export", str(out)).exit_code == 0  # its own earlier export is replaced
     assert {s["field"] for s in policy["validation"]["slices"]} >= {"batch_decade", "kv_decade", "page_size"}
     assert invoke("db", "forget", "run-4c593dd77f72").output == "forgot 1 run(s)\n"
 
@@ -57,6 +58,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path):
                       (["recommend", "--workload", B64, "--gpu", "A100"], "not in the store"),
                       (["db", "forget", "run-nope"], "no run 'run-nope'"),
                       (["db", "forget", "--before", "yesterday"], "not a date"),
+                      (["db", "forget", "--before", "2026-13-45"], "not a date"),
+                      (["db", "forget", "--before", "2026-02-30"], "not a date"),
+                      (["recommend", "--workload", B64, "--workload", B64], "given 2 times; give it once"),
                       (["db", "import", str(tmp_path)], "no such file"),
                       (["analyze", str(TRACE), "--out", str(tmp_path / "r.html"), "--gpu", "H200"], "go with --recommend")):
         res = invoke(*args)

@@ -106,12 +106,28 @@ def bad_csv(tmp_path: Path) -> Path:
     (["--kv-dtype", "int4"], "unsupported kv_dtype 'int4'"),
     (["--gpu", "A100"], "--gpu 'A100' is not in the store"),
     (["--kv-budget-tokens", "100"], "the request at row 2 needs 417 tokens of KV cache (27 pages); the budget holds 96"),
+    (["--kv-budget-tokens", "99999999999999999999"], "--kv-budget-tokens must be an integer in [1, 1,099,511,627,776]"),
+    (["--requests", "{once}"], "its 2 request(s) all arrive at once: a load (req/s, the rate search, --rate) needs"),
+    (["--requests", "poisson:rate=5,n=1,prompt=500,output=100"], "its 1 request(s) all arrive at once"),
+    (["--requests", "poisson:rate=1e-300,n=10,prompt=5,output=5"], "rate 1e-300 is outside [1e-06, 1e+06] req/s"),
+    (["--requests", "{late}"], "late.csv line 3: arrived_at '1e308' is beyond 1e+09 s"),
+    (["--requests", "{dir}"], "is a directory; give a CSV file"),
+    (["--rate-scale", "1e-15"], "--rate-scale 1e-15 is outside [1e-06, 1e+06]"),
+    (["--gpu-memory", "inf"], "--gpu-memory must be a positive number, got inf"),
+    (["--max-num-batched-tokens", "99999999999999999999"], "max-num-batched-tokens 99,999,999,999,999,999,999 is beyond 16,777,216"),
+    (["--page-size", "0"], "page-size (vLLM's block_size) must be a positive integer, got 0"),
+    (["--slo", "ttft=500,ttft=400"], "ttft given twice"),
+    (["--slo", ","], "give ttft=MS, tpot=MS and/or attainment=P%"),
 ])
 def test_bad_input_is_one_line_and_exit_2(db: Path, tmp_path: Path, args: list[str], msg: str):
     base = {"--requests": str(SLICE), "--model": "llama-3-8b", "--backend": "triton-paged-decode"}
     extra = []
     for i in range(0, len(args), 2):
         k, v = args[i], args[i + 1].replace("{bad}", str(bad_csv(tmp_path))).replace("{slice}", str(SLICE))
+        for name, body in (("once", "0.0,10,5\n0.0,12,2\n"), ("late", "0.0,10,5\n1e308,12,2\n")):
+            (tmp_path / f"{name}.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + body)
+            v = v.replace("{" + name + "}", str(tmp_path / f"{name}.csv"))
+        v = v.replace("{dir}", str(tmp_path))
         if k in base:
             base[k] = v
         else:
@@ -126,3 +142,16 @@ def test_no_store(tmp_path: Path):
     res = invoke("simulate", "--requests", str(SLICE), "--model", "llama-3-8b", "--backend", "x", "--db",
                  str(tmp_path / "none.sqlite"))
     assert res.exit_code == 2 and "no results store" in res.output and res.output.count("\n") == 1
+
+
+def test_a_store_of_cpu_runs_only_is_one_line(tmp_path: Path):
+    """The main job on a CPU fills the default store with a CPU run: simulate says it needs a GPU's cells."""
+    run = tmp_path / "run"
+    store = tmp_path / "cpu.sqlite"
+    res = invoke("profile", "--workload", "phase=decode,b=2,q=1,kv=64,hq=4,hkv=2,d=16,page=16", "--backend",
+                 "torch-paged-reference", "--out", str(run), "--db", str(store), "--device", "cpu", "--no-counters")
+    assert res.exit_code == 0, res.output
+    res = invoke("simulate", "--requests", str(SLICE), "--model", "llama-3-8b", "--backend", "torch-paged-reference",
+                 "--db", str(store), "--no-search")
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "are CPU runs: simulate prices a GPU's serving steps from its measured cells and ceilings" in res.output

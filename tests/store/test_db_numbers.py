@@ -32,6 +32,9 @@ def damaged_seed_store(tmp_path: Path, column: str, value: str, where: str) -> P
     ("latency_us", "1e300", "beyond the limit of 1e+12"),
     ("samples_json", "'[1e999]'", "not a list of finite latencies"),
     ("samples_json", "'not json'", "not a list of finite latencies"),
+    ("batch", "-5", "-5, not a positive integer"),
+    ("head_dim", "'abc'", "'abc', not a number"),
+    ("latency_us", "-3", "-3.0, negative"),
 ])
 def test_a_damaged_store_row_is_one_line(tmp_path: Path, column: str, value: str, problem: str):
     db = damaged_seed_store(tmp_path, column, value, "backend = 'sdpa-cudnn' AND kv_len = 8192")
@@ -49,3 +52,20 @@ def test_a_stored_workload_that_no_longer_parses_is_counted_not_silent(tmp_path:
     (warning,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
     assert "results store: 1 stored workload(s) no longer parse and teach nothing" in warning, warning
     assert "`profattn db forget RUN`" in warning and "use (drop-in" in res.stdout, res.output
+
+
+def test_another_programs_database_is_refused_unchanged(tmp_path: Path):
+    """A user's SQLite file (or an empty file) given as --db: one line, and not a byte of it written."""
+    other, empty = tmp_path / "other.sqlite", tmp_path / "empty.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE foo (x)")
+    conn.commit()
+    conn.close()
+    empty.touch()
+    before = other.read_bytes()
+    for db, msg in ((other, "not a profattn results store (tables: foo)"), (empty, "is an empty file, not a results store")):
+        for args in (["recommend", "--workload", SEED], ["db", "import", str(REPO / "examples" / "h200-seed")]):
+            res = CliRunner().invoke(main, [*args, "--db", str(db)])
+            assert res.exit_code == 2 and res.output.count("\n") == 1 and msg in res.output, res.output
+    assert other.read_bytes() == before and empty.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite", "other.sqlite"]  # no -wal, no -shm

@@ -25,6 +25,13 @@ def test_committed_slice():
     assert len(t.head(10)) == 10
 
 
+def test_the_committed_one_hour_trace_reads():
+    """The README's simulate command reads this file from a clone."""
+    t = load_requests(Path(__file__).resolve().parents[2] / "examples" / "requests" / "azure-llm-2023-conv.csv")
+    assert len(t) == 19_366 and round(t.duration_s) == 3_502 and int(t.prompt_tokens.max()) == 14_050
+    assert round(t.rate_per_s, 2) == 5.53
+
+
 def test_azure_native_columns_and_unsorted_rows(tmp_path: Path):
     p = tmp_path / "AzureLLMInferenceTrace_conv.csv"
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"

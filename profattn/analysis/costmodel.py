@@ -406,12 +406,18 @@ class CostModels:
     read_gbps: float | None = None
     matmul_tflops: float | None = None
 
+    @property
+    def flops_roof_tflops(self) -> float | None:
+        """The matrix rate no attention kernel exceeds: :data:`ROOF_RATE_FACTOR` × :attr:`matmul_tflops` (an
+        attention kernel's matrix rate may exceed the GEMM measured beside it, not by that much); None unmeasured."""
+        return ROOF_RATE_FACTOR * self.matmul_tflops if self.matmul_tflops else None
+
     def floor_us(self, x: Sequence[float]) -> float:
         """The roofline floor of terms ``x`` (µs): its MB at :attr:`read_gbps` and its GFLOP at
-        :data:`ROOF_RATE_FACTOR` × :attr:`matmul_tflops` (an attention kernel's matrix rate may exceed the GEMM
-        measured beside it, not by that much), whichever is longer; 0 without measured roofs."""
+        :attr:`flops_roof_tflops`, whichever is longer; 0 without measured roofs."""
         t_bytes = x[1] * 1e3 / self.read_gbps if self.read_gbps else 0.0
-        t_flops = x[3] * 1e3 / (ROOF_RATE_FACTOR * self.matmul_tflops) if self.matmul_tflops else 0.0
+        roof = self.flops_roof_tflops
+        t_flops = x[3] * 1e3 / roof if roof else 0.0
         return max(t_bytes, t_flops)
 
     def model(self, backend: str, regime: Regime) -> BackendModel | None:

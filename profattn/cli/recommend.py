@@ -125,10 +125,11 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
             else:
                 click.echo(recommend_text(rec) + ("\n".join(plan_lines(planned)) + "\n" if plan_n else ""), nl=False)
         if target is not None:
-            from profattn.analysis.policy import derive, policy_to_dict
+            from profattn.analysis.policy import derive, policy_to_dict, store_ceilings
             from profattn.report.recommend import policy_text
 
-            policy = derive(store.cells_on(name), name, lowo=False)
+            # the roofs the answering policy has (policy_for), so the export is that policy with its validation
+            policy = derive(store.cells_on(name), name, lowo=False, ceilings=store_ceilings(store.runs(), name))
             if policy is None:
                 raise ProfattnError(f"no eligible cell on {name} in {store.path}: no policy to export")
             from profattn.files import write_text_atomic

@@ -271,14 +271,24 @@ def validation_table(v: Validation) -> str:
 
 def model_rows(p: Policy) -> list[dict[str, Any]]:
     """One row per cost model: backend, regime, cells/workloads, σ, and its coefficients as rates (µs per MB as
-    GB/s, µs per GFLOP as TFLOP/s: the efficiency the fit found) and its launch floor."""
+    GB/s, µs per GFLOP as TFLOP/s: the efficiency the fit found) and its launch floor. A rate above the GPU's
+    measured roof (read stream; the matrix roof, :attr:`~profattn.analysis.costmodel.CostModels.flops_roof_tflops`)
+    is not an efficiency — the fit left that term almost unused, the others
+    carry the time — and shows as "unused" rather than as an impossible rate."""
+    def rate(per_unit: float, roof: float | None, unit: str) -> str:
+        if per_unit <= 0:
+            return MISSING
+        r = 1e3 / per_unit
+        return "unused" if roof and r > roof else f"{fmt_sig(r)} {unit}"
+
+    read_roof = p.models.read_gbps
+    gemm_roof = p.models.flops_roof_tflops
     rows = []
     for m in sorted(p.models.models.values(), key=lambda m: (m.regime.key, m.backend)):
         launch, per_mb, idle_mb, per_gf, idle_gf = m.coef
         rows.append({"backend": m.backend, "regime": m.regime.key, "cells": m.cells, "workloads": m.workloads,
                      "sigma": f"{fmt_sig(100 * m.sigma, 2)} %", "launch": fmt_us(launch),
-                     "gbps": f"{fmt_sig(1e3 / per_mb)} GB/s" if per_mb > 0 else MISSING,
-                     "tflops": f"{fmt_sig(1e3 / per_gf)} TFLOP/s" if per_gf > 0 else MISSING,
+                     "gbps": rate(per_mb, read_roof, "GB/s"), "tflops": rate(per_gf, gemm_roof, "TFLOP/s"),
                      "idle": "yes" if idle_mb > 0 or idle_gf > 0 else "no"})
     return rows
 

@@ -47,3 +47,22 @@ def test_option_and_table_texts():
     h = HeldOut("k", "decode", "a", Scored("a", True, 0.0), False, (Scored("b", False, 0.1),) * 3)
     table = validation_table(Validation((SliceResult("head_dim", "64", (h,)),), None))
     assert "| head dim = 64 | 1 | 1/1 hit, mean 0 %, worst 0 % | most frequent winner | 0/1 hit, mean 10 %, worst 10 % | yes |" in table
+
+
+def test_a_rate_above_the_measured_roof_reads_unused():
+    """A coefficient so small its rate would beat the GPU's read stream (or matrix roof) is a term the fit left
+    unused, not an efficiency: 1e3 / (µs per MB) = GB/s, 1e3 / (µs per GFLOP) = TFLOP/s."""
+    from dataclasses import replace
+
+    from profattn.report.recommend import model_rows
+
+    policy = analyze_run(read_results(REPO / "examples" / "h200-seed-2026-12-01")).policy  # its run measured both roofs
+    roof = policy.models.read_gbps
+    assert roof and 4_500 < roof < 4_800 and policy.models.flops_roof_tflops
+    key, m = next(iter(policy.models.models.items()))
+    for coef, gbps, tflops in (((1.0, 1e3 / 2_000, 0.0, 1e3 / 400, 0.0), "2,000 GB/s", "400 TFLOP/s"),
+                               ((1.0, 1e3 / (2 * roof), 0.0, 1e-9, 0.0), "unused", "unused"),
+                               ((1.0, 0.0, 0.0, 0.0, 0.0), "–", "–")):
+        p = replace(policy, models=replace(policy.models, models={key: replace(m, coef=coef)}))
+        (row,) = model_rows(p)
+        assert (row["gbps"], row["tflops"]) == (gbps, tflops)

@@ -40,7 +40,7 @@ def store_run(run_dir: Path, db: str | None = None) -> str:
             try:
                 policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
             except ModuleNotFoundError as exc:  # the run and the store are whole; `recommend` derives it later
-                return f"{added} (the selection policy not derived: Python package {exc.name!r} missing)"
+                return f"{added} (the selection policy not derived: Python package {exc.name.split('.')[0]!r} missing)"
         return added
     except (ProfattnError, OSError) as exc:
         return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
@@ -199,8 +199,12 @@ def db_import(run_dirs: tuple[Path, ...], db_path: str | None) -> None:
         for p, run in runs:
             row = store.add_run(run, p if p.is_dir() else p.parent)
             click.echo(f"{row.run_id}: {row.cells} cells ({row.gpu}, {row.preset}, {row.created_utc}) from {p}")
-        for gpu in sorted({run.environment.device_name for _, run in runs}):
-            policy_for(store, gpu)  # derived now, so `recommend` answers from the cache
+        try:
+            for gpu in sorted({run.environment.device_name for _, run in runs}):
+                policy_for(store, gpu)  # derived now, so `recommend` answers from the cache
+        except ModuleNotFoundError as exc:  # the runs are imported; `recommend` derives the policy when it can
+            click.echo(f"warning: the selection policy was not derived: Python package {exc.name.split('.')[0]!r} "
+                       "is not installed (`recommend` needs it)", err=True)
         click.echo(f"store: {store.path}")
 
 

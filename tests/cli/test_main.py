@@ -126,3 +126,28 @@ def test_deeply_nested_results_json_is_one_line(tmp_path: Path, command: str):
     args = (tmp_path, tmp_path) if command == "compare" else (tmp_path,)
     refused(invoke(command, *args, "--out", tmp_path / "o.html"), "JSON nested too deeply")
 
+
+
+def test_a_missing_dependency_is_one_line_and_the_import_kept(tmp_path: Path, monkeypatch):
+    """An install without pip's dependencies (scipy absent): one line naming the package, exit 2 — and the runs the
+    store had already taken stay in it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)  # `import scipy.optimize` now raises ModuleNotFoundError
+    db = tmp_path / "s.sqlite"
+    seed = Path(__file__).parents[2] / "examples" / "h200-seed"
+    res = CliRunner().invoke(main, ["db", "import", str(seed), "--db", str(db)])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert res.stderr == ("warning: the selection policy was not derived: Python package 'scipy' is not installed "
+                          "(`recommend` needs it)\n")
+    res = CliRunner().invoke(main, ["db", "list", "--db", str(db)])
+    assert res.exit_code == 0 and "1 run(s), 45 cell(s)" in res.output, res.output
+    res = CliRunner().invoke(main, ["recommend", "--workload", "phase=decode,b=8,q=1,kv=8192,hq=16,hkv=4,d=128,page=16",
+                                    "--db", str(db)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "Traceback" not in res.output, res.output
+    assert "this command needs the Python package 'scipy', which is not installed (`pip install scipy`" in res.output
+    from profattn.cli.recommend import store_run
+
+    line = store_run(seed, str(tmp_path / "t.sqlite"))  # what `profile` prints after its run: the run is whole
+    assert line.startswith("store: 45 cells of run-62586542e41f added to ") and line.endswith(
+        "(the selection policy not derived: Python package 'scipy' missing)")

@@ -167,18 +167,17 @@ def _parsed(cells: Iterable[Measurement]) -> dict[str, Workload]:
 
 
 def _warn_unparsed(cells: Sequence[Measurement], parsed: Mapping[str, Workload]) -> None:
-    """One :class:`ProfattnWarning` counting the stored workloads that no longer parse, naming the first."""
-    bad = {c.workload_json: c for c in cells if c.workload_json not in parsed}
+    """One :class:`ProfattnWarning` counting the stored cells whose workload no longer parses, naming the first."""
+    bad = [c for c in cells if c.workload_json not in parsed]
     if bad:
-        c = next(iter(bad.values()))
+        c = bad[0]
         try:
             c.workload()
             why = "?"
         except WorkloadError as exc:
             why = str(exc)
-        warnings.warn(f"results store: {len(bad)} stored workload(s) no longer parse and teach nothing (first: cell "
-                      f"{c.cell_id[:80]!r} of run {c.run_id[:40]}: {why[:160]}); `profattn db forget RUN`, then import "
-                      "the run again", ProfattnWarning, stacklevel=3)
+        warnings.warn(f"{len(bad)} stored cell(s) whose workload no longer parses teach nothing; the first: {why[:400]}",
+                      ProfattnWarning, stacklevel=3)
 
 
 def refusal_key(w: Workload) -> tuple:

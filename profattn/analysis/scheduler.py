@@ -84,14 +84,14 @@ class SchedulerConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 name = "page-size (vLLM's block_size)" if f == "block_size" else f.replace("_", "-")
                 raise SchedulerError(f"{name} must be a positive integer, got {v!r}")
+        for f, top in (("max_num_batched_tokens", 1 << 24), ("max_num_seqs", 1 << 20), ("num_gpu_blocks", 1 << 40)):
+            if getattr(self, f) > top:
+                raise SchedulerError(f"{f.replace('_', '-')} {getattr(self, f):,} is beyond {top:,}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise SchedulerError(f"max-num-batched-tokens {self.max_num_batched_tokens} is below max-num-seqs "
                                  f"{self.max_num_seqs} (vLLM requires max_num_batched_tokens >= max_num_seqs)")
         if self.block_size > 1 << 16:
             raise SchedulerError(f"page size {self.block_size} is beyond 65,536 tokens")
-        for f, top in (("max_num_batched_tokens", 1 << 24), ("max_num_seqs", 1 << 20), ("num_gpu_blocks", 1 << 40)):
-            if getattr(self, f) > top:
-                raise SchedulerError(f"{f.replace('_', '-')} {getattr(self, f):,} is beyond {top:,}")
 
 
 @dataclass(frozen=True)

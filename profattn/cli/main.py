@@ -26,6 +26,35 @@ from profattn.files import check_output
 REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
 
+def repeated_option(group: click.Group, argv: list[str]) -> str | None:
+    """Why ``argv`` is refused for an option given twice, or None. Click keeps the last value of an option that
+    takes one (``--gpu A --gpu B`` silently means B); profattn refuses it instead, for every command: an option
+    declared ``multiple`` (``--backend``) or counted may repeat, and a flag's two spellings (``--search/--no-search``)
+    count as one option."""
+    cmd: click.Command = group
+    rest = list(argv)
+    while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
+        sub = cmd.get_command(click.Context(cmd), rest[0])
+        if sub is None:
+            return None  # click says what is wrong with an unknown command
+        cmd, rest = sub, rest[1:]
+    names: dict[str, click.Option] = {}
+    for param in cmd.params:
+        if isinstance(param, click.Option) and not param.multiple and not param.count:
+            for name in (*param.opts, *param.secondary_opts):
+                names[name] = param
+    seen: dict[int, int] = {}
+    for token in rest:
+        if token == "--":
+            break
+        param = names.get(token.split("=", 1)[0] if token.startswith("--") else token)
+        if param is not None:
+            seen[id(param)] = seen.get(id(param), 0) + 1
+            if seen[id(param)] == 2:
+                return f"option {param.opts[0]} given more than once; give it once"
+    return None
+
+
 class _Group(click.Group):
     """Turns usage errors and :class:`ProfattnError` into one line ``profattn: error: ...`` and exit code 2."""
 
@@ -45,6 +74,11 @@ class _Group(click.Group):
             self._main(*args, **kwargs)
 
     def _main(self, *args, **kwargs):  # noqa: ANN002, ANN003 - click's
+        argv = kwargs.get("args", args[0] if args else None)
+        repeated = repeated_option(self, list(sys.argv[1:] if argv is None else argv))
+        if repeated:
+            click.echo(f"profattn: error: {repeated} (see 'profattn --help')", err=True)
+            sys.exit(2)
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -78,14 +112,6 @@ class _Group(click.Group):
             click.echo(f"profattn: error: {exc.strerror or exc}{where}", err=True)
             sys.exit(2)
         sys.exit(rv if isinstance(rv, int) else 0)
-
-
-def one_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:
-    """Click callback for an option declared ``multiple=True`` that takes one value: the value (None when not
-    given); given twice, a usage error instead of click's silent "the last one wins"."""
-    if len(values) > 1:
-        raise click.BadParameter(f"given {len(values)} times; give it once (run the command once per value)", ctx, param)
-    return values[0] if values else None
 
 
 def output_file(raw: str | os.PathLike[str], option: str = "--out", *, default_name: str | None = None,

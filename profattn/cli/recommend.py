@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import main, one_value, output_file
+from profattn.cli.main import main, output_file
 from profattn.errors import ProfattnError
 from profattn.interfaces import Interface
 
@@ -75,8 +75,7 @@ def pick_gpu(store, name: str | None) -> str:
 
 
 @main.command()
-@click.option("--workload", "spec", multiple=True, callback=one_value, metavar="SPEC",
-              help="The workload, in `profile --workload` grammar.")
+@click.option("--workload", "spec", default=None, metavar="SPEC", help="The workload, in `profile --workload` grammar.")
 @click.option("--gpu", default=None, metavar="NAME", help="GPU as the store names it (H200 matches 'NVIDIA H200'); default: the store's only GPU, else this machine's.")
 @click.option("--db", default=None, metavar="PATH", help=_DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (schema profattn.recommend).")
@@ -106,6 +105,9 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
         raise ProfattnError("give --workload SPEC (and/or --export FILE)")
     if plan_n and spec is None:
         raise ProfattnError("--plan needs --workload SPEC: the answer to sharpen")
+    if as_json and spec is None:
+        raise ProfattnError("--json prints the answer for --workload SPEC; --export alone writes its policy as JSON "
+                            "to FILE")
     if measure and spec is None:
         raise ProfattnError("--measure needs --workload SPEC: the workload to measure")
     workload = parse_workload_spec(spec) if spec is not None else None
@@ -213,11 +215,12 @@ _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 @db.command("forget")
 @click.argument("runs", nargs=-1, metavar="RUN...")
-@click.option("--before", default=None, metavar="YYYY-MM-DD", help="Forget every run made before this day (UTC).")
+@click.option("--before", default=None, metavar="YYYY-MM-DD",
+              help="Forget every run made before this day (UTC); with RUN... too, those runs as well (the union).")
 @click.option("--db", "db_path", default=None, metavar="PATH", help=_DB_HELP)
 def db_forget(runs: tuple[str, ...], before: str | None, db_path: str | None) -> None:
-    """Remove runs (by id, as `db list` shows, or by their imported directory) from the store; the runs'
-    directories are not touched."""
+    """Remove runs (by id, as `db list` shows, or by their imported directory) and, with --before, every run made
+    before that day, from the store; the runs' directories are not touched."""
     from profattn.store import open_store
 
     if not runs and before is None:

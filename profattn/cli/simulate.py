@@ -43,9 +43,11 @@ def parse_slo(text: str) -> tuple[float, float, float]:
             attainment outside (0, 100 %].
     """
     vals = {"ttft": 0.5, "tpot": 0.05, "attainment": 0.9}
-    items = [s.strip() for s in text.split(",") if s.strip()]
-    if not items:
+    items = [s.strip() for s in text.split(",")]
+    if not any(items):
         raise ProfattnError(f"--slo {text!r}: give ttft=MS, tpot=MS and/or attainment=P%")
+    if not all(items):
+        raise ProfattnError(f"--slo {text!r}: an empty item (two commas, or one at an end)")
     seen: set[str] = set()
     for item in items:
         key, eq, raw = (s.strip() for s in item.partition("="))
@@ -238,6 +240,9 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     if trace.duration_s <= 0:
         raise ProfattnError(f"--requests: its {len(trace)} request(s) all arrive at once: a load (req/s, the rate "
                             "search, --rate) needs at least two requests at different times")
+    if not 1.0 / MAX_RATE_PER_S <= trace.rate_per_s <= MAX_RATE_PER_S:
+        raise ProfattnError(f"--requests: its {len(trace):,} requests arrive at {trace.rate_per_s:.3g} req/s, outside "
+                            f"[{1.0 / MAX_RATE_PER_S:g}, {MAX_RATE_PER_S:g}] req/s")
     scale = rate_scale if rate_scale is not None else (rate / trace.rate_per_s if rate is not None else 1.0)
     slo = SLO(*parse_slo(slo_text))
     kv_list = []

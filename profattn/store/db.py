@@ -20,6 +20,11 @@ Layout (schema version :data:`SCHEMA_VERSION`; :func:`migrate` brings older file
 
 Units: µs for times, bytes for bytes. The run directory's results.json stays the source of truth: the store
 is an index over runs, rebuilt with ``profattn db import``.
+
+A new store is built in a temporary file beside its path and linked into place (so a concurrent opener sees a
+whole store or none) and carries :data:`APPLICATION_ID`; an existing file is used only when it carries that mark or
+the ``schema_version`` table of a store made before the mark — another program's database, an empty file or a
+table-less SQLite file is refused before a byte of it is written.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 #: Environment variable that overrides :func:`default_db_path`.
 DB_ENV = "PROFATTN_DB"
+#: ``PRAGMA application_id`` of every store profattn creates ("pfat"): how a file is known to be a store before
+#: anything is written into it (SQLite's header field for exactly this, https://www.sqlite.org/pragma.html).
+APPLICATION_ID = int.from_bytes(b"pfat", "big")
 
 
 class StoreError(ProfattnError):
@@ -193,6 +201,10 @@ _NUMBERS = tuple((i, f.name) for i, f in enumerate(fields(Measurement))
 
 #: The shape columns: integers ≥ 1 in every cell.
 _SHAPE = frozenset(("batch", "q_len", "kv_len", "num_q_heads", "num_kv_heads", "head_dim"))
+#: The latencies a cell is ranked by (and divided by): at least :data:`MIN_LATENCY_US` when present.
+_LATENCIES = frozenset(("latency_us", "eager_us", "graph_us"))
+#: 1 ns: no call or kernel a profiler timed is shorter.
+MIN_LATENCY_US = 1e-3
 
 
 def _damaged(row: Sequence, column: str, problem: str) -> StoreError:
@@ -203,7 +215,8 @@ def _damaged(row: Sequence, column: str, problem: str) -> StoreError:
 
 def _measurement(row: Sequence) -> Measurement:
     """One ``cells`` row as a :class:`Measurement`, every number bounded, finite and not negative (durations,
-    ``*_us``, within :data:`profattn.values.MAX_DURATION_US`; the shape columns integers ≥ 1).
+    ``*_us``, within :data:`profattn.values.MAX_DURATION_US`; latencies and samples at least :data:`MIN_LATENCY_US`;
+    the shape columns integers ≥ 1).
 
     Raises:
         StoreError: a number that is not (a damaged or hand-edited store), naming the cell and the column.
@@ -215,13 +228,16 @@ def _measurement(row: Sequence) -> Measurement:
             problem = number_problem(values[i], integer=shape, limit=MAX_DURATION_US if name.endswith("_us") else None)
             if problem is None and (values[i] < 1 if shape else values[i] < 0):
                 problem = f"{values[i]}, " + ("not a positive integer" if shape else "negative")
+            if problem is None and name in _LATENCIES and values[i] is not None and values[i] < MIN_LATENCY_US:
+                problem = f"{values[i]!r}, below {MIN_LATENCY_US:g} µs (1 ns): not a measured latency"
             if problem:
                 raise _damaged(row, name, problem)
     try:
         samples = json.loads(values[_SAMPLES]) if isinstance(values[_SAMPLES], str) else None
     except (json.JSONDecodeError, RecursionError, ValueError):
         samples = None
-    if not isinstance(samples, list) or any(number_problem(x, limit=MAX_DURATION_US) for x in samples):
+    if not isinstance(samples, list) or any(number_problem(x, limit=MAX_DURATION_US) or x < MIN_LATENCY_US
+                                            for x in samples):
         raise _damaged(row, "samples_json", f"{str(values[_SAMPLES])[:40]!r}, not a list of finite latencies")
     values[_SAMPLES] = tuple(samples)
     for i in _BOOL_AT:
@@ -357,9 +373,53 @@ class ResultsStore:
             pass
 
 
+def _create_store(path: Path) -> None:
+    """Build an empty store of :data:`SCHEMA_VERSION` in a temporary file beside ``path`` and link it into place;
+    when another process linked its store first, theirs is kept (either is a whole store).
+
+    Raises:
+        OSError, sqlite3.Error: the directory cannot be written.
+    """
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            migrate(conn)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created the store meanwhile: theirs is used
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _refuse_foreign(conn: sqlite3.Connection) -> None:
+    """Raise :class:`StoreError` unless the open file is a profattn store (:data:`APPLICATION_ID`, or the
+    ``schema_version`` table of a store from before the mark); reads only."""
+    if conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+        return
+    names = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master")}
+    if names.get("schema_version") == "table":
+        return
+    what = ", ".join(f"{t} {n}" for n, t in sorted(names.items())[:6]) or "no tables"
+    raise StoreError(f"not a profattn results store ({what}): profattn never writes into a database it did not "
+                     "create; give a path that does not exist yet")
+
+
 def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = True) -> ResultsStore:
     """Open (creating and migrating as needed) the store at ``path`` (default :func:`default_db_path`), in WAL
-    mode with a :data:`BUSY_TIMEOUT_S` busy timeout.
+    mode with a :data:`BUSY_TIMEOUT_S` busy timeout. A new store is created whole (module docstring).
 
     Raises:
         StoreError: no store there and ``create`` is False; the file is empty, not a SQLite database or not a
@@ -371,23 +431,26 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
         raise StoreError(f"{path} is a directory: give the store's file (e.g. {path / 'results.sqlite'})")
     if not create and not path.is_file():
         raise StoreError(f"no results store at {path} (add runs with `profattn db import RUN_DIR`, or give --db)")
+    if path.exists() and not path.is_file():
+        raise StoreError(f"{path} is not a regular file: give the store's file")
     if path.is_file() and path.stat().st_size == 0:
         raise StoreError(f"{path} is an empty file, not a results store (give a path that does not exist yet: "
                          "profattn creates the store; it never writes into a file it did not create)")
-    if path.is_dir():
-        raise StoreError(f"--db {path} is a directory")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            _create_store(path)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.text_factory = lambda b: b.decode("utf-8", "replace")  # text of a damaged file never stops a read
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open results store {path}: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        stored_version(conn)  # another program's database is refused before anything is written into it
+        _refuse_foreign(conn)  # another program's database is refused before anything is written into it
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)
+        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the mark gets it
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = [t for t in _TABLES if t not in tables]
         if missing:

@@ -137,15 +137,21 @@ class Measurement:
         """The stored workload (parsed from ``workload_json``).
 
         Raises:
-            WorkloadError: the stored fields are not a valid workload (a damaged store).
+            WorkloadError: the stored fields are not a valid workload (a damaged store; the message names the cell,
+                the run and the fix).
         """
+        where = (f"results store: cell {self.cell_id[:80]!r} of {self.run_id[:40]}: its stored workload")
+        fix = f"(a damaged store: `profattn db forget {self.run_id[:40]}`, then import the run again)"
         try:
             data = json.loads(self.workload_json)
         except (json.JSONDecodeError, RecursionError, TypeError) as exc:
-            raise WorkloadError(f"stored workload is not JSON ({exc})") from None
+            raise WorkloadError(f"{where} is not JSON ({exc}) {fix}") from None
         if not isinstance(data, dict):
-            raise WorkloadError(f"stored workload is a {type(data).__name__}, not an object of fields")
-        return Workload.from_dict(data)
+            raise WorkloadError(f"{where} is a {type(data).__name__}, not an object of fields {fix}")
+        try:
+            return Workload.from_dict(data)
+        except WorkloadError as exc:
+            raise WorkloadError(f"{where}: {exc} {fix}") from None
 
 
 def canonical_workload(w: Workload) -> Workload:

@@ -16,6 +16,7 @@ Every bad row is one error naming the file, the line (the header is line 1) and 
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 import warnings
@@ -118,6 +119,12 @@ def load_requests(path: str | Path) -> RequestTrace:
         with warnings.catch_warnings():  # trailing commas: the fields dropped are empty (checked above)
             warnings.simplefilter("ignore", pd.errors.ParserWarning)
             df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, index_col=False)
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # pandas renames a repeated name (x.1)
+        header = [c.strip() for c in next(csv.reader(fh), [])]
+    twice = sorted({c for c in header if c and header.count(c) > 1})
+    if twice:
+        raise RequestError(f"--requests {path.name}: column {twice[0]!r} appears {header.count(twice[0])} times in the "
+                           "header; which one is meant is not clear")
     cols = [c.strip() for c in df.columns]
     df.columns = cols
     if all(c in cols for c in _NATIVE):

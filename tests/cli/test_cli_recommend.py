@@ -55,12 +55,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path):
     invoke("db", "import", str(SWEEP))
     for args, msg in ((["recommend", "--workload", "phase=decode,b=8"], "missing"),
                       (["recommend"], "give --workload"),
+                      (["recommend", "--export", str(tmp_path / "p.json"), "--json"], "--json prints the answer for --workload"),
                       (["recommend", "--workload", B64, "--gpu", "A100"], "not in the store"),
                       (["db", "forget", "run-nope"], "no run 'run-nope'"),
                       (["db", "forget", "--before", "yesterday"], "not a date"),
                       (["db", "forget", "--before", "2026-13-45"], "not a date"),
                       (["db", "forget", "--before", "2026-02-30"], "not a date"),
-                      (["recommend", "--workload", B64, "--workload", B64], "given 2 times; give it once"),
+                      (["recommend", "--workload", B64, "--workload", B64], "option --workload given more than once; give it once"),
+                      (["recommend", "--workload", B64, "--gpu", "H200", "--gpu=A100"], "option --gpu given more than once"),
                       (["db", "import", str(tmp_path)], "no such file"),
                       (["analyze", str(TRACE), "--out", str(tmp_path / "r.html"), "--gpu", "H200"], "go with --recommend")):
         res = invoke(*args)

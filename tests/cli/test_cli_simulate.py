@@ -118,13 +118,16 @@ def bad_csv(tmp_path: Path) -> Path:
     (["--page-size", "0"], "page-size (vLLM's block_size) must be a positive integer, got 0"),
     (["--slo", "ttft=500,ttft=400"], "ttft given twice"),
     (["--slo", ","], "give ttft=MS, tpot=MS and/or attainment=P%"),
+    (["--slo", "tpot=50,,ttft=3"], "an empty item (two commas, or one at an end)"),
+    (["--requests", "{near}"], "its 2 requests arrive at 1e+300 req/s, outside [1e-06, 1e+06] req/s"),
 ])
 def test_bad_input_is_one_line_and_exit_2(db: Path, tmp_path: Path, args: list[str], msg: str):
     base = {"--requests": str(SLICE), "--model": "llama-3-8b", "--backend": "triton-paged-decode"}
     extra = []
     for i in range(0, len(args), 2):
         k, v = args[i], args[i + 1].replace("{bad}", str(bad_csv(tmp_path))).replace("{slice}", str(SLICE))
-        for name, body in (("once", "0.0,10,5\n0.0,12,2\n"), ("late", "0.0,10,5\n1e308,12,2\n")):
+        for name, body in (("once", "0.0,10,5\n0.0,12,2\n"), ("late", "0.0,10,5\n1e308,12,2\n"),
+                           ("near", "0.0,10,5\n1e-300,12,2\n")):
             (tmp_path / f"{name}.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + body)
             v = v.replace("{" + name + "}", str(tmp_path / f"{name}.csv"))
         v = v.replace("{dir}", str(tmp_path))

@@ -151,3 +151,27 @@ def test_a_missing_dependency_is_one_line_and_the_import_kept(tmp_path: Path, mo
     line = store_run(seed, str(tmp_path / "t.sqlite"))  # what `profile` prints after its run: the run is whole
     assert line.startswith("store: 45 cells of run-62586542e41f added to ") and line.endswith(
         "(the selection policy not derived: Python package 'scipy' missing)")
+
+
+@pytest.mark.parametrize("args, option", [
+    (["recommend", "--gpu", "A", "--gpu", "B", "--workload", "phase=decode,b=1,q=1,kv=64,hq=4,hkv=2,d=16"], "--gpu"),
+    (["recommend", "--interface=paged", "--interface", "sdpa"], "--interface"),
+    (["simulate", "--model", "llama-3-8b", "--model", "qwen2.5-7b", "--requests", "x", "--backend", "b"], "--model"),
+    (["simulate", "--search", "--no-search", "--model", "m", "--requests", "x", "--backend", "b"], "--search"),
+    (["db", "forget", "--before", "2026-01-01", "--before", "2026-01-02"], "--before"),
+    (["profile", "--out", "a", "--out", "b"], "--out"),
+])
+def test_an_option_that_takes_one_value_given_twice_is_refused(args: list[str], option: str):
+    """Click would keep the last value silently; every profattn command refuses it, before anything runs."""
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert f"option {option} given more than once; give it once" in res.output
+
+
+def test_repeatable_options_still_repeat(tmp_path: Path):
+    from profattn.cli.main import repeated_option
+
+    assert repeated_option(main, ["profile", "--backend", "eager", "--backend", "sdpa-math", "--workload", "a",
+                                  "--workload", "b"]) is None
+    assert repeated_option(main, ["compare", "A", "B", "--", "--out", "--out"]) is None  # after --: arguments
+    assert repeated_option(main, ["nope", "--x", "--x"]) is None  # click names the unknown command

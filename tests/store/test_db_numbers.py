@@ -35,6 +35,9 @@ def damaged_seed_store(tmp_path: Path, column: str, value: str, where: str) -> P
     ("batch", "-5", "-5, not a positive integer"),
     ("head_dim", "'abc'", "'abc', not a number"),
     ("latency_us", "-3", "-3.0, negative"),
+    ("latency_us", "0", "0.0, below 0.001 µs (1 ns): not a measured latency"),
+    ("latency_us", "1e-300", "1e-300, below 0.001 µs"),
+    ("samples_json", "'[0.0]'", "not a list of finite latencies"),
 ])
 def test_a_damaged_store_row_is_one_line(tmp_path: Path, column: str, value: str, problem: str):
     db = damaged_seed_store(tmp_path, column, value, "backend = 'sdpa-cudnn' AND kv_len = 8192")
@@ -50,8 +53,10 @@ def test_a_stored_workload_that_no_longer_parses_is_counted_not_silent(tmp_path:
     res = CliRunner().invoke(main, ["recommend", "--workload", SEED, "--db", str(db)])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     (warning,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
-    assert "results store: 1 stored workload(s) no longer parse and teach nothing" in warning, warning
-    assert "`profattn db forget RUN`" in warning and "use (drop-in" in res.stdout, res.output
+    assert warning.startswith("warning: 9 stored cell(s) whose workload no longer parses teach nothing; the first: results "
+                              "store: cell 'decode_b8_q1_kv512_hq16_hkv4_d128_bf16_causal_paged16."), warning
+    assert "(a damaged store: `profattn db forget run-62586542e41f`, then import the run again)" in warning, warning
+    assert "use (drop-in" in res.stdout, res.output
 
 
 def test_another_programs_database_is_refused_unchanged(tmp_path: Path):
@@ -63,9 +68,35 @@ def test_another_programs_database_is_refused_unchanged(tmp_path: Path):
     conn.close()
     empty.touch()
     before = other.read_bytes()
-    for db, msg in ((other, "not a profattn results store (tables: foo)"), (empty, "is an empty file, not a results store")):
+    view = tmp_path / "view.sqlite"  # a SQLite file holding no table at all (a view, a user_version)
+    conn = sqlite3.connect(view)
+    conn.execute("CREATE VIEW v AS SELECT 1")
+    conn.execute("PRAGMA user_version = 7")
+    conn.commit()
+    conn.close()
+    before_view = view.read_bytes()
+    for db, msg in ((other, "not a profattn results store (table foo)"), (empty, "is an empty file, not a results store"),
+                    (view, "not a profattn results store (view v)")):
         for args in (["recommend", "--workload", SEED], ["db", "import", str(REPO / "examples" / "h200-seed")]):
             res = CliRunner().invoke(main, [*args, "--db", str(db)])
             assert res.exit_code == 2 and res.output.count("\n") == 1 and msg in res.output, res.output
-    assert other.read_bytes() == before and empty.stat().st_size == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite", "other.sqlite"]  # no -wal, no -shm
+    assert other.read_bytes() == before and empty.stat().st_size == 0 and view.read_bytes() == before_view
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite", "other.sqlite", "view.sqlite"]  # no -wal, -shm
+
+
+def test_a_new_store_carries_profattns_mark_and_an_old_one_gets_it(tmp_path: Path):
+    from profattn.store.db import APPLICATION_ID, MIGRATIONS
+
+    with open_store(tmp_path / "new.sqlite"):
+        pass
+    assert sqlite3.connect(tmp_path / "new.sqlite").execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert APPLICATION_ID == 0x70666174  # "pfat"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".new")] == []  # the build file is gone
+    old = tmp_path / "old.sqlite"  # a store made before the mark: its schema_version table tells
+    conn = sqlite3.connect(old, isolation_level=None)
+    MIGRATIONS[0](conn)
+    conn.execute("UPDATE schema_version SET version = 1")
+    conn.close()
+    with open_store(old) as store:
+        assert store.runs() == ()
+    assert sqlite3.connect(old).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID

@@ -55,10 +55,13 @@ def test_azure_native_columns_and_unsorted_rows(tmp_path: Path):
     ("0.0,10,5,7\n1.0,10,5,8\n", "t.csv: its rows have 4 fields, its header 3: name every column in the header"),
     ("0.0,10,5,7,1\n1.0,10,5,8,1\n", "t.csv: its rows have 5 fields, its header 3"),
     ("0.0,10,5\n1.0,10,5,8\n", "not a CSV request trace (Error tokenizing data. C error: Expected 3 fields in line 3, saw 4)"),
+    ("HEADER arrived_at,num_prefill_tokens,num_decode_tokens,arrived_at\n0.0,10,5,1.0\n",
+     "column 'arrived_at' appears 2 times in the header"),
 ])
 def test_bad_rows_name_line_and_field(tmp_path: Path, body: str, msg: str):
     p = tmp_path / "t.csv"
-    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + body)
+    head = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+    p.write_text(body.removeprefix("HEADER ") if body.startswith("HEADER ") else head + body)
     with pytest.raises(RequestError) as info:
         load_requests(p)
     assert msg in str(info.value) and "\n" not in str(info.value)

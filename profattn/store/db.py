@@ -385,6 +385,9 @@ def _create_store(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # the mode SQLite would give a file it created (mkstemp makes it 0600)
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -92,6 +93,9 @@ def test_a_new_store_carries_profattns_mark_and_an_old_one_gets_it(tmp_path: Pat
     assert sqlite3.connect(tmp_path / "new.sqlite").execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     assert APPLICATION_ID == 0x70666174  # "pfat"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".new")] == []  # the build file is gone
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "new.sqlite").stat().st_mode & 0o777 == 0o666 & ~umask  # as SQLite itself would create it
     old = tmp_path / "old.sqlite"  # a store made before the mark: its schema_version table tells
     conn = sqlite3.connect(old, isolation_level=None)
     MIGRATIONS[0](conn)

@@ -22,7 +22,7 @@ NOW = dt.datetime(2026, 12, 1, 7, 30, 5, tzinfo=dt.timezone.utc)
 
 def _fake_run(path: Path) -> None:
     path.mkdir(parents=True)
-    (path / "results.json").write_text("{}")
+    (path / "results.json").write_text('{"schema": "profattn.results"}')
     (path / "traces").mkdir()
     (path / "traces" / "mine.txt").write_text("a user's note")
 
@@ -50,6 +50,11 @@ def test_a_run_is_refused_resumed_or_moved_aside_never_deleted(tmp_path: Path):
 
 
 def test_foreign_directories_files_and_missing_runs_are_refused(tmp_path: Path):
+    (tmp_path / "mine").mkdir()  # a user's own results.json is no run: refused, even with --force (never moved)
+    (tmp_path / "mine" / "results.json").write_text("my notes")
+    for force in (False, True):
+        with pytest.raises(ProfattnError, match="non-empty directory that holds no profattn run"):
+            rundir.check_run_dir(tmp_path / "mine", force=force)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.txt").write_text("x")
     with pytest.raises(ProfattnError, match="holds no profattn run"):

@@ -28,9 +28,10 @@ REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
 def repeated_option(group: click.Group, argv: list[str]) -> str | None:
     """Why ``argv`` is refused for an option given twice, or None. Click keeps the last value of an option that
-    takes one (``--gpu A --gpu B`` silently means B); profattn refuses it instead, for every command: an option
-    declared ``multiple`` (``--backend``) or counted may repeat, and a flag's two spellings (``--search/--no-search``)
-    count as one option."""
+    takes one (``--gpu A --gpu B`` silently means B); profattn refuses it instead, for every command. An option
+    declared ``multiple`` (``--backend``) or counted may repeat; a flag repeated in the same spelling
+    (``--json --json``) means what it says once, but its two spellings together (``--search --no-search``) are refused;
+    an option's value is never read as an option (``--out --out`` names a file); with ``--help`` click shows the help."""
     cmd: click.Command = group
     rest = list(argv)
     while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
@@ -38,20 +39,34 @@ def repeated_option(group: click.Group, argv: list[str]) -> str | None:
         if sub is None:
             return None  # click says what is wrong with an unknown command
         cmd, rest = sub, rest[1:]
-    names: dict[str, click.Option] = {}
+    options: dict[str, click.Option] = {}
     for param in cmd.params:
-        if isinstance(param, click.Option) and not param.multiple and not param.count:
+        if isinstance(param, click.Option):
             for name in (*param.opts, *param.secondary_opts):
-                names[name] = param
-    seen: dict[int, int] = {}
-    for token in rest:
+                options[name] = param
+    help_names = set(cmd.get_help_option_names(click.Context(cmd)))
+    if help_names & set(rest[:rest.index("--")] if "--" in rest else rest):
+        return None  # click shows the help, whatever else is on the line
+    spelled: dict[int, list[str]] = {}
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        i += 1
         if token == "--":
             break
-        param = names.get(token.split("=", 1)[0] if token.startswith("--") else token)
-        if param is not None:
-            seen[id(param)] = seen.get(id(param), 0) + 1
-            if seen[id(param)] == 2:
-                return f"option {param.opts[0]} given more than once; give it once"
+        name, eq, _ = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = options.get(name)
+        if param is None:
+            continue
+        takes_value = not (param.is_flag or param.count)
+        if takes_value and not eq:
+            i += max(param.nargs, 1)  # its value(s), whatever they look like
+        if param.multiple or param.count:
+            continue
+        seen = spelled.setdefault(id(param), [])
+        if seen and (takes_value or name not in seen):
+            return f"option {param.opts[0]} given more than once; give it once"
+        seen.append(name)
     return None
 
 

@@ -375,11 +375,13 @@ class ResultsStore:
 
 def _create_store(path: Path) -> None:
     """Build an empty store of :data:`SCHEMA_VERSION` in a temporary file beside ``path`` and link it into place;
-    when another process linked its store first, theirs is kept (either is a whole store).
+    when another process linked its store first, theirs is kept (either is a whole store). On a file system without
+    hard links the path is claimed with ``O_EXCL`` and the built file copied in (never replacing another's store).
 
     Raises:
         OSError, sqlite3.Error: the directory cannot be written.
     """
+    import shutil
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -400,21 +402,53 @@ def _create_store(path: Path) -> None:
         except FileExistsError:
             pass  # another process created the store meanwhile: theirs is used
         except OSError:  # a file system without hard links
-            if not path.exists():
-                os.replace(tmp, path)
+            try:
+                out = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                return
+            with os.fdopen(out, "wb") as dst, open(tmp, "rb") as src:
+                shutil.copyfileobj(src, dst)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def _refuse_foreign(conn: sqlite3.Connection) -> None:
-    """Raise :class:`StoreError` unless the open file is a profattn store (:data:`APPLICATION_ID`, or the
-    ``schema_version`` table of a store from before the mark); reads only."""
-    if conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raise :class:`StoreError` unless the file at ``path`` is a profattn store, without writing a byte: its header's
+    application id (offset 68, https://www.sqlite.org/fileformat.html) is :data:`APPLICATION_ID`; or, for a store made
+    before the mark (id 0), a read-only connection finds every table a store has (:data:`_TABLES`, ``schema_version``
+    with its ``version`` column). A file that cannot be read without writing (a hot journal or WAL) is refused."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
+        raise StoreError("not a SQLite database, so not a profattn results store")
+    app = int.from_bytes(head[68:72], "big")
+    if app == APPLICATION_ID:
         return
-    names = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master")}
-    if names.get("schema_version") == "table":
-        return
+    if app != 0:
+        raise StoreError(f"another program's database (application_id {app:#x}), not a profattn results store: "
+                         "profattn never writes into a database it did not create")
+    from urllib.parse import quote
+
+    try:
+        ro = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            names = {r[0]: r[1] for r in ro.execute("SELECT name, type FROM sqlite_master")}
+            columns = ({r[1] for r in ro.execute("PRAGMA table_info(schema_version)")}
+                       if names.get("schema_version") == "table" else set())
+        finally:
+            ro.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"not a readable profattn results store ({exc}); profattn never writes into a database "
+                         "it did not create") from None
+    if all(names.get(t) == "table" for t in _TABLES[:3]) and "version" in columns:
+        return  # a store from before the mark (its other tables come with the migrations)
     what = ", ".join(f"{t} {n}" for n, t in sorted(names.items())[:6]) or "no tables"
     raise StoreError(f"not a profattn results store ({what}): profattn never writes into a database it did not "
                      "create; give a path that does not exist yet")
@@ -422,16 +456,24 @@ def _refuse_foreign(conn: sqlite3.Connection) -> None:
 
 def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = True) -> ResultsStore:
     """Open (creating and migrating as needed) the store at ``path`` (default :func:`default_db_path`), in WAL
-    mode with a :data:`BUSY_TIMEOUT_S` busy timeout. A new store is created whole (module docstring).
+    mode with a :data:`BUSY_TIMEOUT_S` busy timeout. A new store is created whole (module docstring); the path is
+    always a file name (``:memory:`` or ``file:…`` are files of that name, not SQLite's special names).
 
     Raises:
-        StoreError: no store there and ``create`` is False; the file is empty, not a SQLite database or not a
-            profattn store (refused before anything is written into it); its schema is newer than this code's; it
-            cannot be created.
+        StoreError: an empty path or one ending in a separator; no store there and ``create`` is False; a dangling
+            symbolic link; the file is empty, not a SQLite database or not a profattn store (refused before anything
+            is written into it); its schema is newer than this code's; it cannot be created.
     """
-    path = Path(path) if path is not None else default_db_path()
+    raw = os.fspath(path) if path is not None else None
+    if raw is not None and not str(raw).strip():
+        raise StoreError("--db must name the store's file")
+    if raw is not None and str(raw).endswith(("/", os.sep)):
+        raise StoreError(f"{raw} ends in a separator: give the store's file (e.g. {Path(raw) / 'results.sqlite'})")
+    path = Path(raw) if raw is not None else default_db_path()
     if path.is_dir():
         raise StoreError(f"{path} is a directory: give the store's file (e.g. {path / 'results.sqlite'})")
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path} is a symbolic link to nothing ({os.readlink(path)}): give the store's file")
     if not create and not path.is_file():
         raise StoreError(f"no results store at {path} (add runs with `profattn db import RUN_DIR`, or give --db)")
     if path.exists() and not path.is_file():
@@ -439,26 +481,34 @@ def open_store(path: str | os.PathLike[str] | None = None, *, create: bool = Tru
     if path.is_file() and path.stat().st_size == 0:
         raise StoreError(f"{path} is an empty file, not a results store (give a path that does not exist yet: "
                          "profattn creates the store; it never writes into a file it did not create)")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise StoreError(f"{path}: {parent} is a file, not a directory")
+            break
     try:
         if not path.exists():
             _create_store(path)
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        else:
+            _refuse_foreign(path)  # another program's database is refused before anything is written into it
+        conn = sqlite3.connect(os.path.abspath(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.text_factory = lambda b: b.decode("utf-8", "replace")  # text of a damaged file never stops a read
+    except StoreError as exc:
+        raise StoreError(f"{path}: {exc}") from None
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open results store {path}: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        _refuse_foreign(conn)  # another program's database is refused before anything is written into it
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)
-        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the mark gets it
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = [t for t in _TABLES if t not in tables]
         if missing:
             raise StoreError(f"not a usable results store: table {missing[0]!r} is missing (a damaged file: "
                              "`profattn db import` the runs into a new --db)")
+        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the mark gets it
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"{path} is not a usable results store: {exc}") from None

@@ -175,3 +175,8 @@ def test_repeatable_options_still_repeat(tmp_path: Path):
                                   "--workload", "b"]) is None
     assert repeated_option(main, ["compare", "A", "B", "--", "--out", "--out"]) is None  # after --: arguments
     assert repeated_option(main, ["nope", "--x", "--x"]) is None  # click names the unknown command
+    assert repeated_option(main, ["recommend", "--json", "--json", "--force"]) is None  # a flag twice says it once
+    assert repeated_option(main, ["summary", "RUN", "--out", "--out"]) is None  # the second --out is the file name
+    assert repeated_option(main, ["recommend", "--db", "a", "--db", "b", "--help"]) is None  # click shows the help
+    assert repeated_option(main, ["profile", "--counters", "--no-counters"]) == (
+        "option --counters given more than once; give it once")  # the two spellings contradict each other

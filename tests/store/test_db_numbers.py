@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,55 @@ def test_a_new_store_carries_profattns_mark_and_an_old_one_gets_it(tmp_path: Pat
     with open_store(old) as store:
         assert store.runs() == ()
     assert sqlite3.connect(old).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def _sha(p: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_foreign_databases_that_look_like_a_store_or_need_recovery_are_refused_unwritten(tmp_path: Path):
+    """A table called schema_version does not make a store; a hot rollback journal is not rolled back by a check."""
+    sv = tmp_path / "sv.db"
+    conn = sqlite3.connect(sv)
+    conn.execute("CREATE TABLE schema_version (version INTEGER)")
+    conn.execute("INSERT INTO schema_version VALUES (3)")
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.commit()
+    conn.close()
+    other = tmp_path / "marked.db"  # another program's own application id
+    conn = sqlite3.connect(other)
+    conn.execute("PRAGMA application_id = 1234567")
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    hot = tmp_path / "hot.db"  # a writer killed mid-transaction leaves hot.db-journal
+    code = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('CREATE TABLE t (x)'); c.execute('BEGIN'); "
+            "c.executemany('INSERT INTO t VALUES (?)', [(i,) for i in range(20000)]); "
+            "c.execute('PRAGMA cache_spill = 1'); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(hot)], check=True)
+    files = {p.name: _sha(p) for p in tmp_path.iterdir()}
+    for db, msg in ((sv, "not a profattn results store (table schema_version, table users)"),
+                    (other, "another program's database (application_id 0x12d687)"), (hot, "")):
+        res = CliRunner().invoke(main, ["db", "list", "--db", str(db)])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and msg in res.output, res.output
+    assert {p.name: _sha(p) for p in tmp_path.iterdir()} == files  # not a byte written, no file added or removed
+
+
+@pytest.mark.parametrize("name, msg", [
+    (":memory:", None), ("file:y.db", None), ("dangling", "is a symbolic link to nothing"),
+    ("sub/", "ends in a separator"), ("", "--db must name the store's file"),
+])
+def test_store_paths_are_plain_file_names(tmp_path: Path, monkeypatch, name: str, msg: str | None):
+    monkeypatch.chdir(tmp_path)
+    if name == "dangling":
+        os.symlink("nowhere.sqlite", "dangling")
+    res = CliRunner().invoke(main, ["db", "import", str(REPO / "examples" / "h200-seed"), "--db", name])
+    if msg is None:  # SQLite's special names are files of that name here
+        assert res.exit_code == 0 and (tmp_path / name).is_file(), res.output
+        assert f"store: {name}\n1 run(s), 45 cell(s)" in CliRunner().invoke(main, ["db", "list", "--db", name]).output
+    else:
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and msg in res.output, res.output
+        assert not (tmp_path / "nowhere.sqlite").exists() and not (tmp_path / "sub").exists()

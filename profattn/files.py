@@ -22,6 +22,8 @@ _HTML_MARKER = b'<meta name="generator" content="profattn">'
 #: (:data:`profattn.report.analyze.SCHEMA`, :data:`profattn.report.simulate.SCHEMA`,
 #: :data:`profattn.analysis.policy.POLICY_SCHEMA`).
 _ANALYSIS_JSON = re.compile(rb'\A\{\s*"schema"\s*:\s*"profattn\.(?:analysis|simulation|policy)"')
+#: The schema a run's results.json names (:data:`profattn.results.records.SCHEMA`).
+_RESULTS_JSON = re.compile(rb'"schema"\s*:\s*"profattn\.results"')
 #: The first line of ``profattn simulate --export-steps`` (:func:`profattn.report.simulate.export_lines`).
 _STEPS_MARKER = b"# profattn simulate: "
 #: Bytes read from an existing file to tell whether profattn wrote it.
@@ -56,16 +58,30 @@ def is_profattn_output(path: str | os.PathLike[str]) -> bool:
     ``profattn.simulation`` / ``profattn.policy``),
     or a ``simulate --export-steps`` file, each judged from its first 4 KiB.
     A results.json is not an output (it is a run) and gives False, as do unreadable files."""
+    head = _head(path)
+    return head is not None and (_HTML_MARKER in head or head.startswith(MARKDOWN_MARKER.encode())
+                                 or _ANALYSIS_JSON.match(head) is not None or head.startswith(_STEPS_MARKER))
+
+
+def is_results_file(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a regular file whose first 4 KiB name the schema ``profattn.results``
+    (:data:`profattn.results.records.SCHEMA`): a run's results.json that profattn wrote, not a user's file of that
+    name. Unreadable files give False."""
+    head = _head(path)
+    return head is not None and _RESULTS_JSON.search(head) is not None
+
+
+def _head(path: str | os.PathLike[str]) -> bytes | None:
+    """The first :data:`_HEAD_BYTES` of a regular file (a UTF-8 byte-order mark dropped); None for anything else or
+    an unreadable file."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
+            return None
         with open(path, "rb") as fh:
             head = fh.read(_HEAD_BYTES)
     except OSError:
-        return False
-    head = head.removeprefix(b"\xef\xbb\xbf")
-    return (_HTML_MARKER in head or head.startswith(MARKDOWN_MARKER.encode()) or _ANALYSIS_JSON.match(head) is not None
-            or head.startswith(_STEPS_MARKER))
+        return None
+    return head.removeprefix(b"\xef\xbb\xbf")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

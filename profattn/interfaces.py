@@ -133,6 +133,16 @@ def _sdpa(backend: str) -> Adoption:
 
 _FLASHINFER_PLAN = "wrapper.plan(kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size"
 
+
+def _paged_prefill(backend_kw: str) -> Adoption:
+    """FlashInfer's paged prefill wrapper, its ``backend=`` argument (``backend_kw``: ``""`` for FlashInfer's choice)."""
+    return Adoption(Interface.FLASHINFER, Layout.PAGED, (
+        f'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD"{backend_kw})',
+        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
+        "page_size, causal=True)",
+        "out = wrapper.run(q_packed, (k_pages, v_pages))",
+    ), plan_run=True)
+
 #: The built-in backends' adoptions, by registry name: each backend class takes its ``adoption`` from here (one
 #: declaration), and results written before cells recorded it are read with this table.
 ADOPTIONS: dict[str, Adoption] = {
@@ -180,24 +190,9 @@ ADOPTIONS: dict[str, Adoption] = {
         _FLASHINFER_PLAN + ", q_data_type=q.dtype)",
         "out = wrapper.run(q, (k_pages, v_pages))",
     ), plan_run=True),
-    "flashinfer-prefill-paged": Adoption(Interface.FLASHINFER, Layout.PAGED, (
-        'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")',
-        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
-        "page_size, causal=True)",
-        "out = wrapper.run(q_packed, (k_pages, v_pages))",
-    ), plan_run=True),
-    "flashinfer-prefill-paged-fa2": Adoption(Interface.FLASHINFER, Layout.PAGED, (
-        'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")',
-        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
-        "page_size, causal=True)",
-        "out = wrapper.run(q_packed, (k_pages, v_pages))",
-    ), plan_run=True),
-    "flashinfer-prefill-paged-fa3": Adoption(Interface.FLASHINFER, Layout.PAGED, (
-        'wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa3")',
-        "wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, "
-        "page_size, causal=True)",
-        "out = wrapper.run(q_packed, (k_pages, v_pages))",
-    ), plan_run=True),
+    "flashinfer-prefill-paged": _paged_prefill(""),
+    "flashinfer-prefill-paged-fa2": _paged_prefill(', backend="fa2"'),
+    "flashinfer-prefill-paged-fa3": _paged_prefill(', backend="fa3"'),
     "flashinfer-cudnn-decode": Adoption(Interface.PAGED, Layout.PAGED, (
         "from flashinfer.cudnn import cudnn_batch_decode_with_kv_cache",
         "out = cudnn_batch_decode_with_kv_cache(q, k_pages_hnd, v_pages_hnd, scale, workspace, max_sequence_kv=max_len,",

@@ -153,30 +153,26 @@ def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
     return tuple(out)
 
 
-def _parsed(cells: Iterable[Measurement]) -> dict[str, Workload]:
-    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell); one that no
-    longer parses (a hand-edited or damaged store) is left out (:func:`learn` warns)."""
+def _parsed(cells: Iterable[Measurement]) -> tuple[dict[str, Workload], dict[str, str]]:
+    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell), and why each
+    one that no longer parses (a hand-edited or damaged store) does not, by its stored JSON (:func:`learn` warns)."""
     out: dict[str, Workload] = {}
+    bad: dict[str, str] = {}
     for c in cells:
-        if c.workload_json not in out:
+        if c.workload_json not in out and c.workload_json not in bad:
             try:
                 out[c.workload_json] = c.workload()
-            except WorkloadError:
-                pass
-    return out
+            except WorkloadError as exc:
+                bad[c.workload_json] = str(exc)
+    return out, bad
 
 
-def _warn_unparsed(cells: Sequence[Measurement], parsed: Mapping[str, Workload]) -> None:
+def _warn_unparsed(cells: Sequence[Measurement], bad: Mapping[str, str]) -> None:
     """One :class:`ProfattnWarning` counting the stored cells whose workload no longer parses, naming the first."""
-    bad = [c for c in cells if c.workload_json not in parsed]
-    if bad:
-        c = bad[0]
-        try:
-            c.workload()
-            why = "?"
-        except WorkloadError as exc:
-            why = str(exc)
-        warnings.warn(f"{len(bad)} stored cell(s) whose workload no longer parses teach nothing; the first: {why[:400]}",
+    n = sum(c.workload_json in bad for c in cells)
+    if n:
+        first = next(bad[c.workload_json] for c in cells if c.workload_json in bad)
+        warnings.warn(f"{n} stored cell(s) whose workload no longer parses teach nothing; the first: {first[:400]}",
                       ProfattnWarning, stacklevel=3)
 
 
@@ -402,9 +398,9 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
     GEMM TFLOP/s), the roofline under every prediction. With ``warn``, stored workloads that no longer parse (left
     out) are counted in one :class:`ProfattnWarning` (validation, learning on subsets, passes False)."""
     mine = [c for c in cells if c.gpu == gpu]
-    parsed = _parsed(mine)
+    parsed, unparsed = _parsed(mine)
     if warn:
-        _warn_unparsed(mine, parsed)
+        _warn_unparsed(mine, unparsed)
     memo: dict = {}
     samples = [s for s in (sample(c, parsed.get(c.workload_json), memo) for c in mine) if s is not None]
     if not samples:

@@ -27,21 +27,30 @@ from profattn.interfaces import Interface
 _DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results.sqlite under $XDG_CACHE_HOME)."
 
 
+def _cache_policies(store, gpus) -> str | None:  # noqa: ANN001 - a ResultsStore
+    """Derive the policy of each of ``gpus`` now, so `recommend` answers from the cache; returns the package whose
+    absence stopped it (the runs just imported stay whole: `recommend` derives the policy when it can), else None."""
+    from profattn.analysis.recommend import policy_for
+
+    try:
+        for gpu in gpus:
+            policy_for(store, gpu)
+    except ModuleNotFoundError as exc:
+        return (exc.name or "?").split(".")[0]
+    return None
+
+
 def store_run(run_dir: Path, db: str | None = None) -> str:
     """Add the run in ``run_dir`` to the store; returns the line to print (a warning when it failed — the run
     itself never fails for it)."""
-    from profattn.analysis.recommend import policy_for
     from profattn.store import import_runs, open_store
 
     try:
         with open_store(db) as store:
             (row,) = import_runs(store, [run_dir])
             added = f"store: {row.cells} cell{'s' * (row.cells != 1)} of {row.run_id} added to {store.path}"
-            try:
-                policy_for(store, row.gpu)  # derived now, so `recommend` answers from the cache
-            except ModuleNotFoundError as exc:  # the run and the store are whole; `recommend` derives it later
-                return f"{added} (the selection policy not derived: Python package {exc.name.split('.')[0]!r} missing)"
-        return added
+            missing = _cache_policies(store, [row.gpu])
+        return added + (f" (the selection policy not derived: Python package {missing!r} missing)" if missing else "")
     except (ProfattnError, OSError) as exc:
         return f"warning: the run was not added to the results store ({exc}); `profattn db import {run_dir}` adds it later"
 
@@ -194,19 +203,15 @@ def db_import(run_dirs: tuple[Path, ...], db_path: str | None) -> None:
     from profattn.results import read_results
     from profattn.store import open_store
 
-    from profattn.analysis.recommend import policy_for
-
     runs = [(p, read_results(p)) for p in run_dirs]  # every input read before anything is written
     with open_store(db_path) as store:
         for p, run in runs:
             row = store.add_run(run, p if p.is_dir() else p.parent)
             click.echo(f"{row.run_id}: {row.cells} cells ({row.gpu}, {row.preset}, {row.created_utc}) from {p}")
-        try:
-            for gpu in sorted({run.environment.device_name for _, run in runs}):
-                policy_for(store, gpu)  # derived now, so `recommend` answers from the cache
-        except ModuleNotFoundError as exc:  # the runs are imported; `recommend` derives the policy when it can
-            click.echo(f"warning: the selection policy was not derived: Python package {exc.name.split('.')[0]!r} "
-                       "is not installed (`recommend` needs it)", err=True)
+        missing = _cache_policies(store, sorted({run.environment.device_name for _, run in runs}))
+        if missing:
+            click.echo(f"warning: the selection policy was not derived: Python package {missing!r} is not installed "
+                       "(`recommend` needs it)", err=True)
         click.echo(f"store: {store.path}")
 
 

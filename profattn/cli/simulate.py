@@ -28,7 +28,6 @@ DEFAULT_PREFILL = "flashinfer-prefill-paged"
 GIB = 1 << 30
 
 
-MAX_RATE_PER_S = 1e6  # req/s (and 1e-6 at the low end): past these, arrival times lose a step's µs in float64
 MAX_RATE_SCALE = 1e6
 MAX_GPU_MEMORY_GIB = 1e6
 MAX_KV_BUDGET_TOKENS = 1 << 40
@@ -137,13 +136,12 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
 
     with open_store(db, create=False) as store:
         gpu_name = resolve_gpu(store, gpu)
+        if gpu_name not in store.cuda_gpus():  # before any run's results.json is read
+            raise ProfattnError(f"the store's runs on {gpu_name!r} are CPU runs: simulate prices a GPU's serving "
+                                "steps from its measured cells and ceilings (import a GPU run, e.g. `profattn db "
+                                "import examples/h200-serving`, and give --gpu)")
         cells = store.cells_on(gpu_name)
         ceilings, memory = _ceilings(store, gpu_name)
-        measured_on_gpu = gpu_name in store.cuda_gpus()
-    if not measured_on_gpu:
-        raise ProfattnError(f"the store's runs on {gpu_name!r} are CPU runs: simulate prices a GPU's serving steps "
-                            "from its measured cells and ceilings (import a GPU run, e.g. `profattn db import "
-                            "examples/h200-serving`, and give --gpu)")
     ceil = median_ceilings(ceilings)
     shapes = {k: AttentionShape.of_model(model, k) for k in kv_dtypes}
     sources = {k: MeasuredCells(cells, shapes[k], ceil) for k in kv_dtypes}
@@ -199,7 +197,7 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     from profattn.report import simulate as out
     from profattn.workload.contract import parse_kv_dtype
     from profattn.workload.models import parse_model_spec
-    from profattn.workload.requests import load_requests, parse_synthetic_spec
+    from profattn.workload.requests import MAX_RATE_PER_S, load_requests, parse_synthetic_spec
 
     if rate is not None and rate_scale is not None:
         raise ProfattnError("give --rate or --rate-scale, not both")

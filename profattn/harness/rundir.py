@@ -19,11 +19,10 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import os
-import re
 from pathlib import Path
 
 from profattn.errors import ProfattnError
-from profattn.files import check_parents
+from profattn.files import check_parents, is_results_file
 
 #: Parent of the default per-run directories.
 DEFAULT_PARENT = "profattn-runs"
@@ -61,13 +60,7 @@ def _unused(base: Path) -> Path:
 def holds_run(path: Path) -> bool:
     """True when ``path`` is a directory holding a ``results.json`` that profattn wrote (its first 4 KiB name the
     schema ``profattn.results``): a user's file of that name is no run, so ``--force`` never moves it aside."""
-    f = path / "results.json"
-    try:
-        with open(f, "rb") as fh:
-            head = fh.read(4096) if f.is_file() else b""
-    except OSError:
-        return False
-    return re.search(rb'"schema"\s*:\s*"profattn\.results"', head) is not None
+    return is_results_file(path / "results.json")
 
 
 def check_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False, resume: bool = False) -> tuple[Path, RunDirMode]:

@@ -27,11 +27,14 @@ import numpy as np
 
 from profattn.errors import ProfattnError
 
-__all__ = ["MAX_TOKENS", "RequestError", "RequestTrace", "load_requests", "parse_synthetic_spec", "synthetic_trace"]
+__all__ = ["MAX_RATE_PER_S", "MAX_TOKENS", "RequestError", "RequestTrace", "load_requests", "parse_synthetic_spec", "synthetic_trace"]
 
 #: Longest prompt or output a trace may give (the workload layer's bound on one sequence's length, 2**28).
 MAX_TOKENS = 1 << 28
 MAX_ARRIVAL_S = 1e9  # ~32 years: beyond it float64 seconds no longer resolve a step's microseconds
+#: Arrival rates a load may have, req/s: within [1 / MAX_RATE_PER_S, MAX_RATE_PER_S] (past these, arrival times lose a
+#: step's µs in float64).
+MAX_RATE_PER_S = 1e6
 _NATIVE = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -193,8 +196,9 @@ def synthetic_trace(*, rate_per_s: float, n: int, prompt_median: float, output_m
     for name, v in (("rate", rate_per_s), ("n", n), ("prompt", prompt_median), ("output", output_median)):
         if not (math.isfinite(v) and v > 0):
             raise RequestError(f"--requests poisson: {name} must be > 0, got {v}")
-    if not 1e-6 <= rate_per_s <= 1e6:
-        raise RequestError(f"--requests poisson: rate {rate_per_s:g} is outside [1e-06, 1e+06] req/s")
+    if not 1.0 / MAX_RATE_PER_S <= rate_per_s <= MAX_RATE_PER_S:
+        raise RequestError(f"--requests poisson: rate {rate_per_s:g} is outside [{1.0 / MAX_RATE_PER_S:g}, "
+                           f"{MAX_RATE_PER_S:g}] req/s")
     for name, v in (("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
         if not (math.isfinite(v) and v >= 0):
             raise RequestError(f"--requests poisson: {name} must be ≥ 0, got {v}")

@@ -193,6 +193,8 @@ class FlashInferDecode:
     varlen = True
     #: Reads an FP8 E4M3 cache, its per-KV-head scales applied around the kernel (:data:`FP8_KV_NOTE`).
     kv_dtypes = ("float8_e4m3fn",)
+    #: The workload fields that pick the JIT-compiled module ``prepare()`` builds (:mod:`profattn.harness.prewarm`).
+    jit_fields = ("dtype", "kv_dtype", "head_dim", "window")
 
     def __init__(self, tensor_cores: bool) -> None:
         self.tensor_cores = tensor_cores
@@ -326,6 +328,8 @@ class FlashInferPrefill:
     trace which of the two ran."""
 
     varlen = True
+    #: The workload fields that pick the JIT-compiled module ``prepare()`` builds (:mod:`profattn.harness.prewarm`).
+    jit_fields = ("dtype", "kv_dtype", "head_dim", "window")
 
     def __init__(self, paged: bool, backend: str = "auto") -> None:
         if backend not in PREFILL_BACKENDS:

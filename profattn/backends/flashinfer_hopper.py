@@ -397,6 +397,9 @@ class FlashInferXqaDecode:
     ``trtllm_batch_decode_with_kv_cache`` runs on SM 9.x."""
 
     name = "flashinfer-xqa-decode"
+    #: The workload fields that pick the JIT-compiled module ``prepare()`` builds (:mod:`profattn.harness.prewarm`;
+    #: XQA compiles per dtype, page size, head_dim, group and window: NOTES, "XQA").
+    jit_fields = ("dtype", "kv_dtype", "head_dim", "page_size", "group_size", "window")
     #: The interface it implements and the layout it reads (:mod:`profattn.interfaces`).
     adoption = ADOPTIONS["flashinfer-xqa-decode"]
     family = FLASHINFER_XQA

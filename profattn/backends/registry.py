@@ -41,9 +41,13 @@ __all__ = [
     "KernelFamily",
     "Prepared",
     "Unsupported",
+    "ALL",
+    "DEFAULT_BACKENDS",
     "all_backends",
     "backend_info",
+    "default_backends",
     "get_backend",
+    "left_out_of_default",
     "load_installed",
     "paged_decode_reason",
     "paged_only_forward",
@@ -142,6 +146,35 @@ def preserved() -> Iterator[None]:
         _plugins_loaded = loaded
 
 
+#: What ``profattn profile`` runs when no ``--backend`` is given: every kernel family once — the SDPA kernels, the
+#: eager and torch paged references, FlexAttention (dense and paged), our Triton decode and prefill kernels and
+#: FlashInfer's tensor-core decode (the decode a vLLM FlashInfer deployment calls). Left out (``--backend NAME`` adds
+#: one, ``--backend all`` runs every registered backend): FlashInfer's paged prefill (its batch-prefill module is a
+#: 76-79 s JIT build per head_dim on a fresh H200 machine: NOTES, issue 37), its CUDA-core decode, its ragged prefill,
+#: the explicit FA2/FA3 prefill paths, cuDNN's paged decode and prefill through FlashInfer (cuDNN is in the set as
+#: ``sdpa-cudnn``) and XQA — each a JIT or graph build of its own on first use.
+DEFAULT_BACKENDS = (
+    "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-nested", "eager", "flex", "triton-paged-decode",
+    "triton-paged-prefill", "torch-paged-reference", "flex-paged-decode", "flashinfer-decode-tc",
+)
+#: The ``--backend`` value that selects every registered backend.
+ALL = "all"
+
+
+def default_backends() -> tuple[Backend, ...]:
+    """The backends ``profattn profile`` runs by default: :data:`DEFAULT_BACKENDS` and every installed plugin, in
+    registration order."""
+    left_out = set(left_out_of_default())
+    return tuple(b for name, b in _REGISTRY.items() if name not in left_out)
+
+
+def left_out_of_default() -> tuple[str, ...]:
+    """The built-in backends :func:`default_backends` leaves out, in registration order (a backend registered by a
+    plugin or a caller is never left out)."""
+    _plugins()
+    return tuple(name for name in _REGISTRY if name in _BUILTIN and name not in DEFAULT_BACKENDS)
+
+
 def all_backends() -> tuple[Backend, ...]:
     """Every registered backend (installed plugins included), in registration order (the report's column order)."""
     _plugins()
@@ -199,3 +232,5 @@ for _b in (*SDPA_BACKENDS, SDPA_NESTED, EagerBackend(), FlexBackend(), TritonPag
            FlexPagedDecode(),
            *FLASHINFER_BACKENDS, *FLASHINFER_HOPPER_BACKENDS):
     register(_b)
+#: The built-in backends' names, in registration order.
+_BUILTIN = tuple(_REGISTRY)

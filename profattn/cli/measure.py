@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -13,7 +14,8 @@ from profattn.errors import ProfattnError
 
 @main.command()
 @click.option("--regime", type=click.Choice(REGIMES), default="all", show_default=True, help="Which phase's workloads to run.")
-@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: all). See `profattn backends`.")
+@click.option("--backend", "backend_names", multiple=True, metavar="NAME", help="Backend to run (repeatable; default: every family once — the run says what it leaves out; "
+              "`all`: every registered backend). See `profattn backends`.")
 @click.option("--preset", default=None, metavar="NAME", help="Workload preset: seed, small, decode-sweep(-small), serving(-small) or gqa(-small) (default: seed on CUDA, small on CPU).")
 @click.option("--workload", "workload_specs", multiple=True, metavar="SPEC",
               help="Instead of a preset, this workload (repeatable): field=value pairs, e.g. "
@@ -45,7 +47,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from rich.console import Console
 
     from profattn.backends import all_backends
-    from profattn.backends.registry import resolve_backend
+    from profattn.backends.registry import ALL, default_backends, left_out_of_default, resolve_backend
     from profattn.report.format import fmt_us_column
     from profattn.report.run import write_report
     from profattn.harness.session import SessionConfig, run_session
@@ -86,8 +88,13 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         preset_obj = get_preset(preset or default_preset_name(device.type))
     ab_names = None
     if stored is None:
-        backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
-                    if backend_names else all_backends())
+        if ALL in backend_names:
+            if len(set(backend_names)) > 1:
+                raise ProfattnError(f"--backend {ALL} runs every backend: give it alone")
+            backends = all_backends()
+        else:
+            backends = (tuple(dict.fromkeys(resolve_backend(n) for n in dict.fromkeys(backend_names)))  # one per plugin, however named
+                        if backend_names else default_backends())
         regimes = tuple(Phase) if regime == "all" else (Phase(regime),)
         if ab is not None:  # `compare --ab BASE HEAD`: the two backends, by the names their cells carry
             pair = (resolve_backend(ab[0]), resolve_backend(ab[1]))
@@ -106,6 +113,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         console.print(f"--force: the earlier run is now {moved}", markup=False, soft_wrap=True)
     verb = "resuming" if stored is not None else "preset"
     console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
+    if stored is None and not backend_names and ab is None and left_out_of_default():
+        console.print(f"default backends: every family once; left out: {', '.join(left_out_of_default())} "
+                      f"(add one with --backend NAME, or run every backend with --backend {ALL})", markup=False, soft_wrap=True)
 
     from profattn.harness.session import ProgressEvent
 
@@ -115,6 +125,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         if event is ProgressEvent.START:
             return
         if event is ProgressEvent.COUNTERS:
+            stages["counters_start"] = time.perf_counter()
             console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
             return
         if event is ProgressEvent.REPEAT:
@@ -129,6 +140,10 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
                             profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat,
                             keep_host_info=keep_host_info, ab=ab_names)
+    stages: dict[str, float] = {}
+    t_start = time.perf_counter()
+    _prewarm(cfg, console, stages)
+    t_cells = time.perf_counter()
     try:
         run = run_session(cfg, progress, resume=stored)
     except KeyboardInterrupt:
@@ -136,6 +151,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         console.print(f"interrupted: {out_dir / 'results.json'} holds the cells that finished; "
                       f"`profattn profile --resume --out {out_dir}` measures the rest", markup=False, soft_wrap=True)
         sys.exit(130)
+    t_run = time.perf_counter()
     from profattn.report.run import noise_texts, report_analysis
     from profattn.report.verdict import summary as verdict_summary
 
@@ -143,9 +159,41 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     path = _report_or_warning(lambda: write_report(analysis, out_dir / "report.html"), out_dir)
     for warning in noise_texts(analysis):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    t_end = time.perf_counter()
+    t_counters = stages.pop("counters_start", t_run)
+    stages.update({"cells (timing, check, profiler)": t_counters - t_cells, "counters": t_run - t_counters,
+                   "report": t_end - t_run})
+    console.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items() if v >= 0.05)
+                  + f"; total {t_end - t_start:.1f} s", markup=False, soft_wrap=True)
     console.print(f"verdict: {verdict_summary(analysis.verdict)}", soft_wrap=True)
     console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
     console.print(f"report: {path}", markup=False, soft_wrap=True)
+
+
+def _prewarm(cfg, console, stages: dict[str, float]) -> None:  # noqa: ANN001
+    """Compile the run's JIT modules (FlashInfer's) in parallel processes before the first cell
+    (:mod:`profattn.harness.prewarm`); prints one line per build that did not succeed and adds ``stages['JIT
+    builds']``. Nothing on a CPU run or when no backend of the run declares what it compiles."""
+    from profattn.harness.prewarm import jit_targets, prewarm
+
+    workloads = [w for p in cfg.regimes for w in cfg.preset.regime(p)]
+    targets = jit_targets(cfg.backends, workloads, cfg.device.type)
+    if not targets:
+        return
+    t0 = time.perf_counter()
+    console.print(f"compiling {len(targets)} JIT module{'s' if len(targets) != 1 else ''} "
+                  f"({', '.join(sorted({t.backend for t in targets}))}) in parallel processes before timing ...",
+                  markup=False, soft_wrap=True)
+    results = prewarm(targets)
+    stages["JIT builds"] = time.perf_counter() - t0
+    for r in results:
+        if r.status not in ("ok", "unsupported"):
+            console.print(f"  {r.target.backend} on {r.target.workload.tag}: {r.status} after {r.seconds:.0f} s "
+                          f"({r.detail}); its cells build in the run", markup=False, soft_wrap=True)
+    slowest = max(results, key=lambda r: r.seconds)
+    console.print(f"  {sum(r.status == 'ok' for r in results)} of {len(results)} built in {stages['JIT builds']:.1f} s "
+                  f"(slowest: {slowest.target.backend} on {slowest.target.workload.tag}, {slowest.seconds:.1f} s)",
+                  markup=False, soft_wrap=True)
 
 
 def _report_or_warning(write, run_dir: Path) -> str:  # noqa: ANN001

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from profattn.analysis.run import analyze_run
 from profattn.cli import main
 from profattn.results import CellStatus, read_results
-from profattn.backends import all_backends
+from profattn.backends.registry import DEFAULT_BACKENDS, default_backends
 
 
 def invoke(*args: str):
@@ -33,7 +33,9 @@ def test_profile_end_to_end(small_run: Path):
     assert (small_run / "report.html").stat().st_size > 1_000_000  # plotly.js inline
     run = read_results(small_run)
     assert run.preset == "small" and run.environment.device == "cpu"
-    assert len(run.cells) == 5 * len(all_backends())  # every registered backend, FlashInfer's included
+    # the default set: every family once (12 of the 20 built-ins), FlashInfer's tensor-core decode included
+    assert len(run.cells) == 5 * len(default_backends()) == 5 * 12
+    assert {c.backend for c in run.cells} == set(DEFAULT_BACKENDS)
     assert all(c.status in (CellStatus.OK, CellStatus.INCORRECT, CellStatus.UNSUPPORTED, CellStatus.ERROR) for c in run.cells)
     for c in run.cells:
         if c.backend in ("eager", "sdpa-math"):

@@ -68,3 +68,25 @@ def test_a_run_compared_with_its_own_results_file_is_called_the_same_run(tmp_pat
     res = CliRunner().invoke(main, ["compare", str(SEED_RUN), str(SEED_RUN / "results.json"), "--out", str(tmp_path / "c.html")])
     assert res.exit_code == 0, res.output
     assert "warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise" in res.stderr
+
+
+def test_backend_all_is_given_alone(tmp_path: Path):
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--preset", "small", "--backend", "all", "--backend", "eager",
+                                    "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "--backend all runs every backend: give it alone" in res.output
+    assert not (tmp_path / "r").exists()  # refused before the run directory is made
+
+
+def test_default_run_names_what_it_leaves_out(tmp_path: Path):
+    from profattn.backends.registry import left_out_of_default
+
+    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--preset", "small", "--regime", "decode", "--no-counters",
+                                    "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    line = next(l for l in res.output.splitlines() if l.startswith("default backends:"))
+    assert "flashinfer-cudnn-decode" in line and "flashinfer-prefill-paged," in line and "--backend all" in line
+    assert set(left_out_of_default()) == {"flashinfer-decode", "flashinfer-prefill-paged", "flashinfer-prefill-ragged",
+                                          "flashinfer-prefill-paged-fa2", "flashinfer-prefill-paged-fa3",
+                                          "flashinfer-cudnn-decode", "flashinfer-cudnn-prefill", "flashinfer-xqa-decode"}
+    timeline = next(l for l in res.output.splitlines() if l.startswith("time: "))
+    assert "cells (timing, check, profiler)" in timeline and "total" in timeline and "JIT builds" not in timeline  # CPU

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The H200 runs of issue 37, step by step, on a GPU machine without internet (wheels carried in .whl/: flashinfer-python
+# 0.5.3, apache-tvm-ffi < 0.2, nvidia-cudnn-frontend, msgspec; README "FlashInfer on a GPU machine without internet").
+#
+#   bash benchmarks/h200_runs.sh OUT STEP...      STEP: main | decode-a | decode-b | counters | replay | seed | serving
+#
+# main      the README's main job on this machine (default backends, seed preset, counters on), timed with its breakdown
+# decode-a  the selection corpus's decode workloads 1-20 (examples/h200-corpus/workloads-a.txt) with every paged
+#           decode backend (ours, FlashInfer tc / cuDNN / XQA / FA2 / FA3 paged, flex paged, sdpa-cudnn on the copy)
+# decode-b  workloads 21-40, the same backends
+# decode    workloads 1-40 in one run with ours, FlashInfer tc and cuDNN paged, sdpa-cudnn on the copy (the short form)
+# counters  the Nsight Compute pass over decode-a (ours and FlashInfer's cuDNN paged decode)
+# replay    the simulator's committed example: every step shape of its steps.txt with the backends it priced, --repeat 3
+# seed      the seed preset with every backend (--backend all), counters on
+# serving   the serving preset with every backend, no counters
+# Runs are written under /tmp/h200-runs (outside the working tree: a later call replaces untracked paths there), one log
+# per step; after every step the run directories are tarred into OUT/runs.tar.gz (at most 8 files come back).
+set -uo pipefail
+OUT=${1:?usage: h200_runs.sh OUT STEP...}; shift
+cd "$(dirname "$0")/.."
+W=/tmp/h200-runs; mkdir -p "$W" "$OUT"
+export PYTHONUNBUFFERED=1
+if ! command -v profattn >/dev/null || ! python3 -c 'import flashinfer' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+fi
+DECODE=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode
+        --backend flashinfer-xqa-decode --backend flashinfer-prefill-paged-fa2 --backend flashinfer-prefill-paged-fa3
+        --backend flex-paged-decode --backend sdpa-cudnn)
+specs() { grep -v '^#' "$1" | sed 's/^/--workload /'; }
+replay_specs() { grep -v '^#' examples/simulate-azure-llama3-8b/steps.txt | cut -f2 | sed 's/^/--workload /'; }
+step() {  # step NAME TIMEOUT_S COMMAND...: run, log, tar
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "== $name: $*" >>"$OUT/steps.log"
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "== $name: exit $? after $((SECONDS - t0)) s" >>"$OUT/steps.log"
+  tar czf "$OUT/runs.tar.gz" -C "$W" . 2>/dev/null
+}
+for s in "$@"; do
+  case $s in
+    main) step main 200 /usr/bin/time -v profattn profile --out "$W/main" ;;
+    decode-a) step decode-a 420 profattn profile $(specs examples/h200-corpus/workloads-a.txt) "${DECODE[@]}" --no-counters --out "$W/decode-a" ;;
+    decode) step decode 360 profattn profile $(specs examples/h200-corpus/workloads-a.txt) $(specs examples/h200-corpus/workloads-b.txt) \
+              --backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode --backend sdpa-cudnn \
+              --no-counters --out "$W/decode" ;;
+    decode-b) step decode-b 420 profattn profile $(specs examples/h200-corpus/workloads-b.txt) "${DECODE[@]}" --no-counters --out "$W/decode-b" ;;
+    counters) step counters 300 profattn counters "$W/decode-a" --backend triton-paged-decode --backend flashinfer-cudnn-decode ;;
+    replay) step replay 300 profattn profile $(replay_specs) --backend triton-paged-decode --backend flashinfer-decode-tc \
+              --backend flashinfer-prefill-paged --repeat 3 --no-counters --out "$W/replay" ;;
+    seed) step seed 300 profattn profile --preset seed --backend all --out "$W/seed" ;;
+    serving) step serving 400 profattn profile --preset serving --backend all --no-counters --out "$W/serving" ;;
+    *) echo "unknown step $s" >&2; exit 2 ;;
+  esac
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+ls "$OUT"

@@ -2,13 +2,17 @@
 # The H200 runs of issue 37, step by step, on a GPU machine without internet (wheels carried in .whl/: flashinfer-python
 # 0.5.3, apache-tvm-ffi < 0.2, nvidia-cudnn-frontend, msgspec; README "FlashInfer on a GPU machine without internet").
 #
-#   bash benchmarks/h200_runs.sh OUT STEP...      STEP: main | decode-a | decode-b | counters | replay | seed | serving
+#   bash benchmarks/h200_runs.sh OUT STEP...      STEP: main | decode4-a | decode4-b | counters4 | main-unfused | decode-a | decode-b | counters | replay | seed | serving
 #
 # main      the README's main job on this machine (default backends, seed preset, counters on), timed with its breakdown
 # decode-a  the selection corpus's decode workloads 1-20 (examples/h200-corpus/workloads-a.txt) with every paged
 #           decode backend (ours, FlashInfer tc / cuDNN / XQA / FA2 / FA3 paged, flex paged, sdpa-cudnn on the copy)
 # decode-b  workloads 21-40, the same backends
 # decode    workloads 1-40 in one run with ours, FlashInfer tc and cuDNN paged, sdpa-cudnn on the copy (the short form)
+# decode4-a workloads 1-20 with those four backends, one run that finishes (profiler pass included) in one call
+# decode4-b workloads 21-40, the same four
+# counters4 the Nsight Compute pass over decode4-a, every cell
+# main-unfused  the counter pass main's default leaves out (sdpa-math, eager, torch-paged-reference), on a copy of main
 # counters  the Nsight Compute pass over decode-a (ours and FlashInfer's cuDNN paged decode)
 # replay    the simulator's committed example: every step shape of its steps.txt with the backends it priced, --repeat 3
 # seed      the seed preset with every backend (--backend all), counters on
@@ -28,14 +32,18 @@ fi
 DECODE=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode
         --backend flashinfer-xqa-decode --backend flashinfer-prefill-paged-fa2 --backend flashinfer-prefill-paged-fa3
         --backend flex-paged-decode --backend sdpa-cudnn)
+DECODE4=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode --backend sdpa-cudnn)
 specs() { grep -v '^#' "$1" | sed 's/^/--workload /'; }
 replay_specs() { grep -v '^#' examples/simulate-azure-llama3-8b/steps.txt | cut -f2 | sed 's/^/--workload /'; }
 step() {  # step NAME TIMEOUT_S COMMAND...: run, log, tar
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
   echo "== $name: $*" >>"$OUT/steps.log"
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "== $name: exit $? after $((SECONDS - t0)) s" >>"$OUT/steps.log"
+  # every output line stamped with the seconds since the step began (where the time goes, cell by cell)
+  timeout "$limit" "$@" 2>&1 | python3 -u -c 'import sys, time
+t0 = time.perf_counter()
+for line in sys.stdin: sys.stdout.write(f"{time.perf_counter() - t0:7.1f} {line}")' >"$OUT/$name.log"
+  echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s" >>"$OUT/steps.log"
   tar czf "$OUT/runs.tar.gz" -C "$W" . 2>/dev/null
 }
 for s in "$@"; do
@@ -45,6 +53,11 @@ for s in "$@"; do
     decode) step decode 360 profattn profile $(specs examples/h200-corpus/workloads-a.txt) $(specs examples/h200-corpus/workloads-b.txt) \
               --backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode --backend sdpa-cudnn \
               --no-counters --out "$W/decode" ;;
+    decode4-a) step decode4-a 300 profattn profile $(specs examples/h200-corpus/workloads-a.txt) "${DECODE4[@]}" --no-counters --out "$W/decode4-a" ;;
+    decode4-b) step decode4-b 300 profattn profile $(specs examples/h200-corpus/workloads-b.txt) "${DECODE4[@]}" --no-counters --out "$W/decode4-b" ;;
+    counters4) step counters4 240 profattn counters "$W/decode4-a" ;;
+    main-unfused) cp -r "$W/main" "$W/main-unfused"
+              step main-unfused 200 profattn counters "$W/main-unfused" --backend sdpa-math --backend eager --backend torch-paged-reference ;;
     decode-b) step decode-b 420 profattn profile $(specs examples/h200-corpus/workloads-b.txt) "${DECODE[@]}" --no-counters --out "$W/decode-b" ;;
     counters) step counters 300 profattn counters "$W/decode-a" --backend triton-paged-decode --backend flashinfer-cudnn-decode ;;
     replay) step replay 300 profattn profile $(replay_specs) --backend triton-paged-decode --backend flashinfer-decode-tc \

@@ -15,7 +15,7 @@ The plugin interface is the one the built-ins implement, exported here: :class:`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -42,9 +42,11 @@ __all__ = [
     "Prepared",
     "Unsupported",
     "ALL",
+    "COUNTER_PASS_SKIPS",
     "DEFAULT_BACKENDS",
     "all_backends",
     "backend_info",
+    "counter_pass_backends",
     "default_backends",
     "get_backend",
     "left_out_of_default",
@@ -157,6 +159,12 @@ DEFAULT_BACKENDS = (
     "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-nested", "eager", "flex", "triton-paged-decode",
     "triton-paged-prefill", "torch-paged-reference", "flex-paged-decode", "flashinfer-decode-tc",
 )
+#: Backends whose call is a chain of unfused kernels (composite aten ops, or a gather of the pages and then SDPA):
+#: the counter pass of ``profattn profile`` leaves their cells out when the run has a backend that is not one of
+#: them. They launched 189 of the 263 kernels Nsight Compute profiled (each replayed once per metric pass) in the
+#: seed preset's pass on an H200 (NOTES, issue 37), and their bytes are the sum the byte ledger already predicts from
+#: the shapes; ``profattn counters RUN --backend NAME`` adds them to a run.
+COUNTER_PASS_SKIPS = ("sdpa-math", "eager", "torch-paged-reference")
 #: The ``--backend`` value that selects every registered backend.
 ALL = "all"
 
@@ -166,6 +174,14 @@ def default_backends() -> tuple[Backend, ...]:
     registration order."""
     left_out = set(left_out_of_default())
     return tuple(b for name, b in _REGISTRY.items() if name not in left_out)
+
+
+def counter_pass_backends(names: Sequence[str]) -> tuple[str, ...]:
+    """The backends of ``names`` (a run's backend names, in run order) whose cells ``profattn profile``'s counter
+    pass profiles: all but :data:`COUNTER_PASS_SKIPS`, or all of them when every one is a skip (a run of only the
+    unfused paths still gets its counters)."""
+    kept = tuple(n for n in dict.fromkeys(names) if n not in COUNTER_PASS_SKIPS)
+    return kept or tuple(dict.fromkeys(names))
 
 
 def left_out_of_default() -> tuple[str, ...]:

@@ -47,7 +47,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     from rich.console import Console
 
     from profattn.backends import all_backends
-    from profattn.backends.registry import ALL, default_backends, left_out_of_default, resolve_backend
+    from profattn.backends.registry import ALL, default_backends, counter_pass_backends, left_out_of_default, resolve_backend
     from profattn.report.format import fmt_us_column
     from profattn.report.run import write_report
     from profattn.harness.session import SessionConfig, run_session
@@ -121,12 +121,19 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     name_width = max([15, *(len(b.name) for b in backends)])  # one column for the longest backend name of this run
 
+    started: dict[str, float] = {}  # cell id -> when its START came (the wall seconds each cell line shows)
+
     def progress(event: ProgressEvent, cell, done: int, total: int) -> None:
         if event is ProgressEvent.START:
+            started[cell.cell_id] = time.perf_counter()
             return
         if event is ProgressEvent.COUNTERS:
             stages["counters_start"] = time.perf_counter()
-            console.print("counter pass: re-running the timed cells under Nsight Compute ...", soft_wrap=True)
+            names = [b.name for b in cfg.backends]
+            skipped = [n for n in names if n not in counter_pass_backends(names)]
+            console.print("counter pass: re-running the timed cells under Nsight Compute"
+                          + (f" (the unfused paths' cells left out: {', '.join(skipped)}; `profattn counters {out_dir} "
+                             f"--backend NAME` adds one)" if skipped else "") + " ...", markup=False, soft_wrap=True)
             return
         if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
@@ -134,7 +141,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             return
         lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
-        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  {cell.status}{why}", markup=False, soft_wrap=True)
+        t0 = started.pop(cell.cell_id, None)
+        took = f"  ({time.perf_counter() - t0:.1f} s)" if t0 is not None else ""
+        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  {cell.status}{took}{why}", markup=False, soft_wrap=True)
 
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,

@@ -26,6 +26,7 @@ from profattn.analysis.reattach import TraceRead
 from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
+from profattn.backends.registry import counter_pass_backends
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
 from profattn.harness.timing import time_cpu_pair
@@ -220,7 +221,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
     if want:
         if progress:
             progress(ProgressEvent.COUNTERS, run.cells[0], done, total)
-        run = add_counters(run, out)
+        run = add_counters(run, out, counter_pass_backends([b.name for b in cfg.backends]))
     else:
         reason = ("CPU run: hardware counters need a CUDA GPU and Nsight Compute" if cfg.device.type != "cuda"
                   else (find_ncu()[1] or "counters turned off (--no-counters)") if cfg.counters is None

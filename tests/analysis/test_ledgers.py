@@ -165,3 +165,22 @@ def test_padded_packed_training_cell_shows_its_executed_flops():
     assert fl.flops == 13_017_088 and fl.executed_flops == 49_545_216
     assert ledger_rows(analyze_run(run([c])))["train"][0]["flops_extra"] == "49.55 M executed (padding: 3.81× the work)"
     assert flop_ledger(replace(c, executed_pairs=None), run([c])).executed_flops is None
+
+
+def test_profile_counter_pass_skips_the_unfused_paths(tmp_path: Path, monkeypatch):
+    """run_session's counter pass is asked for the fused backends' cells only (sdpa-math's left out)."""
+    import torch
+
+    from profattn.backends import get_backend
+    from profattn.harness import session
+    from profattn.workload import Preset
+
+    seen = []
+    monkeypatch.setattr(session, "add_counters", lambda run, out, backends=None: seen.append(backends) or run)
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=16, dtype="float32")
+    cfg = session.SessionConfig(preset=Preset("t", "t", (w,)), regimes=(w.phase,),
+                                backends=(get_backend("sdpa-math"), get_backend("sdpa-efficient")),
+                                device=torch.device("cpu"), out_dir=tmp_path / "run", profile_calls=1, seed=0,
+                                counters=True, measure_ceilings=False)
+    session.run_session(cfg)
+    assert seen == [("sdpa-efficient",)]

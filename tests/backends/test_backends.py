@@ -348,3 +348,15 @@ def test_eager_note_names_the_per_sequence_mask_of_a_ragged_batch():
     assert get_backend("eager").prepare(ragged, torch.device("cpu")).notes == (
         "mask: explicit boolean [B, 1, Lq, Lk] (each sequence's own length)",)
     assert get_backend("eager").prepare(Workload(**common), torch.device("cpu")).notes == ("mask: explicit boolean [Lq, Lk]",)
+
+
+def test_counter_pass_leaves_out_the_unfused_paths_only_beside_a_fused_one():
+    from profattn.backends.registry import COUNTER_PASS_SKIPS, DEFAULT_BACKENDS, counter_pass_backends
+
+    assert set(COUNTER_PASS_SKIPS) == {"sdpa-math", "eager", "torch-paged-reference"}
+    kept = counter_pass_backends(DEFAULT_BACKENDS)
+    assert kept == tuple(n for n in DEFAULT_BACKENDS if n not in ("sdpa-math", "eager", "torch-paged-reference"))
+    assert len(kept) == 9 and kept[0] == "sdpa-flash"
+    # a run of only unfused paths still gets its counters; repeated names once, in run order
+    assert counter_pass_backends(["eager", "sdpa-math", "eager"]) == ("eager", "sdpa-math")
+    assert counter_pass_backends(["eager", "triton-paged-decode"]) == ("triton-paged-decode",)

@@ -138,7 +138,7 @@ def simulation(us_per_token: dict[str, float], decoders=("A", "B"), *, search: b
     :class:`LinearAttention`."""
     from pathlib import Path
 
-    from profattn.analysis.simulation.simulate import SLO, BackendPair, Deployment
+    from profattn.analysis.simulation.replay import SLO, BackendPair, Deployment
     from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
     from profattn.analysis.simulation.simulate import simulate
     from profattn.analysis.simulation.stepcost import AttentionShape, RestOfStep

@@ -80,7 +80,7 @@ def _same_dtype(name: str, dtype: str) -> bool:
 
 
 def _pairs(backends: tuple[str, ...], prefill: str):
-    from profattn.analysis.simulation.simulate import BackendPair
+    from profattn.analysis.simulation.replay import BackendPair
 
     from profattn.interfaces import Layout, adoption_of
 
@@ -192,7 +192,7 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
              steps_path: str | None) -> None:
     """Serve a request trace with each attention backend through a continuous-batching scheduler and say which
     serves the most load within the SLO, and why."""
-    from profattn.analysis.simulation.simulate import SLO, Deployment
+    from profattn.analysis.simulation.replay import SLO, Deployment
     from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
     from profattn.analysis.simulation.simulate import simulate as run
     from profattn.report import simulate as out

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from profattn.analysis.simulation.simulate import LatencySummary, RatePoint
-from profattn.analysis.simulation.simulate import StepKind, StepLog
+from profattn.analysis.simulation.rates import LatencySummary, RatePoint
+from profattn.analysis.simulation.replay import StepKind, StepLog
 from profattn.analysis.simulation.simulate import DeploymentResult, Findings, ShapeClass, SimulationReport
 from profattn.analysis.simulation.stepcost import Provenance
 from profattn.files import write_text_atomic

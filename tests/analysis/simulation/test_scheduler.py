@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profattn.analysis.simulation.simulate import BackendPair, Deployment, run_simulation
+from profattn.analysis.simulation.replay import BackendPair, Deployment, run_simulation
 from profattn.analysis.simulation.scheduler import Scheduler, SchedulerConfig, SchedulerError, activation_bytes, kv_capacity
 from profattn.analysis.simulation.stepcost import AttentionEstimate, AttentionShape, CallSums, Provenance
 from profattn.workload.models import MODELS, parse_model_spec

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from factories import LinearAttention, cell, run, simulation
-from profattn.analysis.simulation.simulate import search_rate, weighted_quantiles
-from profattn.analysis.simulation.simulate import SLO, BackendPair, Deployment, StepKind, StepShape, run_simulation
+from profattn.analysis.simulation.rates import search_rate, weighted_quantiles
+from profattn.analysis.simulation.replay import SLO, BackendPair, Deployment, StepKind, StepShape, run_simulation
 from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
 from profattn.analysis.simulation.simulate import ShapeClass, head_to_head, sample_steps, shape_rows
 from profattn.analysis.simulation.stepcost import AttentionShape, RestOfStep

@@ -20,7 +20,7 @@ from typing import Any
 
 from profattn.analysis.calls.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
 from profattn.analysis.calls.comm import RankTimeline
-from profattn.analysis.calls.find import CALL_KERNEL_LIMIT
+from profattn.analysis.calls.kernels import CALL_KERNEL_LIMIT
 from profattn.analysis.calls.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
 from profattn.analysis.common.names import kernel_stem
 from profattn.files import write_text_atomic
@@ -58,7 +58,7 @@ __all__ = [
 
 SCHEMA = "profattn.analysis"
 #: 2: a call's workload leaves out kv_lens (always [kv_len] × batch for a traced call); 3: output proportional to what
-#: a reader needs — a call's kernels beyond :data:`~profattn.analysis.calls.find.CALL_KERNEL_LIMIT` are summarised
+#: a reader needs — a call's kernels beyond :data:`~profattn.analysis.calls.kernels.CALL_KERNEL_LIMIT` are summarised
 #: (``kernels_omitted``), the attention calls beyond :data:`JSON_CALL_LIMIT` (the heaviest are kept) and every other
 #: list beyond :data:`JSON_LIST_LIMIT` too (``<list>_omitted``: count and GPU time), with the caps in ``limits``.
 SCHEMA_VERSION = 3

@@ -512,7 +512,7 @@ class ServingStep:
 
 @dataclass(frozen=True)
 class OmittedKernels:
-    """The kernels of one call beyond the per-call cap (:data:`profattn.analysis.calls.find.CALL_KERNEL_LIMIT`: the call
+    """The kernels of one call beyond the per-call cap (:data:`profattn.analysis.calls.kernels.CALL_KERNEL_LIMIT`: the call
     keeps its heaviest kernels as :class:`CallKernel` records), summarised: ``count`` kernels, ``gpu_time_us`` summed
     (µs), ``families`` (attention families among them), ``names`` the heaviest kernel names among them as ``(name,
     launches, total µs)`` (at most 10), their GPU span ``first_ts_us`` … ``last_end_us``, and whether any was
@@ -555,7 +555,7 @@ class AttentionCall:
         workload: the call as a profattn :class:`Workload` when every field is known and profattn's
             semantics can express it, else None (``notes`` says why).
         kernels: the kernels the call launched, in GPU start order — at most the heaviest
-            :data:`~profattn.analysis.calls.find.CALL_KERNEL_LIMIT`; the rest are summarised in ``omitted``.
+            :data:`~profattn.analysis.calls.kernels.CALL_KERNEL_LIMIT`; the rest are summarised in ``omitted``.
         graph_launched: the kernels were replayed from a CUDA graph (attributed to the graph launch).
         notes: caveats, one line each.
         packed: what a packed variable-length call records about its sequences (:class:`PackedBatch`), or None.

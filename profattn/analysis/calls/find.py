@@ -37,30 +37,19 @@ own thread; matching the thread keeps kernels that other threads launch meanwhil
 a recorded launcher join the call when their ``External id`` is one of the ops inside its window. The
 calls of one thread never overlap, so each kernel belongs to at most one call.
 
-**GPU time by op.** Each kernel is charged to the *top-level* CPU op (one not nested in another op on its
-thread: :meth:`~profattn.trace.windows.IntervalIndex.outermost`) whose window holds its launch on the
-launching thread; kernels without a launcher go through their
-``External id`` to the op that launched them, then to that op's top-level op. Kernels replayed from a CUDA
-graph are charged to the op around the graph launch, or — matched to their capture (:mod:`profattn.analysis.calls.graphs`)
-— to the top-level op around their capture-time launch, as an eager run would charge them.
-
 **Engine calls and graph replays.** Serving engines' attention ops (:mod:`profattn.analysis.calls.engine_ops`) are calls
 too, read token-major; replayed kernels matched to capture-time launches inside a captured attention op become
 calls with that op's name and shapes (``source="graph"``); calls inside an annotated serving step get its ledger
 (:mod:`profattn.analysis.calls.steps`). Op calls made while their stream was capturing a graph are marked
 (``captured_in``): their kernels ran at replay.
 
-**ProfilerStep windows.** Kernels launched inside a ``ProfilerStep#N`` range from any thread of its
-process, and the attention calls that start inside it (a time on the boundary of two steps counts in both).
-
-GPU time throughout is summed kernel time (kernels
-that overlap on different streams count twice); ``gpu_busy_us`` is the union of kernel intervals.
+Where the trace's GPU time went (per top-level op, per ``ProfilerStep#N`` window) is
+:mod:`profattn.analysis.calls.gpu_time`; the kernels as records, :mod:`profattn.analysis.calls.kernels`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -69,27 +58,22 @@ import numpy as np
 import pandas as pd
 
 from profattn.analysis.calls.call_records import (
-    AttentionCall, CallKernel, CausalAlignment, GraphGap, GraphMerge, GraphOrigin, KernelTime, LaunchShape,
-    OmittedKernels, OpTime, StepWindow, TraceCalls,
+    AttentionCall, CallKernel, CausalAlignment, GraphGap, GraphMerge, GraphOrigin, OmittedKernels, TraceCalls,
 )
 from profattn.analysis.calls.call_shapes import (
     SHAPE_LIMITS, attention_family, is_attention_op, is_engine_op, kernel_direction, op_dims, op_packed, op_shape,
     read_causal, read_window, signature, with_phases,
 )
 from profattn.analysis.calls.engine_ops import CacheOpIndex, read_engine_call
+from profattn.analysis.calls.gpu_time import busy_us, op_times, step_windows
 from profattn.analysis.calls.graphs import CaptureSource, MergeResult, merge_graphs
+from profattn.analysis.calls.kernels import KernelRecords, kernel_times, launch_shapes
 from profattn.analysis.calls.steps import attach_steps, read_steps
 from profattn.analysis.common.names import kernel_stem
 from profattn.errors import TraceError
 from profattn.trace.columns import TraceWarning
 from profattn.trace.kineto import Trace
 from profattn.trace.windows import IntervalIndex, group_keys
-
-_STEP = re.compile(r"^ProfilerStep#\d+$")
-_NO_OP = "(no enclosing CPU op)"
-#: Kernels a call keeps as records (its heaviest, by GPU time); the rest are summarised (:class:`OmittedKernels`), so
-#: one call of 1,000,000 kernels costs what one of 64 does (a real call launches 1 to ~40).
-CALL_KERNEL_LIMIT = 64
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -116,7 +100,7 @@ def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()
     names = kernels["name"].tolist()
     family_of = {name: attention_family(name) for name in set(names)}  # names repeat: match each once
     families = [family_of[n] for n in names]
-    records = _KernelRecords(kernels, families, num_sms)
+    records = KernelRecords(kernels, families, num_sms)
     steps, malformed = read_steps(trace)
     sources = list(captures)
     if not trace.captures.empty and all(c.trace is not trace for c in sources):
@@ -146,11 +130,11 @@ def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()
         num_sms=num_sms,
         kernel_count=len(kernels),
         gpu_time_us=total_us,
-        gpu_busy_us=_busy_us(kernels),
-        kernels=_kernel_times(kernels, families, total_us),
-        launch_shapes=_launch_shapes(kernels, num_sms),
-        ops=_op_times(trace, merged, sources),
-        steps=_steps(trace, calls),
+        gpu_busy_us=busy_us(kernels),
+        kernels=kernel_times(kernels, families, total_us),
+        launch_shapes=launch_shapes(kernels, num_sms),
+        ops=op_times(trace, merged, sources),
+        steps=step_windows(trace, calls),
         calls=tuple(calls),
         notes=tuple(notes),
         warnings=_warnings(trace, calls) + tuple(step_warnings) + _merge_warnings(merged.merge if merged else None),
@@ -210,143 +194,6 @@ def _file_notes(trace: Trace, merged: int = 0) -> list[str]:
     return notes
 
 
-def _busy_us(kernels: pd.DataFrame) -> float:
-    """Length of the union of kernel intervals ``[ts, ts + dur]`` (µs), all devices of the file together."""
-    busy, end = 0.0, -math.inf
-    for ts, dur in zip(kernels["ts_us"].to_numpy(), kernels["dur_us"].to_numpy()):  # sorted by ts
-        stop = ts + dur
-        if stop <= end:
-            continue
-        busy += stop - max(ts, end)
-        end = stop
-    return busy
-
-
-# ----------------------------------------------------------------------------------------------------
-# Kernels
-# ----------------------------------------------------------------------------------------------------
-
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else int(v)
-
-
-def _triple(row: Mapping[str, Any], prefix: str) -> tuple[int, int, int] | None:
-    vals = [_opt_int(row[f"{prefix}_{a}"]) for a in "xyz"]
-    return None if None in vals else (vals[0], vals[1], vals[2])  # type: ignore[return-value]
-
-
-_RECORD_INTS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
-                "shared_mem_bytes", "ctas", "stream")
-
-
-class _KernelRecords:
-    """``records[i]``: the :class:`CallKernel` of row ``i`` of ``kernels``, built when first asked for
-    (only the kernels of attention calls ever are)."""
-
-    def __init__(self, kernels: pd.DataFrame, families: Sequence[str | None], num_sms: int | None) -> None:
-        self._names = kernels["name"].to_numpy(dtype=object)
-        self._ts = kernels["ts_us"].to_numpy(dtype="float64")
-        self._dur = kernels["dur_us"].to_numpy(dtype="float64")
-        self._graph = kernels["graph_launched"].to_numpy(dtype=bool)
-        self._ints = {c: (kernels[c].to_numpy(dtype="int64", na_value=0), kernels[c].isna().to_numpy()) for c in _RECORD_INTS}
-        self._families = families
-        self._num_sms = num_sms
-        self._built: dict[int, CallKernel] = {}
-
-    def __getitem__(self, i: int) -> CallKernel:
-        record = self._built.get(i)
-        if record is None:
-            record = self._built[i] = self._build(int(i))
-        return record
-
-    def call_kernels(self, rows: Sequence[int]) -> tuple[tuple[CallKernel, ...], OmittedKernels | None]:
-        """The kernels of rows ``rows`` as one call holds them: all as records, in GPU start order, when they are at
-        most :data:`CALL_KERNEL_LIMIT`; else the heaviest that many (ties: earliest), and the others summarised."""
-        kept, omitted = self.call_rows(rows)
-        return tuple(self[i] for i in kept), omitted
-
-    def call_rows(self, rows: Sequence[int]) -> tuple[list[int], OmittedKernels | None]:
-        """:meth:`call_kernels` as row numbers: the rows kept as records, in GPU start order (ties: row order), and
-        the others summarised (None when all are kept)."""
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
-        if len(rows) <= CALL_KERNEL_LIMIT:
-            return sorted((int(i) for i in rows), key=lambda i: self._ts[i]), None
-        dur, ts = self._dur[rows], self._ts[rows]
-        order = np.lexsort((ts, -dur))  # heaviest first, then earliest
-        kept, rest = rows[order[:CALL_KERNEL_LIMIT]], rows[order[CALL_KERNEL_LIMIT:]]
-        by_name: dict[str, list[float]] = {}
-        for name, d in zip(self._names[rest].tolist(), self._dur[rest].tolist()):
-            entry = by_name.setdefault(name, [0, 0.0])
-            entry[0] += 1
-            entry[1] += d
-        heaviest = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:10]
-        families = tuple(dict.fromkeys(f for f in (self._families[int(i)] for i in rest) if f))
-        omitted = OmittedKernels(
-            count=len(rest), gpu_time_us=float(self._dur[rest].sum()), families=families,
-            names=tuple((n, int(c), float(t)) for n, (c, t) in heaviest),
-            first_ts_us=float(self._ts[rest].min()), last_end_us=float((self._ts[rest] + self._dur[rest]).max()),
-            graph_launched=bool(self._graph[rest].any()))
-        return sorted((int(i) for i in kept), key=lambda i: self._ts[i]), omitted
-
-    def _int(self, column: str, i: int) -> int | None:
-        values, missing = self._ints[column]
-        return None if missing[i] else int(values[i])
-
-    def _build(self, i: int) -> CallKernel:
-        grid = tuple(self._int(c, i) for c in ("grid_x", "grid_y", "grid_z"))
-        block = tuple(self._int(c, i) for c in ("block_x", "block_y", "block_z"))
-        ctas = self._int("ctas", i)
-        num_sms = self._num_sms
-        return CallKernel(
-            name=str(self._names[i]),
-            family=self._families[i],
-            ts_us=float(self._ts[i]),
-            dur_us=float(self._dur[i]),
-            grid=None if None in grid else grid,  # type: ignore[arg-type]
-            block=None if None in block else block,  # type: ignore[arg-type]
-            registers_per_thread=self._int("registers_per_thread", i),
-            shared_mem_bytes=self._int("shared_mem_bytes", i),
-            ctas=ctas,
-            ctas_per_sm=ctas / num_sms if ctas is not None and num_sms else None,
-            stream=self._int("stream", i),
-            graph_launched=bool(self._graph[i]),
-        )
-
-
-def _kernel_times(kernels: pd.DataFrame, families: Sequence[str | None], total_us: float) -> tuple[KernelTime, ...]:
-    if kernels.empty:
-        return ()
-    family_of = dict(zip(kernels["name"].tolist(), families))
-    grouped = kernels.groupby("name", sort=False)["dur_us"].agg(["count", "sum"])
-    grouped = grouped.sort_values("sum", ascending=False, kind="stable")
-    return tuple(
-        KernelTime(str(name), family_of[name], int(n), float(s), float(s) / int(n), float(s) / total_us if total_us > 0 else 0.0)
-        for name, n, s in zip(grouped.index, grouped["count"], grouped["sum"])
-    )
-
-
-def _launch_shapes(kernels: pd.DataFrame, num_sms: int | None) -> tuple[LaunchShape, ...]:
-    if kernels.empty:
-        return ()
-    keys = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_mem_bytes"]
-    grouped = kernels.groupby(keys, sort=False, dropna=False).agg(
-        count=("dur_us", "size"), total_us=("dur_us", "sum"), ctas=("ctas", "first"), blocks_per_sm=("blocks_per_sm", "first")
-    ).reset_index()
-    grouped = grouped.sort_values("total_us", ascending=False, kind="stable")
-    out = []
-    for row in grouped.to_dict("records"):
-        ctas = _opt_int(row["ctas"])
-        bps = row["blocks_per_sm"]
-        out.append(LaunchShape(
-            name=str(row["name"]), grid=_triple(row, "grid"), block=_triple(row, "block"),
-            registers_per_thread=_opt_int(row["registers_per_thread"]), shared_mem_bytes=_opt_int(row["shared_mem_bytes"]),
-            ctas=ctas, ctas_per_sm=ctas / num_sms if ctas is not None and num_sms else None,
-            blocks_per_sm=None if pd.isna(bps) else float(bps), count=int(row["count"]), total_us=float(row["total_us"]),
-        ))
-    return tuple(out)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Attention calls from operators
 # ----------------------------------------------------------------------------------------------------
@@ -374,7 +221,7 @@ def _attention_op_groups(ops: pd.DataFrame) -> list[list[dict[str, Any]]]:
 
 
 def _op_calls(
-    trace: Trace, groups: list[list[dict[str, Any]]], records: _KernelRecords
+    trace: Trace, groups: list[list[dict[str, Any]]], records: KernelRecords
 ) -> tuple[list[AttentionCall], set[int]]:
     """One :class:`AttentionCall` per group; also the kernel rows they took.
 
@@ -450,7 +297,7 @@ class _CacheContext:
 def _group_call(group: list[dict[str, Any]], kernels: tuple[CallKernel, ...], cache: _CacheContext,
                 position: int, omitted: OmittedKernels | None = None) -> AttentionCall:
     """The call of one op group: an engine op's (:func:`_call_from_engine_ops`) or any other (:func:`_call_from_ops`);
-    ``omitted``: its kernels beyond the per-call cap (:meth:`_KernelRecords.call_kernels`)."""
+    ``omitted``: its kernels beyond the per-call cap (:meth:`KernelRecords.call_kernels`)."""
     if is_engine_op(group[0]["name"]):
         return _call_from_engine_ops(group, kernels, cache.before(group, position), cache.inside(group), omitted)
     return _call_from_ops(group, kernels, omitted)
@@ -564,7 +411,7 @@ def _dispatch_note(backend: str, backend_op: str | None, kernels: tuple[CallKern
 
 
 def _kernel_only_calls(
-    trace: Trace, records: _KernelRecords, families: Sequence[str | None], used: set[int],
+    trace: Trace, records: KernelRecords, families: Sequence[str | None], used: set[int],
     merge: GraphMerge | None = None,
 ) -> list[AttentionCall]:
     """Attention kernels no attention op launched, grouped by launching op (``External id``) or, for CUDA
@@ -642,7 +489,7 @@ def _gap_note(m: Any) -> str:
 
 
 def _graph_calls(trace: Trace, merged: MergeResult, sources: Sequence[CaptureSource],
-                 records: _KernelRecords) -> tuple[list[AttentionCall], set[int]]:
+                 records: KernelRecords) -> tuple[list[AttentionCall], set[int]]:
     """Calls of replayed kernels placed on capture-time launches inside an attention op of the capture: one per
     (graph launch, captured attention op), with that op's name, shapes and nested backend op, the replayed kernels'
     GPU times, and launch shapes from the capture's launch events where the replay records none (ROCm). Placed
@@ -765,98 +612,3 @@ def _merge_warnings(merge: GraphMerge | None) -> tuple[TraceWarning, ...]:
                          f"{unplaced:,} of {merge.replayed_kernels:,} graph-replayed kernel(s) "
                          f"({merge.unplaced_attention_kernels:,} attention) could not be matched to a capture-time "
                          f"launch: {why}; none of them is attributed"),)
-
-
-# ----------------------------------------------------------------------------------------------------
-# GPU time by op, ProfilerStep windows
-# ----------------------------------------------------------------------------------------------------
-
-
-def _op_times(trace: Trace, merged: MergeResult | None = None,
-              sources: Sequence[CaptureSource] = ()) -> tuple[OpTime, ...]:
-    kernels, ops = trace.kernels, trace.ops
-    if kernels.empty:
-        return ()
-    start = ops["ts_us"].to_numpy(dtype="float64")
-    end = start + np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0)
-    index = IntervalIndex(start, end, group_keys(ops["pid"], ops["tid"]))
-    charged = index.outermost(group_keys(kernels["launch_pid"], kernels["launch_tid"]),
-                              kernels["launch_ts_us"].to_numpy(dtype="float64"))
-    # Kernels no op window holds: through their External id to the op that launched them, then to its
-    # top-level op.
-    miss = np.flatnonzero((charged < 0) & kernels["external_id"].notna().to_numpy())
-    if len(miss):
-        owner = np.where(ops["pid"].notna().to_numpy() & ops["tid"].notna().to_numpy(), index.top_level(), -1)
-        ext_to_op = {int(e): i for i, e in enumerate(ops["external_id"].tolist()) if e is not pd.NA}
-        for i, ext in zip(miss, kernels["external_id"].to_numpy(dtype=object)[miss]):
-            op = ext_to_op.get(int(ext))
-            if op is not None:
-                charged[i] = owner[op]
-    names = ops["name"].to_numpy(dtype=object)
-    frame = pd.DataFrame({
-        "op": np.where(charged >= 0, names[np.maximum(charged, 0)] if len(names) else _NO_OP, _NO_OP),
-        "instance": charged,
-        "dur_us": kernels["dur_us"].to_numpy(),
-        "graph": kernels["graph_launched"].to_numpy(dtype=bool),
-    })
-    if merged is not None and merged.placements:
-        captured = _captured_top_ops(merged, sources)
-        if captured:
-            rows = list(captured)
-            keys = {key: len(ops) + i for i, key in enumerate(dict.fromkeys(k for _, k in captured.values()))}
-            frame.loc[rows, "op"] = [captured[r][0] for r in rows]
-            frame.loc[rows, "instance"] = [keys[captured[r][1]] for r in rows]
-    grouped = frame.groupby("op", sort=False).agg(
-        op_calls=("instance", "nunique"), kernels=("dur_us", "size"), total_us=("dur_us", "sum"), graph_kernels=("graph", "sum")
-    ).sort_values("total_us", ascending=False, kind="stable")
-    out = []
-    for name, r in grouped.iterrows():
-        op_calls = 0 if name == _NO_OP else int(r.op_calls)
-        mean = float(r.total_us) / op_calls if op_calls else None
-        out.append(OpTime(str(name), op_calls, int(r.kernels), float(r.total_us), mean, int(r.graph_kernels)))
-    return tuple(out)
-
-
-def _captured_top_ops(merged: MergeResult, sources: Sequence[CaptureSource]
-                      ) -> dict[int, tuple[str, tuple[int, int, int]]]:
-    """Replayed kernel row → (name of the top-level CPU op around its capture-time launch, key of that op instance per
-    graph launch): GPU time by op for kernels a graph replayed, charged as an eager run would charge them."""
-    out: dict[int, tuple[str, tuple[int, int, int]]] = {}
-    by_source: dict[int, list[int]] = {}
-    for row, p in merged.placements.items():
-        by_source.setdefault(p.source, []).append(row)
-    for si, rows in by_source.items():
-        src = sources[si].trace
-        ops, launches = src.ops, src.capture_launches
-        if ops.empty:
-            continue
-        start = ops["ts_us"].to_numpy(dtype="float64")
-        index = IntervalIndex(start, start + np.nan_to_num(ops["dur_us"].to_numpy(dtype="float64"), nan=0.0),
-                              group_keys(ops["pid"], ops["tid"]))
-        lrows = [merged.placements[r].launch_row for r in rows]
-        top = index.outermost([(launches.at[i, "pid"], launches.at[i, "tid"]) for i in lrows],
-                              launches["ts_us"].to_numpy(dtype="float64")[lrows])
-        names = ops["name"].to_numpy(dtype=object)
-        for row, t in zip(rows, top):
-            if t >= 0:
-                out[row] = (str(names[t]), (merged.placements[row].graph_launch, si, int(t)))
-    return out
-
-
-def _steps(trace: Trace, calls: Sequence[AttentionCall]) -> tuple[StepWindow, ...]:
-    """The ``ProfilerStep#N`` windows: kernels launched inside each from its process (any thread, any
-    nesting; :meth:`IntervalIndex.points_inside`) and the attention calls that start inside it."""
-    ranges = trace.ranges
-    steps = ranges[ranges["name"].map(lambda n: bool(_STEP.match(str(n))))]
-    if steps.empty:
-        return ()
-    k = trace.kernels
-    start = steps["ts_us"].to_numpy(dtype="float64")
-    index = IntervalIndex(start, start + steps["dur_us"].to_numpy(dtype="float64"), group_keys(steps["pid"]))
-    n_kernels, gpu_us = index.points_inside(group_keys(k["launch_pid"]), k["launch_ts_us"].to_numpy(dtype="float64"),
-                                            k["dur_us"].to_numpy(dtype="float64"))
-    n_calls, _ = index.points_inside([c.pid for c in calls], np.array([c.ts_us for c in calls], dtype="float64"))
-    return tuple(
-        StepWindow(str(name), float(ts), float(dur), int(n), float(us), int(nc))
-        for name, ts, dur, n, us, nc in zip(steps["name"], start, steps["dur_us"], n_kernels, gpu_us, n_calls)
-    )

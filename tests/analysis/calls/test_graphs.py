@@ -205,7 +205,7 @@ def test_gpu_time_by_op_charges_replayed_kernels_to_their_captured_ops() -> None
 def test_engine_calls_keep_their_heaviest_kernels_eager_and_replayed(tmp_path: Path) -> None:
     """The per-call kernel cap holds for engine ops too: an eager vLLM attention op of 70 launches, and the same op
     captured and replayed (launch order), each keep the 64 heaviest kernels and summarise the other 6."""
-    from profattn.analysis.calls.find import CALL_KERNEL_LIMIT
+    from profattn.analysis.calls.kernels import CALL_KERNEL_LIMIT
 
     n = CALL_KERNEL_LIMIT + 6
     durs = [10.0 + (i % 7) for i in range(n)]  # 10..16 µs: the 6 dropped are six of the 10 µs ones

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profattn.analysis.comm import cp_summaries
+from profattn.analysis.calls.comm import cp_summaries
 from profattn.report.cp import cp_markdown
 from profattn.results import read_results
 from profattn.workload.contract import CP_SCHEMES

@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profattn.analysis.recommend import policy_for, recommend  # noqa: E402
+from profattn.analysis.selection.recommend import policy_for, recommend  # noqa: E402
 from profattn.results import Environment, RunResult  # noqa: E402
-from profattn.store import measurements, open_store  # noqa: E402
 from profattn.results import CellResult, Correctness, Timing  # noqa: E402
+from profattn.store import measurements, open_store  # noqa: E402
 from profattn.workload import Workload  # noqa: E402
 
 BACKENDS = ("triton-paged-decode", "sdpa-cudnn", "sdpa-flash", "torch-paged-reference")
@@ -102,7 +102,7 @@ def main() -> None:
         print(f"policy: {len(policy.models.models)} cost models over {policy.workloads:,} workloads, {anchors:,} anchors; "
               f"cached JSON {len(store.cached_policy(gpu) or ''):,} characters")
         if args.validate:
-            from profattn.analysis.policy import derive
+            from profattn.analysis.selection.policy import derive
 
             t = time.perf_counter()
             p = derive(store.cells_on(gpu), gpu, lowo=False)

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profattn.analysis.policy import SliceResult, store_ceilings, validate, validation_dict  # noqa: E402
+from profattn.analysis.selection.policy import SliceResult, store_ceilings, validate, validation_dict  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import score_text, validation_table  # noqa: E402
 from profattn.store import import_runs, open_store  # noqa: E402

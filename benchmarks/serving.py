@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from profattn.analysis.serving import mixed_splits, prompt_times
+from profattn.analysis.run.serving import mixed_splits, prompt_times
 from profattn.report.format import fmt_us
 from profattn.results import CellStatus, read_results
 

@@ -23,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profattn.analysis.scheduler import SchedulerConfig, kv_capacity  # noqa: E402
-from profattn.analysis.simulate import SLO, BackendPair, Deployment, run_simulation, search_rate  # noqa: E402
+from profattn.analysis.simulation.rates import search_rate
+from profattn.analysis.simulation.replay import SLO, BackendPair, Deployment, run_simulation  # noqa: E402
+from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity  # noqa: E402
 from profattn.cli.simulate import DEFAULT_PREFILL, simulation_inputs  # noqa: E402
 from profattn.store import import_runs, open_store  # noqa: E402
 from profattn.workload.models import MODELS  # noqa: E402

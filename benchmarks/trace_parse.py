@@ -13,7 +13,7 @@ Tools (each produces per-kernel launch shapes and CPU-op input shapes, so the wo
 
 - ``profattn-parse``: :func:`profattn.trace.load_trace` (kernels with grid/block/registers/shared memory,
   launchers, ranges, ops with ``Input Dims``/``Input type``/``Concrete Inputs``, attribution).
-- ``profattn-analyze``: ``load_trace`` + :func:`profattn.analysis.calls.find_attention_calls` (everything
+- ``profattn-analyze``: ``load_trace`` + :func:`profattn.analysis.calls.find.find_attention_calls` (everything
   ``profattn analyze`` computes, without writing HTML).
 - ``hta-json`` / ``hta-ijson``: HolisticTraceAnalysis' trace parser, ``hta.common.trace_parser.
   parse_trace_dataframe`` (what ``TraceAnalysis`` runs per rank), with the launch-shape args enabled
@@ -56,7 +56,7 @@ def _rss_mib() -> float:
 def _child(tool: str, path: str) -> dict:
     """Import the tool, then time its work on ``path``; returns what it found (for a sanity check)."""
     if tool.startswith("profattn"):
-        from profattn.analysis.calls import find_attention_calls
+        from profattn.analysis.calls.find import find_attention_calls
         from profattn.trace.kineto import load_trace
 
         imported = _rss_mib()

@@ -22,8 +22,8 @@ from profattn.results import RunResult, read_results
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from profattn.analysis.calls import TraceCalls
-    from profattn.analysis.run import RunAnalysis
+    from profattn.analysis.calls.find import TraceCalls
+    from profattn.analysis.run.analyze import RunAnalysis
     from profattn.trace.kineto import Trace
 
 __all__ = ["ATTENTION_CALL_COLUMNS", "RunResult", "TraceAnalysis", "analyze_trace", "load_run"]
@@ -42,8 +42,8 @@ def load_run(path: str | os.PathLike[str], *, reattach: bool = True, analysis: b
     from the traces the run names, as ``profattn report`` does; cells whose trace file is absent keep the
     summary stored in ``results.json``. Use :meth:`RunResult.to_pandas` for a DataFrame.
 
-    With ``analysis``, the run analysed once as the report sees it (:func:`profattn.analysis.run.analyze_run`):
-    a :class:`~profattn.analysis.run.RunAnalysis` — winners, the verdict with its mechanisms and per-layout answers,
+    With ``analysis``, the run analysed once as the report sees it (:func:`profattn.analysis.run.analyze.analyze_run`):
+    a :class:`~profattn.analysis.run.analyze.RunAnalysis` — winners, the verdict with its mechanisms and per-layout answers,
     ledgers, serving/GQA/context-parallel sections, noise findings, and the traces that could not be read
     (``trace_problems``); ``.run`` is the :class:`RunResult`.
 
@@ -56,13 +56,13 @@ def load_run(path: str | os.PathLike[str], *, reattach: bool = True, analysis: b
     run = read_results(path)
     problems: tuple = ()
     if reattach:
-        from profattn.analysis.reattach import reattach_traces
+        from profattn.analysis.run.reattach import reattach_traces
 
         read = reattach_traces(run, path if path.is_dir() else path.parent)
         run, problems = read.run, read.problems
     if not analysis:
         return run
-    from profattn.analysis.run import analyze_run
+    from profattn.analysis.run.analyze import analyze_run
 
     return analyze_run(run, traces=problems)
 
@@ -74,7 +74,7 @@ ATTENTION_CALL_COLUMNS: tuple[str, ...] = (
     "ts_us", "dur_us", "gpu_time_us", "kernel_count", "graph_launched",
     "dominant_kernel", "dominant_kernel_us", "dominant_grid", "dominant_block", "dominant_registers_per_thread",
     "dominant_shared_mem_bytes", "dominant_ctas", "dominant_ctas_per_sm", "notes",
-    # serving-engine calls (profattn.analysis.engine_ops / steps / graphs): None elsewhere
+    # serving-engine calls (profattn.analysis.calls.engine_ops / steps / graphs): None elsewhere
     "q_tokens", "page_size", "serving_step", "step_flops", "step_bytes", "achieved_tflops", "achieved_gbps", "graph_rule",
 )
 
@@ -89,7 +89,7 @@ class TraceAnalysis:
 
     Attributes:
         trace: the parsed :class:`~profattn.trace.Trace` (typed access to its frames and metadata).
-        calls: the analysis of its attention calls and GPU time (:class:`~profattn.analysis.calls.TraceCalls`).
+        calls: the analysis of its attention calls and GPU time (:class:`~profattn.analysis.calls.find.TraceCalls`).
         kernels: one row per GPU kernel launch (``Trace.kernels``: ``name``, ``ts_us``, ``dur_us``,
             ``grid_x/y/z``, ``block_x/y/z``, ``registers_per_thread``, ``shared_mem_bytes``, ...).
         ops: one row per CPU operator event (``Trace.ops``: ``name``, ``ts_us``, ``dur_us``, recorded shapes).
@@ -115,15 +115,15 @@ class TraceAnalysis:
 def analyze_trace(path: str | os.PathLike[str], *, captures: "tuple[str | os.PathLike[str], ...]" = ()) -> TraceAnalysis:
     """Read and analyze one Kineto trace (``.json`` or ``.json.gz``): its kernels, CPU ops and attention
     calls as DataFrames (see :class:`TraceAnalysis`). ``captures``: traces that profiled the capture of the CUDA
-    graphs this one replays (:func:`profattn.analysis.graphs.merge_graphs`).
+    graphs this one replays (:func:`profattn.analysis.calls.graphs.merge_graphs`).
 
     Raises:
         TraceError: the file (or a capture) is missing, unreadable, not a trace, or holds no events.
     """
     import pandas as pd
 
-    from profattn.analysis.calls import find_attention_calls
-    from profattn.analysis.graphs import CaptureSource
+    from profattn.analysis.calls.find import find_attention_calls
+    from profattn.analysis.calls.graphs import CaptureSource
     from profattn.trace.kineto import load_trace
 
     trace = load_trace(path)
@@ -135,7 +135,7 @@ def analyze_trace(path: str | os.PathLike[str], *, captures: "tuple[str | os.Pat
 
 
 def _call_row(call: Any) -> dict[str, Any]:
-    """One :class:`~profattn.analysis.calls.AttentionCall` as a flat dict keyed by ATTENTION_CALL_COLUMNS."""
+    """One :class:`~profattn.analysis.calls.find.AttentionCall` as a flat dict keyed by ATTENTION_CALL_COLUMNS."""
     s = call.shape
     k = max(call.kernels, key=lambda k: k.dur_us, default=None)
     return {

@@ -1,12 +1,12 @@
 """The committed vLLM engine traces (tests/data/engine-traces/, see its README) analyzed once per test process:
-``analyze_paths`` as :func:`profattn.analysis.traces.analyze_paths`, memoised (its records are frozen)."""
+``analyze_paths`` as :func:`profattn.analysis.calls.traces.analyze_paths`, memoised (its records are frozen)."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
-from profattn.analysis.traces import analyze_paths as _analyze_paths
+from profattn.analysis.calls.traces import analyze_paths as _analyze_paths
 
 DATA = Path(__file__).resolve().parent / "data" / "engine-traces"
 

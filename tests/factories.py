@@ -108,7 +108,7 @@ def gqa_run() -> RunResult:
 
 
 class LinearAttention:
-    """A step-cost source (``profattn.analysis.stepcost.StepCostSource``) whose attention takes ``us_per_token[b]``
+    """A step-cost source (``profattn.analysis.simulation.stepcost.StepCostSource``) whose attention takes ``us_per_token[b]``
     µs per K/V token read (decode) or per query row (prefill) of backend ``b``, in one layer."""
 
     name = "linear (test)"
@@ -119,13 +119,13 @@ class LinearAttention:
     def attention_us(self, backend, part, calls):  # noqa: ANN001, ANN201
         import numpy as np
 
-        from profattn.analysis.stepcost import AttentionEstimate, CallPart
+        from profattn.analysis.simulation.stepcost import AttentionEstimate, CallPart
 
         x = calls.kv_tokens if part is CallPart.DECODE else calls.q_tokens
         return AttentionEstimate(np.asarray(x, dtype=np.float64) * self.us[backend] + np.zeros(calls.k), 0, 0.0)
 
     def provenance(self, backend, part):  # noqa: ANN001, ANN201
-        from profattn.analysis.stepcost import Provenance, Validation
+        from profattn.analysis.simulation.stepcost import Provenance, Validation
 
         return Provenance(self.name, backend, part, 1, ("run",), (1, 1), (1, 1), 1.0, 0.0,
                           Validation(0, None, None, None, None))
@@ -133,14 +133,15 @@ class LinearAttention:
 
 def simulation(us_per_token: dict[str, float], decoders=("A", "B"), *, search: bool = True, blocks: int = 3000,
                scale: float = 2.0, sample: int = 6):
-    """``profattn.analysis.simulate.simulate`` of the committed 400-request slice at ``scale`` × its rate on a small
+    """``profattn.analysis.simulation.simulate.simulate`` of the committed 400-request slice at ``scale`` × its rate on a small
     model, one deployment per decode backend (each paired with prefill backend ``P``), priced by
     :class:`LinearAttention`."""
     from pathlib import Path
 
-    from profattn.analysis.scheduler import SchedulerConfig, kv_capacity
-    from profattn.analysis.simulate import SLO, BackendPair, Deployment, simulate
-    from profattn.analysis.stepcost import AttentionShape, RestOfStep
+    from profattn.analysis.simulation.replay import SLO, BackendPair, Deployment
+    from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
+    from profattn.analysis.simulation.simulate import simulate
+    from profattn.analysis.simulation.stepcost import AttentionShape, RestOfStep
     from profattn.results import Ceilings
     from profattn.workload.models import parse_model_spec
     from profattn.workload.requests import load_requests

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profattn.analysis.cells import family_check
+from profattn.analysis.run.cells import family_check
 from profattn.families import ATTENTION_FAMILIES, EFFICIENT, FLASH, FLASHINFER, NESTED, builtin_family
 
 #: Kernel names from the traces of the serving run on the H200 (FlashInfer 0.5.3), shortened after the

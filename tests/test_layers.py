@@ -5,7 +5,9 @@ import torch, triton, the harness or the backends; the backends never import the
 the cli; the results store (``store``) imports none of trace, analysis, report, cli, harness, backends, torch;
 the workload imports only :mod:`profattn.errors` and itself (the paged cache may import torch);
 only the cli imports the cli; no module imports another module's ``_private`` name; ``__init__`` files
-only re-export; the module graph has no cycle. A self-test feeds the checker bad modules it must catch.
+only re-export; the module graph has no cycle. Inside analysis, every module lives in one of :data:`ROOMS`, and a
+room imports only rooms below it (common -> calls -> selection -> run, simulation -> comparison): never one above, never
+one of its own rank, so the rooms have no circle either. A self-test feeds the checker bad modules it must catch.
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ REPORT_ANALYSIS_FUNCTIONS: dict[str, str] = {
     "validation_dict": "a Validation record as the exported JSON's numbers (a format)",
     "kernel_stem": "a kernel's unqualified name, the key the analyze page groups its shapes by (a name format)",
     "trace_group": "the directory part of a shown trace path (a path format)",
+}
+#: The analysis layer's rooms (``profattn.analysis.<room>``) and their rank, lowest first. A room may import a room of a
+#: lower rank (and itself); never one of a higher rank, nor another room of its own rank (``run`` and ``simulation``
+#: stand side by side). Every analysis module lives in a room (only the package ``__init__`` stands outside).
+ROOMS: dict[str, int] = {
+    "common": 0,  # the noise rule, statistics, kernel names: below everything
+    "calls": 1,  # attention calls in any trace
+    "selection": 2,  # cost models, the policy, recommendations (over stored cells and a trace's calls)
+    "run": 3,  # a run's evidence and verdicts (uses the policy)
+    "simulation": 3,  # a request trace served through the scheduler (uses pooled times)
+    "comparison": 4,  # two runs compared (uses the verdict and noise findings)
 }
 #: What the workload layer may import of profattn; and its one module that may import torch.
 WORKLOAD_ALLOWED = ("profattn.errors", "profattn.workload")
@@ -202,6 +215,34 @@ def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
     return None
 
 
+def analysis_room(module: str) -> str | None:
+    """The analysis room of ``module`` (``profattn.analysis.run.verdict`` -> ``run``), ``""`` for a module of the
+    analysis layer outside every room, None outside the analysis layer and for its package ``__init__``."""
+    parts = module.split(".")
+    if parts[:2] != ["profattn", "analysis"] or len(parts) == 2:
+        return None
+    return parts[2] if parts[2] in ROOMS else ""
+
+
+def _room_problems(imports: list[Import], sources: Mapping[str, tuple[str, bool]]) -> list[str]:
+    """Analysis modules outside the rooms, imports up or sideways between rooms (see :data:`ROOMS`), and a circle
+    of rooms."""
+    out = [f"{m}: an analysis module outside the rooms ({', '.join(ROOMS)})" for m in sources if analysis_room(m) == ""]
+    rooms: dict[str, set[str]] = {}
+    for imp in imports:
+        a, b = analysis_room(imp.importer), analysis_room(imp.target)
+        if not a or not b or a == b:
+            continue
+        rooms.setdefault(a, set()).add(b)
+        if ROOMS[b] >= ROOMS[a]:
+            how = "higher" if ROOMS[b] > ROOMS[a] else "same-rank"
+            out.append(f"{imp.importer}:{imp.line}: analysis room {a} imports the {how} room {b} ({imp.target})")
+    cycle = find_cycle(rooms)
+    if cycle:
+        out.append("analysis room cycle: " + " -> ".join(cycle))
+    return out
+
+
 def violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
     """Every broken rule (see the module docstring), one line each with module and line number."""
     imports = collect_imports(sources)
@@ -225,6 +266,7 @@ def violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
                 if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
                     out.append(f"{where}: imports private name {name} from {imp.target}")
     out.extend(_report_analysis_problems(imports, sources))
+    out.extend(_room_problems(imports, sources))
     for module, (source, is_package) in sources.items():
         if is_package:
             out.extend(_init_problems(module, source))
@@ -249,7 +291,8 @@ def _unlined(problem: str) -> str:
 
 def test_package_keeps_the_layer_rules():
     sources = package_sources()
-    assert {"profattn.trace.kineto", "profattn.analysis.calls", "profattn.report.run", "profattn.cli.main"} <= set(sources)
+    assert {"profattn.trace.kineto", "profattn.analysis.calls.find", "profattn.report.run", "profattn.cli.main"} <= set(sources)
+    assert {analysis_room(m) for m in sources} - {None} == set(ROOMS)  # every room holds modules, none stands outside
     problems = [p for p in violations(sources) if _unlined(p) not in PENDING]
     assert not problems, "\n".join(problems)
 
@@ -294,15 +337,18 @@ GOOD = dict(
     profattn__workload__paged="import torch\nfrom profattn.workload.contract import Workload\n",
     profattn__trace__init="from profattn.trace.kineto import load_trace\n",
     profattn__trace__kineto="import pandas\nfrom profattn.errors import TraceError\n",
-    profattn__analysis__cells=("from profattn.trace.kineto import load_trace\nfrom profattn.families import KernelFamily\n"
+    profattn__analysis__run__cells=("from profattn.trace.kineto import load_trace\nfrom profattn.families import KernelFamily\n"
                                "LIMIT = 3\nclass Evidence: pass\ndef summarize(): pass\ndef analyze_run(): pass\n"),
-    profattn__analysis__run="from profattn.analysis.cells import Evidence, analyze_run, summarize\n",
-    profattn__report__run=("from profattn.analysis.cells import LIMIT, Evidence, analyze_run\n"
-                           "from profattn.analysis.run import Evidence as E\n"),
+    profattn__analysis__run__analyze="from profattn.analysis.run.cells import Evidence, analyze_run, summarize\n",
+    profattn__report__run=("from profattn.analysis.run.cells import LIMIT, Evidence, analyze_run\n"
+                           "from profattn.analysis.run.analyze import Evidence as E\n"),
+    profattn__analysis__common__names="import re\n",
+    profattn__analysis__calls__find="from profattn.analysis.common.names import kernel_stem\n",
+    profattn__analysis__simulation__replay="from profattn.analysis.calls.find import find\nfrom profattn.analysis.common import names\n",
     profattn__families="",
     profattn__backends__registry="import torch\nfrom profattn.backends.plugins import load_spec\nfrom profattn.workload import Workload\n",
     profattn__backends__plugins="import torch\n",
-    profattn__harness__session="from profattn.backends.registry import get_backend\nfrom profattn.analysis.cells import x\n",
+    profattn__harness__session="from profattn.backends.registry import get_backend\nfrom profattn.analysis.run.cells import x\n",
     profattn__cli__main="import click\n",
     profattn__cli__measure="from profattn.cli.main import main\nfrom profattn.harness.session import run\n",
 )
@@ -314,9 +360,9 @@ def test_checker_accepts_a_good_package():
 
 @pytest.mark.parametrize("module, source, expected", [
     ("profattn__trace__kineto", "def f():\n    import torch\n", "profattn.trace.kineto:2: profattn.trace imports torch"),
-    ("profattn__analysis__cells", "from profattn.harness.session import run\n", "profattn.analysis imports profattn.harness.session"),
-    ("profattn__analysis__cells", "from profattn.backends import get_backend\n", "profattn.analysis imports profattn.backends"),
-    ("profattn__trace__kineto", "from profattn.analysis.cells import x\n", "profattn.trace imports profattn.analysis.cells"),
+    ("profattn__analysis__run__cells", "from profattn.harness.session import run\n", "profattn.analysis imports profattn.harness.session"),
+    ("profattn__analysis__run__cells", "from profattn.backends import get_backend\n", "profattn.analysis imports profattn.backends"),
+    ("profattn__trace__kineto", "from profattn.analysis.run.cells import x\n", "profattn.trace imports profattn.analysis.run.cells"),
     ("profattn__report__run", "def f():\n    from triton import language\n", "profattn.report imports triton"),
     ("profattn__backends__plugins", "from profattn.report.run import fmt_us\n", "profattn.backends imports profattn.report.run"),
     ("profattn__backends__plugins", "from profattn.cli.main import main\n", "imports the command line"),
@@ -327,14 +373,25 @@ def test_checker_accepts_a_good_package():
     ("profattn__harness__session", "def f():\n    from profattn.report.run import _plotly_js, fmt\n", "imports private name _plotly_js"),
     ("profattn__trace__init", "from profattn.trace.kineto import load_trace\nREGISTRY = {}\n", "__init__ holds a Assign"),
     ("profattn__trace__init", "def helper():\n    pass\n", "__init__ holds a FunctionDef"),
-    ("profattn__report__run", "from profattn.analysis.cells import summarize\n",
-     "report imports the analysis function summarize from profattn.analysis.cells"),
-    ("profattn__report__run", "def f():\n    from profattn.analysis import cells\n",
-     "report imports the analysis module profattn.analysis.cells whole"),
-    ("profattn__report__run", "from profattn.analysis.run import summarize\n",
-     "report imports the analysis function summarize from profattn.analysis.cells"),
-    ("profattn__families", "def f():\n    from profattn.analysis.cells import x\n",
-     "import cycle: profattn.analysis.cells -> profattn.families -> profattn.analysis.cells"),
+    ("profattn__report__run", "from profattn.analysis.run.cells import summarize\n",
+     "report imports the analysis function summarize from profattn.analysis.run.cells"),
+    ("profattn__report__run", "def f():\n    from profattn.analysis.run import cells\n",
+     "report imports the analysis module profattn.analysis.run.cells whole"),
+    ("profattn__report__run", "from profattn.analysis.run.analyze import summarize\n",
+     "report imports the analysis function summarize from profattn.analysis.run.cells"),
+    ("profattn__families", "def f():\n    from profattn.analysis.run.cells import x\n",
+     "import cycle: profattn.analysis.run.cells -> profattn.families -> profattn.analysis.run.cells"),
+    ("profattn__analysis__calls__find", "from profattn.analysis.run.cells import x\n",
+     "profattn.analysis.calls.find:1: analysis room calls imports the higher room run (profattn.analysis.run.cells)"),
+    ("profattn__analysis__common__names", "def f():\n    from profattn.analysis.simulation.replay import x\n",
+     "analysis room common imports the higher room simulation"),
+    ("profattn__analysis__simulation__replay", "from profattn.analysis.run.analyze import analyze_run\n",
+     "analysis room simulation imports the same-rank room run"),
+    ("profattn__analysis__run__cells", "def f():\n    from profattn.analysis.comparison.compare import x\n",
+     "analysis room run imports the higher room comparison"),
+    ("profattn__analysis__stray", "", "profattn.analysis.stray: an analysis module outside the rooms"),
+    ("profattn__analysis__common__names", "from profattn.analysis.calls.find import x\n",
+     "analysis room cycle: calls -> common -> calls"),
     ("profattn__backends__plugins", "from profattn.backends.registry import register\n",
      "import cycle: profattn.backends.plugins -> profattn.backends.registry -> profattn.backends.plugins"),
 ])

@@ -58,7 +58,7 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     In a directory (searched recursively, e.g. a profattn run directory) files that are not traces or
     cannot be read are skipped with a warning; a file named itself must be a readable trace. Paths are
     shown relative to the directory given (or as the file's name) unless --keep-host-info."""
-    from profattn.analysis.traces import analyze_paths
+    from profattn.analysis.calls.traces import analyze_paths
     from profattn.report.analyze import comm_lines, set_warnings, write_html, write_json
     from profattn.report.format import fmt_us
 
@@ -128,7 +128,7 @@ def _advise(store, analysis, gpu: str | None, advice_file: Path | None, plan_n: 
     """``analyze --recommend``: advice per trace file from the store, printed (and written as JSON)."""
     import json
 
-    from profattn.analysis.recommend import advise_trace, trace_gpu
+    from profattn.analysis.selection.recommend import advise_trace, trace_gpu
     from profattn.report.recommend import trace_advice_json, trace_advice_text
 
     with store:
@@ -146,7 +146,7 @@ def _advise(store, analysis, gpu: str | None, advice_file: Path | None, plan_n: 
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths.")
 def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
     """A run as GitHub-flavoured Markdown for a pull-request comment (under 65,536 characters)."""
-    from profattn.analysis.run import analyze_run
+    from profattn.analysis.run.analyze import analyze_run
     from profattn.report.markdown import run_markdown
 
     out_path = output_file(out_path, default_name="summary.md", inputs=run_inputs(run_dir)) if out_path is not None else None

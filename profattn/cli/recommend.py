@@ -30,7 +30,7 @@ _DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results
 def _cache_policies(store, gpus) -> str | None:  # noqa: ANN001 - a ResultsStore
     """Derive the policy of each of ``gpus`` now, so `recommend` answers from the cache; returns the package whose
     absence stopped it (the runs just imported stay whole: `recommend` derives the policy when it can), else None."""
-    from profattn.analysis.recommend import policy_for
+    from profattn.analysis.selection.recommend import policy_for
 
     try:
         for gpu in gpus:
@@ -72,9 +72,9 @@ def pick_gpu(store, name: str | None) -> str:
     """``--gpu`` resolved against the store; without it the store's only GPU, else this machine's (nvidia-smi).
 
     Raises:
-        ProfattnError: see :func:`profattn.analysis.recommend.resolve_gpu`.
+        ProfattnError: see :func:`profattn.analysis.selection.recommend.resolve_gpu`.
     """
-    from profattn.analysis.recommend import resolve_gpu
+    from profattn.analysis.selection.recommend import resolve_gpu
 
     if name is None and len(store.gpus()) > 1:
         local = _local_gpu()
@@ -105,7 +105,7 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
     unknown (with the `profattn profile` command that measures it), from the results store.
 
     With --measure an unmeasured workload is profiled here first (a new run directory; its cells join the store)."""
-    from profattn.analysis.recommend import plan as plan_measurements, recommend as answer
+    from profattn.analysis.selection.recommend import plan as plan_measurements, recommend as answer
     from profattn.report.recommend import plan_lines, recommend_json, recommend_text
     from profattn.store import open_store
     from profattn.workload import parse_workload_spec
@@ -136,7 +136,7 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
             else:
                 click.echo(recommend_text(rec) + ("\n".join(plan_lines(planned)) + "\n" if plan_n else ""), nl=False)
         if target is not None:
-            from profattn.analysis.policy import derive, policy_to_dict, store_ceilings
+            from profattn.analysis.selection.policy import derive, policy_to_dict, store_ceilings
             from profattn.report.recommend import policy_text
 
             # the roofs the answering policy has (policy_for), so the export is that policy with its validation
@@ -157,7 +157,7 @@ def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None,
     Raises:
         ProfattnError: no CUDA GPU on this machine (``nvidia-smi`` finds none), or ``--gpu`` names another GPU.
     """
-    from profattn.analysis.recommend import Status, recommend as answer
+    from profattn.analysis.selection.recommend import Status, recommend as answer
     from profattn.store import open_store
     from profattn.workload import workload_spec
 
@@ -243,7 +243,7 @@ def db_forget(runs: tuple[str, ...], before: str | None, db_path: str | None) ->
         if unknown:
             raise ProfattnError(f"no run {unknown[0]!r} in {store.path} (see `profattn db list`)")
         n = store.forget(runs, before)
-        from profattn.analysis.recommend import policy_for
+        from profattn.analysis.selection.recommend import policy_for
 
         for gpu in store.gpus():
             policy_for(store, gpu)

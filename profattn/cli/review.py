@@ -46,7 +46,7 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
     winners; or, with --ab, two backends (BASE_BACKEND HEAD_BACKEND) timed alternately in one process.
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
-    from profattn.analysis import compare as comparison
+    from profattn.analysis.comparison import compare as comparison
 
     given = [name for name, v in (("--preset", preset), ("--workload", workload_specs), ("--device", device_name),
                                   ("--repeat", rounds), ("--run-dir", run_dir), ("--db", db),
@@ -68,7 +68,7 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
 
 
 def _compare_runs(base_run: Path, head_run: Path, t: float, *, force: bool, keep_host_info: bool):
-    from profattn.analysis import compare as comparison
+    from profattn.analysis.comparison import compare as comparison
     from profattn.report import compare as compare_report
 
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)
@@ -87,7 +87,7 @@ def _measure_ab(ctx: click.Context, base: str, head: str, t: float, *, preset, w
                 rounds: int, run_dir: str | None, seed: int, db: str | None, keep_host_info: bool, outputs):
     """``compare --ab``: one profile run of the two backends with ``rounds`` interleaved timing rounds
     (:func:`profattn.harness.session.ab_rounds`), then their paired comparison."""
-    from profattn.analysis import compare as comparison
+    from profattn.analysis.comparison import compare as comparison
     from profattn.cli.measure import profile
     from profattn.harness import rundir
 

@@ -2,7 +2,7 @@
 page size and KV dtype), each step priced from the results store's measured cells.
 
 Inputs are read and checked here (the trace, the model, the store, the runs' ceilings); the simulation is
-:func:`profattn.analysis.simulate.simulate`; every output comes from :mod:`profattn.report.simulate`. Progress goes
+:func:`profattn.analysis.simulation.simulate.simulate`; every output comes from :mod:`profattn.report.simulate`. Progress goes
 to stderr; bad input is one line and exit code 2.
 """
 
@@ -80,7 +80,7 @@ def _same_dtype(name: str, dtype: str) -> bool:
 
 
 def _pairs(backends: tuple[str, ...], prefill: str):
-    from profattn.analysis.simulate import BackendPair
+    from profattn.analysis.simulation.replay import BackendPair
 
     from profattn.interfaces import Layout, adoption_of
 
@@ -130,8 +130,8 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
     Raises:
         ProfattnError: no store, an unknown GPU, no run with readable ceilings.
     """
-    from profattn.analysis.recommend import resolve_gpu
-    from profattn.analysis.stepcost import AttentionShape, MeasuredCells, RestOfStep, median_ceilings
+    from profattn.analysis.selection.recommend import resolve_gpu
+    from profattn.analysis.simulation.stepcost import AttentionShape, MeasuredCells, RestOfStep, median_ceilings
     from profattn.store import open_store
 
     with open_store(db, create=False) as store:
@@ -192,8 +192,9 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
              steps_path: str | None) -> None:
     """Serve a request trace with each attention backend through a continuous-batching scheduler and say which
     serves the most load within the SLO, and why."""
-    from profattn.analysis.scheduler import SchedulerConfig, kv_capacity
-    from profattn.analysis.simulate import SLO, Deployment, simulate as run
+    from profattn.analysis.simulation.replay import SLO, Deployment
+    from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
+    from profattn.analysis.simulation.simulate import simulate as run
     from profattn.report import simulate as out
     from profattn.workload.contract import parse_kv_dtype
     from profattn.workload.models import parse_model_spec

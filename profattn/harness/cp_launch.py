@@ -9,7 +9,7 @@ rank wrote before (its timing samples and trace) is kept.
 
 :func:`run_cp_cell` turns the ranks' files into one :class:`~profattn.results.CellResult`: the step time (per
 repetition the slowest rank's, then the median), one :class:`~profattn.results.RankRecord` per rank from its trace
-(:func:`profattn.analysis.comm.rank_timeline`: compute, communication, overlap, idle, traced bytes) beside the
+(:func:`profattn.analysis.calls.comm.rank_timeline`: compute, communication, overlap, idle, traced bytes) beside the
 formula's bytes (:func:`profattn.workload.cp.cp_ledger`), the peak memory (the largest rank's), and rank 0's
 correctness check of the gathered output and gradients.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from profattn.analysis.comm import rank_timeline
+from profattn.analysis.calls.comm import rank_timeline
 from profattn.backends import Backend
 from profattn.errors import ProfattnError
 from profattn.harness.cp_schemes import TORCH_CP_BACKENDS, ring_backend, torch_cp_reason

@@ -17,7 +17,7 @@ engine's trace shows it: after its eager calls, one capture of the call (:func:`
 its warm-up calls included) inside ``record_function("<cell_id>::graph-capture")``, then ``calls`` replays, each
 after the same flush and inside ``record_function("<cell_id>::graph-replay")`` (:func:`graph_capture_range`,
 :func:`graph_replay_range`). Kineto attributes a replayed kernel to the ``cudaGraphLaunch`` that replayed it, so the
-kernels behind the cell's graph latency are read from the trace (:func:`profattn.analysis.cells.summarize_cell`),
+kernels behind the cell's graph latency are read from the trace (:func:`profattn.analysis.run.cells.summarize_cell`),
 beside those of its eager calls; the timed replays stay unprofiled (:func:`~profattn.harness.timing.time_cuda_graph`).
 """
 

@@ -21,23 +21,23 @@ from typing import Callable, Sequence
 
 import torch
 
-from profattn.analysis.cells import attach_counters, attach_trace
-from profattn.analysis.reattach import TraceRead
-from profattn.analysis.reattach import reattach_traces as reattach
-from profattn.trace.counters import parse_ncu_csv
+from profattn.analysis.run.cells import attach_counters, attach_trace
+from profattn.analysis.run.reattach import TraceRead
+from profattn.analysis.run.reattach import reattach_traces as reattach
 from profattn.backends import Backend, get_backend
 from profattn.backends.registry import counter_pass_backends
 from profattn.errors import ProfattnError
-from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
-from profattn.harness.timing import time_cpu_pair
 from profattn.harness.ceilings import measure_ceilings
+from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
 from profattn.harness.cp_launch import run_cp_cells
 from profattn.harness.environment import collect_environment, load_average
 from profattn.harness.inputs import make_inputs, memory_reason, reference
 from profattn.harness.ncu import CACHE_CONTROL, CLOCK_CONTROL, REPLAY_MODE, find_ncu, run_counter_pass
 from profattn.harness.profiler import ProfiledCall, profile_cells
+from profattn.harness.timing import time_cpu_pair
 from profattn.privacy import scrub
 from profattn.results import ABRun, CellResult, CellStatus, CountersInfo, RunResult, write_results
+from profattn.trace.counters import parse_ncu_csv
 from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Preset, Workload
 
@@ -361,7 +361,7 @@ def reattach_traces(run: RunResult, run_dir: Path) -> TraceRead:
 
     Cells whose trace file is missing, unreadable or outside the run directory, or whose backend this
     install does not have, keep their stored summary; the traces not read are typed problems beside the run
-    (:class:`profattn.analysis.reattach.TraceRead`).
+    (:class:`profattn.analysis.run.reattach.TraceRead`).
     """
     return reattach(run, run_dir, family_of=_registered_family)
 

@@ -1,5 +1,5 @@
-"""``profattn analyze``'s outputs: a :class:`~profattn.analysis.traces.TraceSetAnalysis` (any PyTorch
-profiler trace files, analyzed by :func:`profattn.analysis.traces.analyze_paths`) as one self-contained
+"""``profattn analyze``'s outputs: a :class:`~profattn.analysis.calls.traces.TraceSetAnalysis` (any PyTorch
+profiler trace files, analyzed by :func:`profattn.analysis.calls.traces.analyze_paths`) as one self-contained
 HTML page and as versioned JSON.
 
 Here the analysis becomes rows of display-ready values (tests assert on rows); the page is rendered by
@@ -18,11 +18,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
-from profattn.analysis.calls import CALL_KERNEL_LIMIT
-from profattn.analysis.cells import kernel_stem
-from profattn.analysis.comm import RankTimeline
-from profattn.analysis.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
+from profattn.analysis.calls.call_records import AttentionCall, CallKernel, CausalAlignment, TraceCalls
+from profattn.analysis.calls.comm import RankTimeline
+from profattn.analysis.calls.kernels import CALL_KERNEL_LIMIT
+from profattn.analysis.calls.traces import RankClash, SkippedFile, TraceSetAnalysis, trace_group
+from profattn.analysis.common.names import kernel_stem
 from profattn.files import write_text_atomic
 from profattn.report.engine import achieved_text, call_engine_dict, engine_call_text, engine_dict, engine_section
 from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells
@@ -58,7 +58,7 @@ __all__ = [
 
 SCHEMA = "profattn.analysis"
 #: 2: a call's workload leaves out kv_lens (always [kv_len] × batch for a traced call); 3: output proportional to what
-#: a reader needs — a call's kernels beyond :data:`~profattn.analysis.calls.CALL_KERNEL_LIMIT` are summarised
+#: a reader needs — a call's kernels beyond :data:`~profattn.analysis.calls.kernels.CALL_KERNEL_LIMIT` are summarised
 #: (``kernels_omitted``), the attention calls beyond :data:`JSON_CALL_LIMIT` (the heaviest are kept) and every other
 #: list beyond :data:`JSON_LIST_LIMIT` too (``<list>_omitted``: count and GPU time), with the caps in ``limits``.
 SCHEMA_VERSION = 3

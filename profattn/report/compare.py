@@ -1,5 +1,5 @@
 """``profattn compare`` on the page: rows, sentences, the forest chart and the HTML of a
-:class:`profattn.analysis.compare.Comparison` (the typed result; this module only displays it).
+:class:`profattn.analysis.comparison.compare.Comparison` (the typed result; this module only displays it).
 
 The Markdown comment (:func:`profattn.report.markdown.comparison_markdown`) uses the same rows.
 """
@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from profattn.analysis.compare import (
+from profattn.analysis.common.stats import RatioEstimate
+from profattn.analysis.comparison.compare import (
     MIN_DRIFT_CELLS,
     CellChange,
     CompareClass,
@@ -22,7 +23,6 @@ from profattn.analysis.compare import (
     RegressionReason,
     VerdictChange,
 )
-from profattn.analysis.stats import RatioEstimate
 from profattn.report.format import fmt_bytes, fmt_us
 from profattn.report.render import render, write_html_file
 from profattn.report.verdict import summary as verdict_summary

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.comm import CpSummary
+from profattn.analysis.calls.comm import CpSummary
 from profattn.report.format import fmt_bytes, fmt_us, md_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from profattn.analysis.run import RunAnalysis
+    from profattn.analysis.run.analyze import RunAnalysis
 
 
 def _pct(v: float | None) -> str:
@@ -18,7 +18,7 @@ def _pct(v: float | None) -> str:
 
 
 def cp_rows(summaries: Sequence[CpSummary]) -> list[dict[str, str]]:
-    """One row of display strings per context-parallel cell's :class:`~profattn.analysis.comm.CpSummary`."""
+    """One row of display strings per context-parallel cell's :class:`~profattn.analysis.calls.comm.CpSummary`."""
     rows = []
     for s in summaries:
         rows.append({

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from profattn.analysis.call_records import (
+from profattn.analysis.calls.call_records import (
     AttentionCall, CallStepShare, EngineCall, GraphMerge, KVCacheShape, PartLedger, PhaseSums, TraceCalls,
 )
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_flops_rate, fmt_rate, fmt_us, short_kernel_name

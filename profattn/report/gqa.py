@@ -1,21 +1,21 @@
 """The run report's GQA section: cache traffic against arithmetic across KV-head counts — display rows and
-sentences from :mod:`profattn.analysis.gqa`, rendered by ``templates/gqa.html.j2`` and in the Markdown summary.
+sentences from :mod:`profattn.analysis.run.gqa`, rendered by ``templates/gqa.html.j2`` and in the Markdown summary.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.gqa import (
+from profattn.analysis.run.gqa import (
     BANDWIDTH_BOUND_FRACTION, LAUNCH_FLOOR_RATIO, REDUNDANT_DRAM_RATIO, Bound, CacheSaving, GqaComparison, HeadsCell,
     SavingOutcome,
 )
-from profattn.analysis.mechanisms import LAUNCH_BOUND_FRACTION
+from profattn.analysis.run.mechanisms import LAUNCH_BOUND_FRACTION
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_rate, fmt_sig, fmt_us
 from profattn.report.verdict import noise_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from profattn.analysis.run import RunAnalysis
+    from profattn.analysis.run.analyze import RunAnalysis
 
 
 def gqa_section(a: "RunAnalysis") -> dict[str, Any] | None:
@@ -36,7 +36,7 @@ def gqa_section(a: "RunAnalysis") -> dict[str, Any] | None:
 
 
 def rules_text() -> str:
-    """The section's rules in one paragraph (thresholds from :mod:`profattn.analysis.gqa`)."""
+    """The section's rules in one paragraph (thresholds from :mod:`profattn.analysis.run.gqa`)."""
     return (f"A cell is flagged when its DRAM traffic exceeds the requested bytes by more than "
             f"{(REDUNDANT_DRAM_RATIO - 1) * 100:.0f} % (the ledger rule): a smaller allocation alone does not prove that the "
             f"kernel avoided redundant reads. A saving counts only beyond noise (the verdict's rule). Bandwidth-bound: achieved "

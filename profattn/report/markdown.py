@@ -5,7 +5,7 @@ rendered with a row cap, and the cap is lowered (all rows, 200, 100, 50, 25, 10,
 fits in :data:`MAX_CHARS`; a truncated table ends with "… N more rows". The first line is
 :data:`profattn.files.MARKDOWN_MARKER` (an HTML comment GitHub does not show), so a later run may replace
 the file and never a user's. Rows come from the same records
-the HTML uses (one :class:`~profattn.analysis.run.RunAnalysis`; :mod:`profattn.report.compare`).
+the HTML uses (one :class:`~profattn.analysis.run.analyze.RunAnalysis`; :mod:`profattn.report.compare`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.compare import CompareClass, Comparison, EnvField
+from profattn.analysis.comparison.compare import CompareClass, Comparison, EnvField
 from profattn.files import MARKDOWN_MARKER
-from profattn.report.format import Md, md_code, md_text
 from profattn.report.compare import cell_rows, drift_text, method_text, summary_line, verdict_change_text, winner_rows
+from profattn.report.format import Md, md_code, md_text
 from profattn.report.verdict import summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
-    from profattn.analysis.run import RunAnalysis
+    from profattn.analysis.run.analyze import RunAnalysis
 
 #: GitHub rejects comments of 65,536 characters or more; stay a little below.
 MAX_CHARS = 65_000
@@ -57,7 +57,7 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
 
 
 def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
-    """A run as Markdown, formatted from its one analysis (:func:`profattn.analysis.run.analyze_run`): environment
+    """A run as Markdown, formatted from its one analysis (:func:`profattn.analysis.run.analyze.analyze_run`): environment
     line, verdict, the compact verdict table (workload, winner with what it read, margin, runner-up, why), the
     serving calls, GQA and context-parallel sections, and the result matrix (winners in bold; workloads by their
     short label; rates in the unit their header names, three significant digits; an eager column only where some

@@ -1,14 +1,14 @@
-"""Mechanisms in words: a :class:`profattn.analysis.mechanisms.Gap` (why one call trails another, from the run's own
+"""Mechanisms in words: a :class:`profattn.analysis.run.mechanisms.Gap` (why one call trails another, from the run's own
 evidence) → one sentence with its numbers. Only findings the analysis holds are worded; a gap without trace,
 counters or ceilings says so instead of guessing.
 """
 
 from __future__ import annotations
 
-from profattn.interfaces import Layout
-from profattn.analysis.mechanisms import (
+from profattn.analysis.run.mechanisms import (
     Bound, ExtraKernels, ExtraWork, Gap, GapPart, Grid, HostGap, KernelRole, Rate, Traffic, WorkCause,
 )
+from profattn.interfaces import Layout
 from profattn.report.format import fmt_sig, fmt_us
 from profattn.workload import Phase
 

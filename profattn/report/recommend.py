@@ -1,5 +1,5 @@
 """``profattn recommend``, ``profattn db list``, ``analyze --recommend`` and the run report's "Selection policy"
-section: the typed records of :mod:`profattn.analysis.recommend` and :mod:`profattn.analysis.policy` as text,
+section: the typed records of :mod:`profattn.analysis.selection.recommend` and :mod:`profattn.analysis.selection.policy` as text,
 JSON and template rows."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from profattn.analysis.policy import (
+from profattn.analysis.selection.policy import (
     BASELINES, Policy, Score, Validation, policy_to_dict, validation_dict,
 )
-from profattn.analysis.recommend import (
+from profattn.analysis.selection.recommend import (
     NEAR_TIE_FRACTION, CallAdvice, ChangeCost, Option, PlannedMeasurement, RankedBackend, Recommendation, Status,
     TraceAdvice,
 )
@@ -272,7 +272,7 @@ def validation_table(v: Validation) -> str:
 def model_rows(p: Policy) -> list[dict[str, Any]]:
     """One row per cost model: backend, regime, cells/workloads, σ, and its coefficients as rates (µs per MB as
     GB/s, µs per GFLOP as TFLOP/s: the efficiency the fit found) and its launch floor. A rate above the GPU's
-    measured roof (read stream; the matrix roof, :attr:`~profattn.analysis.costmodel.CostModels.flops_roof_tflops`)
+    measured roof (read stream; the matrix roof, :attr:`~profattn.analysis.selection.costmodel.CostModels.flops_roof_tflops`)
     is not an efficiency — the fit left that term almost unused, the others
     carry the time — and shows as "unused" rather than as an impossible rate."""
     def rate(per_unit: float, roof: float | None, unit: str) -> str:
@@ -407,7 +407,7 @@ def trace_advice_json(advice: Sequence[TraceAdvice]) -> list[dict[str, Any]]:
 # ---- the run report's section -----------------------------------------------------------------------------------
 def policy_section(policy: Policy | None) -> dict[str, Any] | None:
     """Rows of the run report's "Selection policy" section: the cost models learnt from this run's own cells
-    (:attr:`profattn.analysis.run.RunAnalysis.policy`, derived once there) and their leave-one-workload-out validation
+    (:attr:`profattn.analysis.run.analyze.RunAnalysis.policy`, derived once there) and their leave-one-workload-out validation
     beside the constant baselines; None when fewer than three workloads have an eligible cell (nothing to learn or
     check)."""
     if policy is None or policy.workloads < 3 or policy.validation is None:

@@ -1,5 +1,5 @@
 """The run report (``profattn profile``/``report``): display rows formatted here from one
-:class:`~profattn.analysis.run.RunAnalysis` (tests assert on them), charts by plotly, the page rendered by
+:class:`~profattn.analysis.run.analyze.RunAnalysis` (tests assert on them), charts by plotly, the page rendered by
 :func:`profattn.report.render.render` (``report.html.j2``, autoescaped, plotly.js embedded once, so the file opens
 offline). Numbers are formatted by :mod:`profattn.report.format`. Nothing here ranks, compares or re-derives: the
 winners, ties, verdict, mechanisms, ledgers and sections all come from the analysis.
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from profattn.analysis.run.analyze import MatrixCell, RunAnalysis, analyze_run
+from profattn.analysis.run.noise import NoiseKind
+from profattn.analysis.run.reattach import TraceProblem, TraceProblemKind
 from profattn.interfaces import Layout
-from profattn.analysis.noise import NoiseKind
-from profattn.analysis.reattach import TraceProblem, TraceProblemKind
-from profattn.analysis.run import MatrixCell, RunAnalysis, analyze_run
 from profattn.report.format import (
     flops_unit,
     fmt_bytes,
@@ -151,7 +151,7 @@ def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
 def sdpa_mask_path_text(m: MatrixCell) -> str | None:
     """For an SDPA cell whose workload reaches SDPA as an explicit boolean mask (a sliding window, or a
     variable-length call padded to the longest sequence), which SDPA path ran, read from the cell's trace
-    (:attr:`profattn.analysis.run.MatrixCell.sdpa`): e.g. ``sliding window 4096 as an explicit mask: SDPA ran the
+    (:attr:`profattn.analysis.run.analyze.MatrixCell.sdpa`): e.g. ``sliding window 4096 as an explicit mask: SDPA ran the
     math path (aten::_scaled_dot_product_attention_math; dominant kernel gemvx::kernel)``. None for other cells, or
     when the trace names no SDPA backend op."""
     p = m.sdpa
@@ -618,7 +618,7 @@ def render_html(a: RunAnalysis, *, title: str = "profattn report") -> str:
 
 
 def trace_problem_text(p: TraceProblem) -> str:
-    """Why one cell's trace was not read (a :class:`~profattn.analysis.reattach.TraceProblem`), as a sentence:
+    """Why one cell's trace was not read (a :class:`~profattn.analysis.run.reattach.TraceProblem`), as a sentence:
     ``trace_file 'traces/x.json.gz' is missing: not read, stored summary kept``."""
     if p.kind is TraceProblemKind.OUTSIDE_RUN:
         return f"trace_file {p.trace_file!r} is outside the run directory: not read"
@@ -650,8 +650,8 @@ def noise_texts(a: RunAnalysis) -> list[str]:
 
 
 def report_analysis(run: RunResult, *, traces: Sequence[Any] = (), keep_host_info: bool = False) -> RunAnalysis:
-    """``run`` analysed once for display (:func:`profattn.analysis.run.analyze_run`; ``traces``: the
-    :class:`~profattn.analysis.reattach.TraceProblem` records of the traces not read). Unless ``keep_host_info``, host
+    """``run`` analysed once for display (:func:`profattn.analysis.run.analyze.analyze_run`; ``traces``: the
+    :class:`~profattn.analysis.run.reattach.TraceProblem` records of the traces not read). Unless ``keep_host_info``, host
     and user names and absolute paths are scrubbed from the run and the problems first (:mod:`profattn.privacy`), so
     nothing shown carries them."""
     if not keep_host_info:

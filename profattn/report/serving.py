@@ -1,20 +1,20 @@
 """The run report's serving section: attention time per prompt against chunk size (the time-to-first-token
 component), the cache append's time and bytes, and how each mixed step splits between its prefill and decode
-parts — display rows from :mod:`profattn.analysis.serving`, rendered by ``templates/serving.html.j2``.
+parts — display rows from :mod:`profattn.analysis.run.serving`, rendered by ``templates/serving.html.j2``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from profattn.analysis.serving import MixedSplit, PartTime, PromptTime
+from profattn.analysis.run.serving import MixedSplit, PartTime, PromptTime
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_us
 from profattn.results import CellStatus
 from profattn.workload import Workload
 from profattn.workload.spec import seqs_spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from profattn.analysis.run import RunAnalysis
+    from profattn.analysis.run.analyze import RunAnalysis
 
 
 def serving_section(a: "RunAnalysis") -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
-"""``profattn simulate``'s outputs from one :class:`~profattn.analysis.simulate.SimulationReport`: display rows, the
-verdict sentences (built here from the typed :class:`~profattn.analysis.simulate.Findings`), plotly charts, the HTML
+"""``profattn simulate``'s outputs from one :class:`~profattn.analysis.simulation.simulate.SimulationReport`: display rows, the
+verdict sentences (built here from the typed :class:`~profattn.analysis.simulation.simulate.Findings`), plotly charts, the HTML
 page (``simulate.html.j2``, whose section ``simulation.html.j2`` another page can include), GitHub Markdown, the
 console text and the versioned JSON (:data:`SCHEMA` v:data:`SCHEMA_VERSION`).
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from profattn.analysis.simulate import (
-    DeploymentResult, Findings, LatencySummary, RatePoint, ShapeClass, SimulationReport, StepKind, StepLog,
-)
-from profattn.analysis.stepcost import Provenance
+from profattn.analysis.simulation.rates import LatencySummary, RatePoint
+from profattn.analysis.simulation.replay import StepKind, StepLog
+from profattn.analysis.simulation.simulate import DeploymentResult, Findings, ShapeClass, SimulationReport
+from profattn.analysis.simulation.stepcost import Provenance
 from profattn.files import write_text_atomic
 from profattn.report.format import MISSING, fmt_latency_s, fmt_us, md_text
 from profattn.report.markdown import fit, md_table

@@ -1,4 +1,4 @@
-"""The verdict in words: typed :class:`profattn.analysis.verdict.Verdict` records → sentences.
+"""The verdict in words: typed :class:`profattn.analysis.run.verdict.Verdict` records → sentences.
 
 One renderer for the HTML report, the Markdown summary, ``profattn profile``'s last line and
 ``profattn compare``. Latencies print with :func:`fmt_us`, as in the result matrix.
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
-from profattn.analysis.comm import CpSummary
-from profattn.interfaces import Layout
-from profattn.analysis.ledgers import ByteLedger
-from profattn.analysis.verdict import (
-    NOISE_FRACTION, CellEvidence, LayoutRanking, LayoutSplit, Margin, ServingCall, ServingRow, ServingVerdict, Standing,
-    TieReason, TrainingOutcome, Verdict, WorkloadVerdict,
+from profattn.analysis.calls.comm import CpSummary
+from profattn.analysis.common.margins import NOISE_FRACTION, Margin, TieReason
+from profattn.analysis.run.ledgers import ByteLedger
+from profattn.analysis.run.verdict import (
+    CellEvidence, LayoutRanking, LayoutSplit, ServingCall, ServingRow, ServingVerdict, Standing, TrainingOutcome, Verdict, WorkloadVerdict,
 )
+from profattn.interfaces import Layout
 from profattn.report.format import fmt_sig, fmt_us
 from profattn.report.mechanisms import layout_name, mechanism_text
 from profattn.workload import KVLayout, Phase, Workload

@@ -259,7 +259,7 @@ class RankRecord:
     (forward, plus backward for train; wall clock around the step after a barrier); from its trace, per profiled call:
     ``compute_us`` (attention), ``comm_us`` (the process-group backend moving data), ``overlap_us`` (both at once),
     ``idle_us`` (neither), ``sent_bytes``/``received_bytes`` (the traced collectives' sizes,
-    :mod:`profattn.analysis.comm`); ``ledger_bytes``: what the formula says it sends
+    :mod:`profattn.analysis.calls.comm`); ``ledger_bytes``: what the formula says it sends
     (:func:`profattn.workload.cp.cp_ledger`; None where none is counted); ``peak_mem_bytes``: peak allocated during
     one step (CUDA; None on a CPU); ``trace_file``: relative to the run directory. Missing figures are None."""
 

@@ -274,7 +274,7 @@ def workload_fields(w: Workload) -> dict[str, Any]:
 
 
 def row_features(m: Measurement) -> dict[str, Any]:
-    """The workload fields a selection rule may test (see :mod:`profattn.analysis.policy`)."""
+    """The workload fields a selection rule may test (see :mod:`profattn.analysis.selection.policy`)."""
     return {"phase": m.phase, "batch": m.batch, "q_len": m.q_len, "kv_len": m.kv_len, "num_q_heads": m.num_q_heads,
             "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": m.dtype, "mask": m.mask,
             "kv_layout": m.kv_layout, "page_size": m.page_size, "kv_len_dist": m.kv_len_dist,

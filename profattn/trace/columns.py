@@ -554,7 +554,7 @@ class EventColumns:
 
     def _usable(self, value: Any, depth: int = 0) -> Any:
         """A recorded value with every number usable — an integer beyond ±2**64 (a dimension read as such is
-        unknown, with its value in the analysis' warning: :data:`profattn.analysis.call_shapes.SHAPE_LIMITS`) or a
+        unknown, with its value in the analysis' warning: :data:`profattn.analysis.calls.call_shapes.SHAPE_LIMITS`) or a
         non-finite float becomes None (counted) — and every string safe for UTF-8 output (:func:`profattn.values.safe_text`, counted);
         nesting deeper than 8 levels becomes None."""
         if isinstance(value, list):

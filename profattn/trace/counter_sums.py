@@ -1,6 +1,6 @@
 """The one rule for summing Nsight Compute counters over kernels: a sum that some kernel lacks stays
 missing (NaN), and how many kernels lack each counter is counted. Used per NVTX range
-(:func:`counters_by_range`) and per profattn cell (:func:`profattn.analysis.cells.counter_summary`).
+(:func:`counters_by_range`) and per profattn cell (:func:`profattn.analysis.run.cells.counter_summary`).
 
 Input: :attr:`profattn.trace.counters.NcuReport.kernels` (bytes; ``gpu_time_us`` in µs). Torch-free.
 """

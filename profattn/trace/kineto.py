@@ -45,7 +45,7 @@ Example, the H200 flash-decode fixture (``shared/fixtures/traces``)::
     kernels_in_range(t, "decode_FLASH_ATTENTION")["call"].tolist()   # [0, 0, 1, 1, 2, 2]
 
 What one call of a profattn cell launched (per-call kernels, GPU time, launch shapes) is
-:func:`profattn.analysis.cells.summarize_cell`, built on :func:`kernels_in_range`.
+:func:`profattn.analysis.run.cells.summarize_cell`, built on :func:`kernels_in_range`.
 """
 
 from __future__ import annotations

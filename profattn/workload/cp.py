@@ -12,7 +12,7 @@ The ledger (:func:`cp_ledger`) counts what one rank sends (and, by symmetry, rec
 backward for ``train`` — as each collective's *logical* payload: an all-gather of ``n`` elements per rank sends them
 to ``R − 1`` peers (``(R − 1)·n``), an equal-split all-to-all of ``N`` elements keeps ``N / R`` and sends the rest
 (``N·(R − 1)/R``), a point-to-point send/receive moves its tensor once. The traced sizes are converted by the same
-rules (:mod:`profattn.analysis.comm`), so the two are compared like for like. With ``n_kv = B·Hkv·(L/R)·d`` (one rank's
+rules (:mod:`profattn.analysis.calls.comm`), so the two are compared like for like. With ``n_kv = B·Hkv·(L/R)·d`` (one rank's
 K elements), ``n_q = B·Hq·(L/R)·d``, ``s`` the dtype's bytes and ``a = max(s, 4)`` (gradient accumulators, fp32):
 
 ==========  ======================================  ==================================================

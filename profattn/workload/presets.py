@@ -128,7 +128,7 @@ PRESETS["serving-small"] = Preset(
 def _gqa(*, batch: int, hq: int, hkvs: Iterable[int], d: int, kv_lens: Iterable[int]) -> tuple[Workload, ...]:
     """Decode steps (q_len 1, paged 16, bf16, causal) at every KV length in ``kv_lens`` and, at each, every KV-head
     count in ``hkvs`` with the same ``hq`` query heads: workloads identical but for ``num_kv_heads``, so cache
-    bytes fall with Hkv while FLOPs stay (``profattn.analysis.gqa``)."""
+    bytes fall with Hkv while FLOPs stay (``profattn.analysis.run.gqa``)."""
     return tuple(Workload(phase=Phase.DECODE, batch=batch, q_len=1, kv_len=n, num_q_heads=hq, num_kv_heads=h, head_dim=d,
                           dtype="bfloat16", mask=Mask.CAUSAL, kv_layout=KVLayout.PAGED, page_size=16)
                  for n in kv_lens for h in hkvs)

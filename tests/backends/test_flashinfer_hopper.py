@@ -100,7 +100,7 @@ def test_families_tell_fa2_from_fa3_by_the_h200_kernel_names():
     assert not FLASHINFER_FA3.matches_kernel(fa2_paged) and not FLASHINFER_FA2.matches_kernel(fa3_paged)
     assert FLASHINFER_FA2.matches_kernel(fa2_paged) and not FLASHINFER_FA2.matches_kernel(merge)
     assert FLASHINFER_XQA.matches_kernel("kernel_mha(unsigned int, float, float const*, Vec<__nv_bfloat16, 128u>*)")
-    from profattn.analysis.cells import family_check
+    from profattn.analysis.run.cells import family_check
 
     assert family_check(FLASHINFER_FA3, [fa3_paged, "void flashinfer::BlockSparseIndicesToVectorSparseOffsetsKernel<int>"], [])[0]
     ok, note = family_check(FLASHINFER_FA3, [fa2_paged, merge], [])

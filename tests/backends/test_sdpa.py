@@ -148,7 +148,7 @@ def test_cpu_trace_evidence_belongs_to_the_nested_family(cpu):
     fused attention family's."""
     from torch.profiler import profile
 
-    from profattn.analysis.cells import family_check
+    from profattn.analysis.run.cells import family_check
     from profattn.families import FLASH, NESTED
 
     w = parse_workload_spec(f"mix=3x(q1,kv9)+1x(q1,kv30),{HEADS},page=4,dtype=float32")

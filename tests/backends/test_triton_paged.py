@@ -261,7 +261,7 @@ def test_a_profiled_interpreter_cell_passes_the_family_check(tmp_path, monkeypat
     """The README's example on a CPU flagged every triton-paged-decode cell "✗ family: no triton operator among the
     9 that ran": the interpreter records no operator naming the kernel. Each launch now runs inside a
     ``triton-interpreter::<kernel>`` range, the evidence TRITON matches; the eager cell beside it stays dense."""
-    from profattn.analysis.cells import attach_trace
+    from profattn.analysis.run.cells import attach_trace
     from profattn.backends import get_backend
     from profattn.families import TRITON
     from profattn.harness.cell import run_cell

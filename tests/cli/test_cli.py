@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
+from profattn.backends.registry import DEFAULT_BACKENDS, default_backends
 from profattn.cli import main
 from profattn.results import CellStatus, read_results
-from profattn.backends.registry import DEFAULT_BACKENDS, default_backends
 
 
 def invoke(*args: str):

@@ -69,7 +69,7 @@ def test_noise_findings_from_spread_and_load():
     import dataclasses
 
     from factories import SEED, cell, environment, run
-    from profattn.analysis.noise import NoiseKind, noise_findings
+    from profattn.analysis.run.noise import NoiseKind, noise_findings
     from profattn.results import Timing
 
     w = SEED.workloads

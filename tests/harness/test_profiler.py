@@ -69,7 +69,7 @@ def test_replayed_kernels_are_attributed_to_the_replays_on_the_gpu(tmp_path: Pat
     from dataclasses import replace
 
     import factories
-    from profattn.analysis.cells import summarize_cell
+    from profattn.analysis.run.cells import summarize_cell
 
     dev = torch.device("cuda")
     x = torch.randn(64, 1024, device=dev)

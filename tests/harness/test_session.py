@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from profattn.analysis.verdict import winners
+from profattn.analysis.run.verdict import winners
 from profattn.backends import Prepared, register, unregister
 from profattn.backends.eager import eager_attention
 from profattn.families import DENSE, FLASH
 from profattn.harness.cell import run_cell
 from profattn.harness.inputs import check, make_inputs, reference
-from profattn.results import CellStatus, read_results
 from profattn.harness.session import SessionConfig, run_session
+from profattn.results import CellStatus, read_results
 from profattn.workload import Phase, Preset, Workload, get_preset
 
 TINY = Preset("tiny", "test", (

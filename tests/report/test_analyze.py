@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 from conftest import ALEXNET, AMD, CPU_ONLY, FLASH, MATH, OLD_SCHEMA, trace_fixture
 
-from profattn.analysis.traces import RankClash, TraceSetAnalysis, analyze_paths, find_trace_files
+from profattn.analysis.calls.call_records import CausalAlignment, TraceCalls
+from profattn.analysis.calls.call_shapes import attention_family
+from profattn.analysis.calls.find import find_attention_calls
+from profattn.analysis.calls.traces import RankClash, TraceSetAnalysis, analyze_paths, find_trace_files
+from profattn.errors import ProfattnError
 from profattn.report.analyze import (
     analysis_to_dict,
     call_group_rows,
@@ -30,10 +34,6 @@ from profattn.report.analyze import (
     set_warnings,
     step_rows,
 )
-from profattn.analysis.call_records import CausalAlignment, TraceCalls
-from profattn.analysis.call_shapes import attention_family
-from profattn.analysis.calls import find_attention_calls
-from profattn.errors import ProfattnError
 from tracebuild import BF16, cpu_op, kernel, launch, sdpa_call, write_trace
 from profattn.trace.kineto import load_trace
 from profattn.workload import Phase, Workload, parse_workload_spec

@@ -18,7 +18,8 @@ from conftest import AMD, FLASH, trace_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profattn.analysis.traces import TraceSetAnalysis, analyze_paths
+from profattn.analysis.calls.traces import TraceSetAnalysis, analyze_paths
+from profattn.errors import ProfattnError
 from profattn.report.analyze import (
     analysis_to_dict,
     call_group_rows,
@@ -27,7 +28,6 @@ from profattn.report.analyze import (
     launch_shape_rows,
     render_html,
 )
-from profattn.errors import ProfattnError
 
 
 @functools.cache

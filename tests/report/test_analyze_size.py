@@ -67,7 +67,7 @@ def test_a_call_of_many_kernels_is_summarised_under_a_memory_cap(tmp_path: Path)
 
 
 def test_the_json_details_the_heaviest_calls_and_counts_the_rest(tmp_path: Path):
-    from profattn.analysis.traces import analyze_paths
+    from profattn.analysis.calls.traces import analyze_paths
     from profattn.report.analyze import JSON_CALL_LIMIT, analysis_to_dict, render_html
 
     calls = JSON_CALL_LIMIT + 200

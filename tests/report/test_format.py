@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.format import (
     MISSING,
     causal_text,

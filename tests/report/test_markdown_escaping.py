@@ -13,8 +13,8 @@ import pytest
 from factories import SEED, cell, run
 from markdown_it import MarkdownIt
 
-from profattn.analysis.compare import compare_runs
-from profattn.analysis.run import analyze_run
+from profattn.analysis.comparison.compare import compare_runs
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.format import md_code, md_text
 from profattn.report.markdown import comparison_markdown, run_markdown
 

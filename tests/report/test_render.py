@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import FLASH, trace_fixture
 
-from profattn.analysis.run import analyze_run
-from profattn.analysis.calls import find_attention_calls
-from profattn.analysis.traces import TraceSetAnalysis
+from profattn.analysis.calls.find import find_attention_calls
+from profattn.analysis.calls.traces import TraceSetAnalysis
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report import analyze as analyze_page
 from profattn.report import run as run_page
 from profattn.report.render import (
@@ -27,7 +27,7 @@ BASE_MARKER = '<meta name="generator" content="profattn">'
 
 
 def _pages() -> dict[str, str]:
-    from profattn.analysis import compare as comparison
+    from profattn.analysis.comparison import compare as comparison
     from profattn.report import compare as compare_page
 
     train, _, _, _, d8192 = SEED.workloads

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.format import fmt_bytes, fmt_us
 from profattn.report.run import launch_rows, matrix_rows, render_html
 from profattn.results import CellStatus

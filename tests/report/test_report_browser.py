@@ -95,8 +95,8 @@ def test_analyze_and_compare_pages_render(tmp_path: Path):
     """The analyze and compare pages extend the same base template: its plotly start-up draws their charts."""
     from conftest import FLASH, trace_fixture
 
-    from profattn.analysis import compare as comparison
-    from profattn.analysis.traces import analyze_paths
+    from profattn.analysis.calls.traces import analyze_paths
+    from profattn.analysis.comparison import compare as comparison
     from profattn.report.analyze import write_html
 
     analyze = write_html(analyze_paths([trace_fixture(FLASH)]), tmp_path / "analyze.html")

@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from profattn.analysis.comm import cp_summaries
-from profattn.analysis.run import analyze_run
+from profattn.analysis.calls.comm import cp_summaries
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.cp import cp_markdown, cp_rows, cp_section, rank_rows
 from profattn.results import RankRecord
 from profattn.workload import parse_workload_spec

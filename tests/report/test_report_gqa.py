@@ -3,7 +3,7 @@ when no workloads differ only in their KV heads."""
 
 from __future__ import annotations
 
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.gqa import article, gqa_section, times
 from profattn.report.markdown import run_markdown
 from profattn.report.run import render_html

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from factories import cell, run
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
 from profattn.report.recommend import option_text, policy_section, validation_table
 from profattn.report.run import render_html
 from profattn.results import read_results
@@ -34,7 +34,7 @@ def test_no_section_for_fewer_than_three_workloads():
 
 
 def test_option_and_table_texts():
-    from profattn.analysis.recommend import ChangeCost, Option
+    from profattn.analysis.selection.recommend import ChangeCost, Option
     from profattn.interfaces import ADOPTIONS, Change
 
     o = Option("sdpa-cudnn", (Change.GATHER,), (ChangeCost(Change.GATHER, 62.6, False, 268_435_456, 4287.0, 117.6),),
@@ -42,7 +42,7 @@ def test_option_and_table_texts():
     assert option_text(o) == ("needs a contiguous cache (gather the pages per call, or keep a contiguous copy) — gather "
                               "≈ 62.6 µs per call (268.4 MB at 4,287 GB/s; gather + SDPA measured 117.6 µs)")
     assert option_text(Option("x", (), (), None)) == "drop-in" and "plugin" in option_text(Option("x", None, (), None))
-    from profattn.analysis.policy import HeldOut, Scored, SliceResult, Validation
+    from profattn.analysis.selection.policy import HeldOut, Scored, SliceResult, Validation
 
     h = HeldOut("k", "decode", "a", Scored("a", True, 0.0), False, (Scored("b", False, 0.1),) * 3)
     table = validation_table(Validation((SliceResult("head_dim", "64", (h,)),), None))

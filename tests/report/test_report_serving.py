@@ -6,10 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from factories import cell, run
-from profattn.analysis.run import analyze_run
+from profattn.analysis.run.analyze import analyze_run
+from profattn.analysis.run.serving import mixed_splits, prompt_times
 from profattn.report.run import render_html
 from profattn.report.serving import describe_step, mixed_rows, prompt_rows, serving_section
-from profattn.analysis.serving import mixed_splits, prompt_times
 from profattn.results import CellStatus, Timing
 from profattn.workload import Workload
 

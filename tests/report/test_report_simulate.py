@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from factories import simulation
-from profattn.analysis.simulate import ShapeClass, StepKind
+from profattn.analysis.simulation.replay import StepKind
+from profattn.analysis.simulation.simulate import ShapeClass
 from profattn.files import MARKDOWN_MARKER, is_profattn_output
 from profattn.report import simulate as out
 from profattn.report.format import fmt_latency_s

@@ -7,11 +7,11 @@ from pathlib import Path
 from click.testing import CliRunner
 from factories import SEED, cell, run
 
-from profattn.analysis.run import analyze_run
+from profattn.analysis.comparison.compare import compare_runs
+from profattn.analysis.run.analyze import analyze_run
 from profattn.cli import main
-from profattn.analysis.compare import compare_runs
-from profattn.results import read_results
 from profattn.report.markdown import MAX_CHARS, comparison_markdown, md_table, run_markdown
+from profattn.results import read_results
 from profattn.workload import Workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_names_from_a_run_are_inert_in_markdown():
 def test_compare_classes_in_markdown_come_from_the_enum():
     """The real fused-combine comparison: every class printed is a CompareClass value, counted from the typed
     cells, regressions in bold; the top-changes table is chosen from typed values, not from the text."""
-    from profattn.analysis.compare import CompareClass
+    from profattn.analysis.comparison.compare import CompareClass
     from profattn.report.compare import cell_rows
 
     runs = REPO / "examples" / "compare" / "runs"

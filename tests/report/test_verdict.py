@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from factories import cell, run
-from profattn.analysis.run import analyze_run
-from profattn.analysis.verdict import verdict
+from profattn.analysis.run.analyze import analyze_run
+from profattn.analysis.run.verdict import verdict
 from profattn.report.markdown import run_markdown
 from profattn.report.run import render_html
 from profattn.report.verdict import render_verdict, seqs_label, serving_text, summary, workload_label
@@ -160,7 +160,7 @@ def test_verdict_rows_of_a_gqa_run_name_their_heads():
     the short label); rows and headlines now carry the run's distinct labels."""
     from factories import gqa_run
 
-    from profattn.analysis.verdict import verdict
+    from profattn.analysis.run.verdict import verdict
 
     rows = render_verdict(verdict(gqa_run())).rows
     labels = [r.label for r in rows]
@@ -188,7 +188,7 @@ def test_windows_and_fp8_caches_are_not_context_lengths_in_the_summary():
     is "depends on the workload"."""
     from factories import cell, run
 
-    from profattn.analysis.verdict import verdict
+    from profattn.analysis.run.verdict import verdict
     from profattn.report.verdict import summary
 
     train = Workload(phase="train", batch=2, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)

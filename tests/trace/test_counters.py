@@ -628,7 +628,7 @@ def test_sum_counters_labels_missing_values() -> None:
 def test_cell_counter_summary_keeps_missing_missing() -> None:
     """Before: analysis.counter_summary filled a missing value with 0 (dram_write_bytes 10, a partial
     sum); now it is None like counters_by_range's NaN, and the kernels lacking it are counted."""
-    from profattn.analysis.cells import counter_summary
+    from profattn.analysis.run.cells import counter_summary
 
     kernels = _partial_report().kernels
     summary = counter_summary(kernels[kernels["range"] == "cell"])

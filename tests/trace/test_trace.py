@@ -18,7 +18,7 @@ from profattn.errors import ProfattnError, TraceError
 from dataclasses import replace
 
 import factories
-from profattn.analysis.cells import summarize_cell
+from profattn.analysis.run.cells import summarize_cell
 from profattn.families import FLASH as FLASH_FAMILY
 from profattn.results import TraceSummary
 from profattn.trace import (

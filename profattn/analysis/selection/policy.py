@@ -1,0 +1,698 @@
+"""The selection policy: which backend for a workload nobody measured, from per-backend cost models
+(:mod:`profattn.analysis.selection.costmodel`) fitted on every stored cell of one GPU, and its validation on data it was not
+fitted to. Typed records only; :mod:`profattn.report.recommend` words them.
+
+The pick (:meth:`Policy.choose`):
+
+1. **Candidates**: every backend with a model in the regime the workload would be read in by that backend (a dense
+   backend reads a paged workload's contiguous copy: :func:`~profattn.interfaces.layout_read`), minus those the store
+   saw refuse the same kind of call (:func:`refusal_key`: same phase, layout, head_dim, GQA group, dtype, KV dtype,
+   window and length kind, and never ran one) and those **dominated** in that regime — slower beyond noise than one
+   other candidate on every one (at least :data:`MIN_DOMINANCE`) of the regime's measured workloads where both ran. So importing fewer runs can
+   remove answers, never make a backend the store measured slower on every plain workload of a phase the answer.
+2. **Lowest predicted latency** (:class:`~profattn.analysis.selection.costmodel.Estimate`), except that a model taught by
+   fewer than :data:`WEAK_WORKLOADS` workloads does not overrule the regime's **default** — the backend that won
+   most of the regime's measured workloads (the best constant choice there). Without any candidate model (a regime
+   no cell taught, a ragged batch) the default answers, else the defaults of regimes of the same phase and layout,
+   then of the same phase, then the backend that won most workloads overall — marked as not modelled.
+3. An answer whose chosen estimate lies outside its model's span is marked **extrapolated**.
+
+Validation (:func:`validate`): whole slices are held out — every value of head_dim, GQA group, batch decade, kv
+decade, page size and phase in turn — the policy is learnt from the rest and scored on the slice against what was
+measured there, beside constant baselines learnt from the same rest (:data:`BASELINES`: the most frequent winner
+of the workload's regime, the best single backend, and a fixed priority list like vLLM's), plus leave one workload
+out. A pick *hits* when it is within :data:`HIT_FRACTION` of the measured best or within noise of it
+(:func:`~profattn.analysis.common.margins.judged_margin`); regret is ``t_pick / t_best − 1``. Only backends measured on a
+held-out workload can be scored, so picks are made among those (for the policy and the baselines alike).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from profattn.analysis.common.margins import JudgedTime, judged_margin
+from profattn.analysis.selection.costmodel import (
+    BANDWIDTH_OCTAVES, FEATURE_DOC, FEATURES, SHRINK, BackendModel, CostModels, Estimate, Regime, features, fit_all,
+    regime_of, sample,
+)
+from profattn.errors import ProfattnWarning, WorkloadError
+from profattn.interfaces import Adoption, Layout, adoption_of, layout_read
+from profattn.store import Measurement
+from profattn.workload import Workload
+
+#: ``schema`` and ``version`` of the exported policy (``profattn recommend --export``).
+POLICY_SCHEMA = "profattn.policy"
+POLICY_VERSION = 2
+#: A model taught by fewer workloads than this does not overrule the regime's default (it can only rescale the one
+#: or two shapes it saw).
+WEAK_WORKLOADS = 3
+#: An estimate less certain than this (σ of log time: 0.5 ≈ a factor 1.65 either way) carries no information for the
+#: pick: the lowest estimate among the more certain candidates wins (among all, when none is more certain).
+MAX_SIGMA = 0.5
+#: Workloads two backends must share before "slower on every one" makes one dominated.
+MIN_DOMINANCE = 3
+#: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
+HIT_FRACTION = 0.03
+#: The cost of choosing a backend with no eligible cell on a workload (as a regret: 10× its time).
+UNRUNNABLE_COST = 10.0
+#: vLLM's attention-backend priority on Hopper as profattn's backends (FlashAttention first, then FlashInfer, then
+#: Triton; ``vllm/platforms/cuda.py``, ``get_attn_backend_cls``), then the rest: the fixed-list baseline.
+VLLM_PRIORITY = ("sdpa-flash", "flashinfer-decode-tc", "flashinfer-decode", "flashinfer-prefill-paged",
+                 "flashinfer-prefill-ragged", "triton-paged-decode", "triton-paged-prefill", "flex-paged-decode",
+                 "sdpa-cudnn", "sdpa-efficient", "flex", "sdpa-nested", "torch-paged-reference", "sdpa-math", "eager")
+#: The constant baselines every slice is scored for.
+BASELINES = ("most frequent winner", "best single backend", "fixed priority (vLLM-like)")
+
+
+def pooled_time(cells: Sequence[Measurement]) -> JudgedTime:
+    """One backend's judged time on one workload over every stored cell of it (several runs): one cell's own
+    judged time; for several, the median of all their samples (one median per repeat) and the median of their p10s
+    and of their p90s (the typical spread of one measurement, not the spread between runs).
+
+    Raises:
+        ValueError: no cell, an untimed cell, or cells of several backends.
+    """
+    if not cells or any(c.latency_us is None for c in cells):
+        raise ValueError("pooled_time needs timed cells")
+    if len({c.backend for c in cells}) != 1:
+        raise ValueError(f"pooled_time over several backends: {sorted({c.backend for c in cells})}")
+    if len(cells) == 1:
+        c = cells[0]
+        return JudgedTime(c.backend, c.latency_us, c.p10_us or c.latency_us, c.p90_us or c.latency_us,  # type: ignore[arg-type]
+                          c.samples_us or (c.latency_us,))  # type: ignore[arg-type]
+    samples = tuple(s for c in cells for s in (c.samples_us or (c.latency_us,)))  # type: ignore[arg-type]
+    return JudgedTime(cells[0].backend, statistics.median(samples),
+                      statistics.median(c.p10_us or c.latency_us for c in cells),  # type: ignore[misc]
+                      statistics.median(c.p90_us or c.latency_us for c in cells), samples)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class WorkloadTimes:
+    """One workload's eligible backends on one GPU: ``times`` by backend (pooled, fastest first), the ``workload``,
+    its ``key``, the ``cells`` behind ``times`` and ``regime``: its regime read in its own layout (None: ragged)."""
+
+    key: str
+    workload: Workload
+    times: tuple[JudgedTime, ...]
+    cells: int
+    regime: Regime | None
+
+    @property
+    def best(self) -> JudgedTime:
+        """The fastest backend's time."""
+        return self.times[0]
+
+    def time_of(self, backend: str) -> JudgedTime | None:
+        """``backend``'s time here, or None when it has no eligible cell."""
+        return next((t for t in self.times if t.backend == backend), None)
+
+    def cost(self, backend: str) -> float:
+        """The cost of choosing ``backend`` here: 0 within noise of the best, else its regret; :data:`UNRUNNABLE_COST`
+        without an eligible cell."""
+        t = self.time_of(backend)
+        if t is None:
+            return UNRUNNABLE_COST
+        if t.backend == self.best.backend or judged_margin(self.best, t).tie:
+            return 0.0
+        return t.median_us / self.best.median_us - 1.0
+
+    def hits(self, backend: str) -> bool:
+        """Whether ``backend`` is within :data:`HIT_FRACTION` or within noise of the best here."""
+        t = self.time_of(backend)
+        return t is not None and (t.median_us <= self.best.median_us * (1 + HIT_FRACTION)
+                                  or judged_margin(self.best, t).tie)
+
+    def regret(self, backend: str) -> float | None:
+        """``t_backend / t_best − 1`` (None: no eligible cell)."""
+        t = self.time_of(backend)
+        return None if t is None else t.median_us / self.best.median_us - 1.0
+
+
+def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
+    """Group eligible cells (ineligible ones never rank) by workload key and backend, pooled (:func:`pooled_time`),
+    sorted by key; workloads whose stored fields no longer parse are left out."""
+    by_key: dict[str, dict[str, list[Measurement]]] = {}
+    for c in cells:
+        if c.eligible and c.latency_us is not None and math.isfinite(c.latency_us):
+            by_key.setdefault(c.workload_key, {}).setdefault(c.backend, []).append(c)
+    out = []
+    for key in sorted(by_key):
+        per = by_key[key]
+        first = next(iter(per.values()))[0]
+        try:
+            w = first.workload()
+        except WorkloadError:
+            continue
+        times = sorted((pooled_time(v) for v in per.values()), key=lambda t: (t.median_us, t.backend))
+        out.append(WorkloadTimes(key, w, tuple(times), sum(len(v) for v in per.values()), regime_of(w, w.kv_layout.value)))
+    return tuple(out)
+
+
+def _parsed(cells: Iterable[Measurement]) -> tuple[dict[str, Workload], dict[str, str]]:
+    """Each distinct stored workload parsed once (a store repeats one workload in every backend's cell), and why each
+    one that no longer parses (a hand-edited or damaged store) does not, by its stored JSON (:func:`learn` warns)."""
+    out: dict[str, Workload] = {}
+    bad: dict[str, str] = {}
+    for c in cells:
+        if c.workload_json not in out and c.workload_json not in bad:
+            try:
+                out[c.workload_json] = c.workload()
+            except WorkloadError as exc:
+                bad[c.workload_json] = str(exc)
+    return out, bad
+
+
+def _warn_unparsed(cells: Sequence[Measurement], bad: Mapping[str, str]) -> None:
+    """One :class:`ProfattnWarning` counting the stored cells whose workload no longer parses, naming the first."""
+    n = sum(c.workload_json in bad for c in cells)
+    if n:
+        first = next(bad[c.workload_json] for c in cells if c.workload_json in bad)
+        warnings.warn(f"{n} stored cell(s) whose workload no longer parses teach nothing; the first: {first[:400]}",
+                      ProfattnWarning, stacklevel=3)
+
+
+def refusal_key(w: Workload) -> tuple:
+    """What makes calls alike for "the store saw this backend refuse such a call": phase, layout, head_dim, GQA
+    group, dtype, KV dtype, window or not, per-sequence lengths or not, ragged or not."""
+    return (w.phase.value, w.kv_layout.value, w.head_dim, w.group_size, w.dtype, w.kv_dtype, w.window is not None,
+            bool(w.seqs), w.is_ragged)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, and
+    whether it is ``dominated`` in its regime (estimated and shown, never the pick)."""
+
+    backend: str
+    reads: Layout
+    estimate: Estimate
+    dominated: bool = False
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The policy's answer for one workload: the chosen ``backend`` with its estimate (None: no model covered the
+    workload, the default or fallback answered), every candidate (fastest predicted first), the ``regime`` of the
+    workload as read in its own layout, its ``default`` backend, whether the default decided (``kept_default``), and
+    the candidates left out as ``dominated`` or ``refused``."""
+
+    backend: str
+    estimate: Estimate | None
+    candidates: tuple[Predicted, ...]
+    regime: Regime | None
+    default: str | None
+    kept_default: bool
+    dominated: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+
+    @property
+    def modelled(self) -> bool:
+        """Whether a cost model made the choice (False: the default or fallback, no model covered the workload)."""
+        return self.estimate is not None
+
+    @property
+    def extrapolated(self) -> bool:
+        """The chosen estimate lies outside its model's span, or no model covered the workload."""
+        return self.estimate is None or self.estimate.extrapolated
+
+    def estimate_of(self, backend: str) -> Predicted | None:
+        """``backend``'s candidate entry (None: not a candidate)."""
+        return next((c for c in self.candidates if c.backend == backend), None)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A selection policy for one GPU: its cost ``models``, each backend's ``adoptions``, the regimes' ``defaults``
+    and ``dominated`` backends, the calls the store saw refused (``refused``: backend → refusal keys), where it came
+    from (``workloads``, ``cells``, ``runs``) and its ``validation`` when computed."""
+
+    gpu: str
+    num_sms: int | None
+    models: CostModels
+    adoptions: dict[str, Adoption]
+    defaults: dict[str, str]
+    dominated: dict[str, tuple[str, ...]]
+    refused: dict[str, frozenset] = field(default_factory=dict)
+    fallback: tuple[str, ...] = ()
+    workloads: int = 0
+    cells: int = 0
+    runs: tuple[str, ...] = ()
+    validation: "Validation | None" = None
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Every backend with a model."""
+        return tuple(sorted({b for b, _ in self.models.models}))
+
+    @property
+    def regimes(self) -> tuple[str, ...]:
+        """Every regime key some model covers."""
+        return tuple(sorted({r for _, r in self.models.models}))
+
+    def covers(self, w: Workload) -> bool:
+        """Whether some backend has a model for ``w`` (in the layout it would read it)."""
+        return bool(self._candidates(w, None)[0])
+
+    def _candidates(self, w: Workload, among: Iterable[str] | None) -> tuple[list[Predicted], list[str], list[str]]:
+        names = sorted(set(among) if among is not None else {b for b, _ in self.models.models})
+        out: list[Predicted] = []
+        dominated: list[str] = []
+        refused: list[str] = []
+        rk = refusal_key(w)
+        for b in names:
+            adoption = self.adoptions.get(b) or adoption_of(b)
+            reads = layout_read(adoption, w.kv_layout.value, packed=w.is_packed)
+            reg = regime_of(w, reads)
+            model = self.models.model(b, reg) if reg is not None else None
+            if model is None:
+                continue
+            if rk in self.refused.get(b, frozenset()):
+                refused.append(b)
+                continue
+            beaten = b in self.dominated.get(reg.key, ())  # type: ignore[union-attr]
+            if beaten:
+                dominated.append(b)
+            x, shape = features(w, reads, self.num_sms)
+            out.append(Predicted(b, reads, model.predict(x, shape, self.models.floor_us(x)), beaten))
+        out.sort(key=lambda p: (p.estimate.us, p.backend))
+        return out, dominated, refused
+
+    def choose(self, w: Workload, among: Iterable[str] | None = None) -> Choice | None:
+        """The :class:`Choice` for ``w`` among ``among`` (default: every backend the policy knows), or None when
+        it knows none of them or ``w`` is context-parallel. Dominated candidates are estimated but never picked; an
+        estimate with σ above :data:`MAX_SIGMA` is picked only when no candidate's is more certain (the held-out slices
+        score worse when such a workload falls back to the default instead: NOTES). Without a candidate model (a regime
+        no cell taught, a batch of drawn lengths) the answer is the regime's default or a nearby regime's
+        (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None; any dominated candidates still listed)."""
+        if w.is_context_parallel:  # a question of its own (communication): no single-process model answers it
+            return None
+        names = set(among) if among is not None else None
+        cands, dominated, refused = self._candidates(w, names)
+        reg = regime_of(w, w.kv_layout.value)
+        default = self.defaults.get(reg.key) if reg is not None else None
+        eligible = [c for c in cands if not c.dominated]
+        if not eligible:  # no model (or only dominated ones): the default of the nearest regime, not a guess
+            pick = next((b for b in self.fallback_order(w, default) if names is None or b in names), None)
+            if pick is None:
+                return None
+            return Choice(pick, None, tuple(cands), reg, default, True, tuple(dominated), tuple(refused))
+        pool = [c for c in eligible if c.estimate.sigma <= MAX_SIGMA] or eligible
+        fastest = pool[0]
+        pick, kept = fastest, False
+        d = next((c for c in eligible if c.backend == default), None)
+        model = self.models.model(fastest.backend, regime_of(w, fastest.reads))  # type: ignore[arg-type]
+        if d is not None and d is not fastest and model is not None and model.workloads < WEAK_WORKLOADS:
+            pick, kept = d, True
+        return Choice(pick.backend, pick.estimate, tuple(cands), reg, default, kept, tuple(dominated), tuple(refused))
+
+    def fallback_order(self, w: Workload, default: str | None) -> list[str]:
+        """Without a candidate model: the regime's default, then the defaults of the regimes of the same phase and
+        layout, then of the same phase, then :attr:`fallback` (most workloads won overall)."""
+        phase, layout = w.phase.value, w.kv_layout.value
+        same = [b for k, b in sorted(self.defaults.items()) if k.split("/")[:2] == [phase, layout]]
+        phased = [b for k, b in sorted(self.defaults.items()) if k.split("/")[0] == phase]
+        return list(dict.fromkeys(([default] if default else []) + same + phased + list(self.fallback)))
+
+
+def _defaults(ws: Sequence[WorkloadTimes]) -> dict[str, str]:
+    """Per regime (of the workloads read in their own layout), the backend that won most of its workloads (ties:
+    least summed cost)."""
+    by: dict[str, list[WorkloadTimes]] = {}
+    for w in ws:
+        if w.regime is not None:
+            by.setdefault(w.regime.key, []).append(w)
+    out = {}
+    for key, group in by.items():
+        names = sorted({t.backend for w in group for t in w.times})
+        wins = {b: sum(w.best.backend == b for w in group) for b in names}
+        out[key] = min(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in group), b))
+    return out
+
+
+def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption]) -> dict[str, tuple[str, ...]]:
+    """Per regime a backend reads in, the backends slower beyond noise than one other on every one (at least
+    :data:`MIN_DOMINANCE`) of the workloads where both ran (workloads of that regime as the backend read them)."""
+    by: dict[str, list[tuple[WorkloadTimes, set[str]]]] = {}
+    for w in ws:
+        for t in w.times:
+            reads = layout_read(adoptions.get(t.backend) or adoption_of(t.backend), w.workload.kv_layout.value,
+                                packed=w.workload.is_packed)
+            reg = regime_of(w.workload, reads)
+            if reg is not None:
+                by.setdefault(reg.key, []).append((w, {t.backend}))
+    out: dict[str, tuple[str, ...]] = {}
+    for key, entries in by.items():
+        members: dict[str, list[WorkloadTimes]] = {}
+        for w, names in entries:
+            for b in names:
+                members.setdefault(b, []).append(w)
+        dom = []
+        for b, wls in members.items():
+            for c in members:
+                if c == b:
+                    continue
+                both = [w for w in wls if w.time_of(c) is not None]
+                if len(both) >= MIN_DOMINANCE and all(_beats(w, c, b) for w in both):
+                    dom.append(b)
+                    break
+        if dom:
+            out[key] = tuple(sorted(dom))
+    return out
+
+
+def _beats(w: WorkloadTimes, a: str, b: str) -> bool:
+    ta, tb = w.time_of(a), w.time_of(b)
+    return ta is not None and tb is not None and ta.median_us < tb.median_us and not judged_margin(ta, tb).tie
+
+
+def _refused(cells: Iterable[Measurement]) -> dict[str, frozenset]:
+    """Per backend, the refusal keys of calls it was unsupported on and never ran."""
+    refused: dict[str, set] = {}
+    ran: dict[str, set] = {}
+    keys: dict[str, tuple | None] = {}
+    for c in cells:
+        if c.workload_json not in keys:
+            try:
+                keys[c.workload_json] = refusal_key(c.workload())
+            except WorkloadError:
+                keys[c.workload_json] = None
+        k = keys[c.workload_json]
+        if k is None:
+            continue
+        if c.status == "unsupported":
+            refused.setdefault(c.backend, set()).add(k)
+        elif c.eligible:
+            ran.setdefault(c.backend, set()).add(k)
+    return {b: frozenset(ks - ran.get(b, set())) for b, ks in refused.items() if ks - ran.get(b, set())}
+
+
+def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
+          ceilings: tuple[float | None, float | None] = (None, None), warn: bool = True) -> Policy | None:
+    """The :class:`Policy` for ``gpu`` from its stored ``cells`` (every status: eligible ones teach the models,
+    unsupported ones the refusals), or None when none is eligible. ``ceilings``: the GPU's measured (read GB/s,
+    GEMM TFLOP/s), the roofline under every prediction. With ``warn``, stored workloads that no longer parse (left
+    out) are counted in one :class:`ProfattnWarning` (validation, learning on subsets, passes False)."""
+    mine = [c for c in cells if c.gpu == gpu]
+    parsed, unparsed = _parsed(mine)
+    if warn:
+        _warn_unparsed(mine, unparsed)
+    memo: dict = {}
+    samples = [s for s in (sample(c, parsed.get(c.workload_json), memo) for c in mine) if s is not None]
+    if not samples:
+        return None
+    sms = next((c.num_sms for c in mine if c.num_sms), None)
+    adoptions: dict[str, Adoption] = {}
+    for c in mine:
+        if c.backend not in adoptions:
+            a = c.adoption()
+            if a is not None:
+                adoptions[c.backend] = a
+    ws = workload_times(mine)
+    names = sorted({t.backend for w in ws for t in w.times})
+    wins = {b: sum(w.best.backend == b for w in ws) for b in names}
+    fallback = tuple(sorted(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in ws), b)))
+    models = fit_all(samples, sms, read_gbps=ceilings[0], matmul_tflops=ceilings[1])
+    return Policy(gpu, sms, models, adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
+                  fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})))
+
+
+# ---- validation -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scored:
+    """One held-out workload scored: the ``pick`` (None: no prediction), whether it ``hit``, its ``regret``."""
+
+    pick: str | None
+    hit: bool
+    regret: float | None
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One held-out workload: its ``key`` and ``phase``, the measured ``best``, the policy's score (``policy``)
+    and whether its answer was ``extrapolated``, and each baseline's score (:data:`BASELINES` order)."""
+
+    key: str
+    phase: str
+    best: str
+    policy: Scored
+    extrapolated: bool
+    baselines: tuple[Scored, ...]
+
+
+@dataclass(frozen=True)
+class Score:
+    """Hit count, mean and worst regret of one chooser over ``n`` held-out workloads (``answered``: those it gave an
+    answer for; the means are over those)."""
+
+    n: int
+    answered: int
+    hits: int
+    mean_regret: float | None
+    worst_regret: float | None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """``hits / answered``."""
+        return self.hits / self.answered if self.answered else None
+
+    @classmethod
+    def of(cls, scores: Sequence[Scored]) -> "Score":
+        """Summarise ``scores``."""
+        rs = [s.regret for s in scores if s.regret is not None]
+        return cls(len(scores), len(rs), sum(s.hit for s in scores if s.regret is not None),
+                   sum(rs) / len(rs) if rs else None, max(rs) if rs else None)
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """One held-out slice: ``field`` and ``value`` (text: ``"64"``, ``"10–99"``), its ``held_out`` workloads."""
+
+    field: str
+    value: str
+    held_out: tuple[HeldOut, ...]
+
+    @property
+    def policy(self) -> Score:
+        """The policy's :class:`Score` on the slice."""
+        return Score.of([h.policy for h in self.held_out])
+
+    def baseline(self, i: int) -> Score:
+        """Baseline ``i``'s :class:`Score` (:data:`BASELINES` order)."""
+        return Score.of([h.baselines[i] for h in self.held_out])
+
+    @property
+    def best_baseline(self) -> int:
+        """The index of the best baseline on this slice: most hits, then least worst regret, then least mean."""
+        def rank(i: int) -> tuple:
+            s = self.baseline(i)
+            return (-(s.hit_rate or 0.0), s.worst_regret if s.worst_regret is not None else math.inf,
+                    s.mean_regret if s.mean_regret is not None else math.inf)
+        return min(range(len(BASELINES)), key=rank)
+
+    @property
+    def extrapolated(self) -> int:
+        """Held-out workloads whose answer was extrapolated."""
+        return sum(h.extrapolated for h in self.held_out)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Leave-one-slice-out ``slices`` and leave-one-workload-out ``lowo`` (a :class:`SliceResult` with field
+    ``workload``) of one policy's data."""
+
+    slices: tuple[SliceResult, ...]
+    lowo: SliceResult | None
+
+    @property
+    def pooled(self) -> Score:
+        """The policy's score over every held-out workload of every slice (a workload counts once per slice field)."""
+        return Score.of([h.policy for s in self.slices for h in s.held_out])
+
+
+def _decade(v: int, unit: str) -> str:
+    if v < 10:
+        return f"1–9{unit}"
+    lo = 10 ** int(math.log10(v))
+    return f"{lo:,}–{10 * lo - 1:,}{unit}"
+
+
+def _kv_decade(v: int) -> str:
+    return "< 1k" if v < 1000 else "1k–10k" if v < 10_000 else "≥ 10k"
+
+
+#: The slice fields (name → the slice value of a workload).
+SLICES: dict[str, Any] = {
+    "head_dim": lambda w: str(w.head_dim),
+    "gqa_group": lambda w: str(w.group_size),
+    "batch_decade": lambda w: _decade(w.batch, ""),
+    "kv_decade": lambda w: _kv_decade(w.kv_len),
+    "page_size": lambda w: str(w.page_size) if w.page_size else "dense",
+    "phase": lambda w: w.phase.value,
+}
+
+
+def _baseline_picks(train: Sequence[WorkloadTimes]) -> tuple[dict[str, list[str]], list[str]]:
+    """Per regime the backends in order of wins (then summed cost) on ``train``; and the global order by summed cost."""
+    by: dict[str, list[WorkloadTimes]] = {}
+    for w in train:
+        by.setdefault(w.regime.key if w.regime else "ragged", []).append(w)
+    names = sorted({t.backend for w in train for t in w.times})
+    per = {}
+    for key, group in by.items():
+        wins = {b: sum(w.best.backend == b for w in group) for b in names}
+        per[key] = sorted(names, key=lambda b: (-wins[b], sum(x.cost(b) for x in group), b))
+    overall = sorted(names, key=lambda b: (sum(x.cost(b) for x in train), b))
+    return per, overall
+
+
+def _score(w: WorkloadTimes, pick: str | None) -> Scored:
+    if pick is None:
+        return Scored(None, False, None)
+    return Scored(pick, w.hits(pick), w.regret(pick))
+
+
+def _first(order: Sequence[str], measured: Sequence[str]) -> str | None:
+    return next((b for b in order if b in measured), None) or (measured[0] if measured else None)
+
+
+def _held_out(policy: Policy | None, w: WorkloadTimes, per: Mapping[str, list[str]], overall: Sequence[str]) -> HeldOut:
+    measured = [t.backend for t in w.times]
+    choice = policy.choose(w.workload, among=measured) if policy is not None else None
+    reg = w.regime.key if w.regime else "ragged"
+    freq = _first(per.get(reg, overall), measured)
+    return HeldOut(w.key, w.workload.phase.value, w.best.backend, _score(w, choice.backend if choice else None),
+                   bool(choice is None or choice.extrapolated),
+                   (_score(w, freq), _score(w, _first(overall, measured)), _score(w, _first(VLLM_PRIORITY, measured))))
+
+
+def validate(cells: Sequence[Measurement], gpu: str, *, slices: Mapping[str, Any] = SLICES,
+             lowo: bool = True, ceilings: tuple[float | None, float | None] = (None, None)) -> Validation:
+    """Leave each slice out in turn (and, with ``lowo``, each workload), learn from the rest, score the held-out
+    workloads with two or more eligible backends (see the module docstring)."""
+    mine = [c for c in cells if c.gpu == gpu]
+    ws = [w for w in workload_times(mine) if len(w.times) >= 2]
+    out: list[SliceResult] = []
+
+    def fold(held: list[WorkloadTimes]) -> list[HeldOut]:
+        keys = {w.key for w in held}
+        rest = [c for c in mine if c.workload_key not in keys]
+        policy = learn(rest, gpu, ceilings=ceilings, warn=False)
+        per, overall = _baseline_picks([w for w in ws if w.key not in keys])
+        return [_held_out(policy, w, per, overall) for w in held]
+
+    for name, of in slices.items():
+        values = sorted({of(w.workload) for w in ws})
+        if len(values) < 2:
+            continue
+        for v in values:
+            held = [w for w in ws if of(w.workload) == v]
+            out.append(SliceResult(name, v, tuple(fold(held))))
+    loo = SliceResult("workload", "each", tuple(h for w in ws for h in fold([w]))) if lowo and len(ws) > 1 else None
+    return Validation(tuple(out), loo)
+
+
+def derive(cells: Sequence[Measurement], gpu: str, *, with_validation: bool = True, lowo: bool = True,
+           slices: Mapping[str, Any] = SLICES, ceilings: tuple[float | None, float | None] = (None, None)) -> Policy | None:
+    """The policy for ``gpu`` from its stored ``cells`` (other GPUs' cells ignored), with its validation (``slices``
+    held out in turn, and each workload with ``lowo``); None when no cell on that GPU is eligible."""
+    policy = learn(cells, gpu, ceilings=ceilings)
+    if policy is None or not with_validation:
+        return policy
+    return replace(policy, validation=validate(cells, gpu, slices=slices, lowo=lowo, ceilings=ceilings))
+
+
+def store_ceilings(runs: Iterable[Any], gpu: str) -> tuple[float | None, float | None]:
+    """The roofs of ``gpu`` from its stored runs (:class:`~profattn.store.StoredRun`): the fastest read stream and
+    GEMM rate any of them measured (None when none did)."""
+    reads = [r.read_gbps for r in runs if r.gpu == gpu and r.read_gbps]
+    gemms = [r.matmul_tflops for r in runs if r.gpu == gpu and r.matmul_tflops]
+    return (max(reads) if reads else None, max(gemms) if gemms else None)
+
+
+# ---- the exported format ------------------------------------------------------------------------------------
+def _score_dict(s: Score) -> dict[str, Any]:
+    return {"n": s.n, "answered": s.answered, "hits": s.hits, "hit_rate": s.hit_rate, "mean_regret": s.mean_regret,
+            "worst_regret": s.worst_regret}
+
+
+def _slice_dict(s: SliceResult) -> dict[str, Any]:
+    return {"field": s.field, "value": s.value, "policy": _score_dict(s.policy), "extrapolated": s.extrapolated,
+            "baselines": {name: _score_dict(s.baseline(i)) for i, name in enumerate(BASELINES)},
+            "best_baseline": BASELINES[s.best_baseline]}
+
+
+def validation_dict(v: Validation | None) -> dict[str, Any] | None:
+    """The validation numbers as plain JSON values (regrets as fractions: 0.01 = 1 % slower than the best)."""
+    if v is None:
+        return None
+    return {"method": "leave one slice out (and one workload out)", "hit": f"within {HIT_FRACTION:.0%} or within noise",
+            "slices": [_slice_dict(s) for s in v.slices], "pooled": _score_dict(v.pooled),
+            "leave_one_workload_out": _slice_dict(v.lowo) if v.lowo else None}
+
+
+def policy_to_dict(p: Policy) -> dict[str, Any]:
+    """The exported, versioned policy (``schema`` :data:`POLICY_SCHEMA`, ``version`` :data:`POLICY_VERSION`)::
+
+        {"schema": "profattn.policy", "version": 2, "gpu": "NVIDIA H200", "num_sms": 132,
+         "features": {name: meaning},                  # the terms, in the order of every model's coef_us
+         "correction": {"bandwidth_octaves", "shrink"}, # the local residual correction
+         "models": [{"backend", "regime", "coef_us": {feature: µs per unit}, "sigma", "cells", "workloads",
+                     "span": {...}, "anchors": [{"at": [coords], "log_residual"}]}],
+         "defaults": {regime: backend}, "dominated": {regime: [backend]}, "refused": {backend: [[refusal key]]},
+         "adoptions": {backend: {"interface", "reads", "plan_run", "how"}},
+         "fallback": [backend], "selection": {"weak_workloads", "hit_fraction"},
+         "derived_from": {"workloads", "cells", "runs"},
+         "validation": {...} | null}
+
+    To apply it without profattn: a candidate is a backend with a model in the regime of the workload as that
+    backend reads it; its time is ``Σ coef · feature`` times the correction, σ grown outside its span as
+    :mod:`profattn.analysis.selection.costmodel` says; take the lowest, unless its model has fewer than ``weak_workloads``
+    workloads and the regime's default is a candidate."""
+    return {
+        "schema": POLICY_SCHEMA, "version": POLICY_VERSION, "gpu": p.gpu, "num_sms": p.num_sms,
+        "features": {f: FEATURE_DOC[f] for f in FEATURES},
+        "correction": {"bandwidth_octaves": BANDWIDTH_OCTAVES, "shrink": SHRINK,
+                       "coords": "log2 batch, kv_len, q_len, group, bytes_mb; 2·log2 head_dim"},
+        "roofs": {"read_gbps": p.models.read_gbps, "matmul_tflops": p.models.matmul_tflops},
+        "models": [m.to_dict() for m in p.models.models.values()],
+        "defaults": dict(sorted(p.defaults.items())), "dominated": {k: list(v) for k, v in sorted(p.dominated.items())},
+        "refused": {b: sorted([list(k) for k in ks], key=str) for b, ks in sorted(p.refused.items())},
+        "adoptions": {b: a.to_dict() for b, a in sorted(p.adoptions.items())},
+        "fallback": list(p.fallback),
+        "selection": {"weak_workloads": WEAK_WORKLOADS, "max_sigma": MAX_SIGMA, "hit_fraction": HIT_FRACTION},
+        "derived_from": {"workloads": p.workloads, "cells": p.cells, "runs": list(p.runs)},
+        "validation": validation_dict(p.validation),
+    }
+
+
+def policy_from_dict(d: Mapping[str, Any]) -> Policy:
+    """Inverse of :func:`policy_to_dict` (the validation is not read back).
+
+    Raises:
+        ValueError: not a policy of a version this code reads, or a malformed entry.
+    """
+    if d.get("schema") != POLICY_SCHEMA or d.get("version") != POLICY_VERSION:
+        raise ValueError(f"not a {POLICY_SCHEMA} version {POLICY_VERSION} document")
+    try:
+        models = [BackendModel.from_dict(m) for m in d["models"]]
+        return Policy(
+            d["gpu"], d.get("num_sms"), CostModels({(m.backend, m.regime.key): m for m in models}, d.get("num_sms"),
+                                                   d.get("roofs", {}).get("read_gbps"), d.get("roofs", {}).get("matmul_tflops")),
+            {b: Adoption.from_dict(a) for b, a in d.get("adoptions", {}).items()}, dict(d.get("defaults", {})),
+            {k: tuple(v) for k, v in d.get("dominated", {}).items()},
+            {b: frozenset(tuple(k) for k in ks) for b, ks in d.get("refused", {}).items()},
+            tuple(d.get("fallback", ())), int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {POLICY_SCHEMA} document: {exc}") from None
+
+
+__all__ = ["BASELINES", "HIT_FRACTION", "MAX_SIGMA", "WEAK_WORKLOADS", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice",
+           "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
+           "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "store_ceilings", "validate",
+           "validation_dict",
+           "workload_times"]

@@ -1,0 +1,218 @@
+"""``recommend`` on a store built from the committed H200 runs (exact hit, near tie, predicted, unknown), and
+the advice for a committed trace's calls with the saving computed by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from profattn.analysis.selection.recommend import Status, advise_trace, recommend, resolve_gpu, trace_gpu
+from profattn.errors import ProfattnError
+from profattn.store import import_runs, open_store
+from profattn.workload import parse_workload_spec
+
+REPO = Path(__file__).resolve().parents[3]
+SHAPE = "q=1,hq=16,hkv=4,d=128"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = open_store(tmp_path_factory.mktemp("store") / "s.sqlite")
+    import_runs(s, [REPO / "examples" / "h200-sweep", REPO / "examples" / "h200-seed",
+                    REPO / "examples" / "h200-selection" / "prefill"])
+    yield s
+    s.close()
+
+
+def ask(store, spec: str):
+    return recommend(store, parse_workload_spec(spec), resolve_gpu(store, "h200"))
+
+
+def test_measured_winner(store):
+    r = ask(store, f"phase=decode,b=64,kv=8192,{SHAPE},page=16")
+    assert r.status is Status.MEASURED_WINNER and r.best == "sdpa-cudnn" and r.tied == ()
+    first, second = r.ranked[:2]
+    # the sweep's CUDA-graph medians: 237.568 µs (cuDNN) and 252.256 µs (our split-KV kernel)
+    assert first.time.median_us == pytest.approx(237.568, abs=1e-3) and first.timing_kind == "graph"
+    assert second.backend == "triton-paged-decode" and second.ratio == pytest.approx(252.256 / 237.568, rel=1e-5)
+    assert first.samples == 1 and first.runs == ("run-4c593dd77f72",)
+    e = r.evidence
+    assert (e.grid, e.block, e.ctas) == ("1,4,64", "128,1,1", 256) and e.ctas_per_sm == pytest.approx(256 / 132, abs=1e-5)
+    assert e.requested_bytes == 1_074_397_440 and e.dram_bytes is None
+
+
+def test_near_tie_pools_the_runs(store):
+    r = ask(store, f"phase=decode,b=8,kv=8192,{SHAPE},page=16")
+    assert r.status is Status.NEAR_TIE and r.best == "sdpa-cudnn" and r.tied == ("triton-paged-decode",)
+    cudnn, triton = r.ranked[:2]
+    assert cudnn.samples == 2 and set(cudnn.runs) == {"run-4c593dd77f72", "run-62586542e41f"}
+    assert triton.ratio < 1.03
+    assert {x.backend for x in r.excluded} == {"sdpa-efficient"}  # unsupported: listed, never ranked
+    assert {x.backend for x in r.ranked}.isdisjoint({"sdpa-efficient"})
+
+
+def test_a_paged_caller_gets_the_paged_kernel_first_and_the_gather_priced(store):
+    """b8 kv8192: cuDNN's kernel on the contiguous copy is 2.4 % faster than ours, but a caller holding a paged cache
+    would first gather 2 × 134.2 MB (K and V read and written once) — at the seed run's copy bandwidth that is
+    ≈ 62.6 µs a call; the gather + SDPA path measured (torch-paged-reference) is beside it."""
+    from profattn.interfaces import Change, Interface
+
+    r = ask(store, f"phase=decode,b=8,kv=8192,{SHAPE},page=16")
+    assert r.interface is Interface.PAGED
+    first = r.options[0]
+    assert first.backend == "triton-paged-decode" and first.drop_in and first.measured is not None
+    assert r.best_drop_in is first and r.fastest is first
+    cudnn = next(o for o in r.options if o.backend == "sdpa-cudnn")
+    (gather,) = cudnn.costs
+    kv = 2 * 8 * 8192 * 4 * 128 * 2  # K + V bytes of the contiguous cache
+    assert cudnn.changes == (Change.GATHER,) and gather.bytes == 2 * kv
+    assert gather.us == pytest.approx(2 * kv / (gather.gbps * 1e3))
+    assert gather.path_us == pytest.approx(next(x.time.median_us for x in r.ranked if x.backend == "torch-paged-reference"))
+    assert cudnn.total_us == pytest.approx(cudnn.kernel_us + gather.us)
+
+
+def test_a_dense_decode_call_is_answered_from_the_contiguous_copies(store):
+    """The paged runs' dense backends read a contiguous copy: exactly a dense decode call. Such a call is now a
+    measured answer with an SDPA drop-in, its sdpa_kernel line, and our paged kernel as a change (a paged cache)."""
+    from profattn.interfaces import Change
+
+    r = ask(store, f"phase=decode,b=8,kv=8192,{SHAPE}")
+    assert r.status in (Status.MEASURED_WINNER, Status.NEAR_TIE)
+    drop = r.best_drop_in
+    assert drop.backend == "sdpa-cudnn" and "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):" in drop.adoption.how
+    paged = next(o for o in r.options if o.backend == "triton-paged-decode")
+    assert paged.changes == (Change.PAGED_CACHE,) and paged.predicted is not None  # not measured on a dense call
+
+
+def test_predicted_is_marked_and_a_dense_prefill_gets_an_sdpa_drop_in(store):
+    r = ask(store, f"phase=decode,b=16,kv=4096,{SHAPE},page=16")
+    assert r.status is Status.PREDICTED and r.ranked == () and r.choice.modelled
+    assert r.best in ("sdpa-cudnn", "triton-paged-decode") and not r.extrapolated
+    pre = ask(store, "phase=prefill,b=4,q=3072,kv=3072,hq=32,hkv=8,d=128")
+    assert pre.status is Status.PREDICTED and pre.options[0].drop_in and pre.best_drop_in.backend.startswith("sdpa-")
+    for o in pre.options:
+        if o.adoption is not None and o.adoption.interface.value != "sdpa":
+            assert o.changes, o.backend  # another interface always says what it needs
+    ragged = next((o for o in pre.options if o.backend == "flashinfer-prefill-ragged"), None)
+    if ragged is not None:  # packing the tokens is priced
+        assert [c.change.value for c in ragged.costs] == ["pack", "plan-run"] and ragged.costs[0].us > 0
+
+
+def test_unknown_prints_the_command_that_measures_it(store):
+    from profattn.report.recommend import recommend_text
+
+    r = ask(store, "phase=train,b=2,q=256,kv=256,hq=4,hkv=2,d=32,cp=2,cp_scheme=ring")
+    assert r.status is Status.UNKNOWN and r.best is None
+    assert "profattn profile --workload phase=train,batch=2,q_len=256" in recommend_text(r)
+
+
+def test_expected_regret_and_plan(store):
+    from profattn.analysis.selection.costmodel import Estimate
+    from profattn.analysis.selection.policy import Choice, Predicted
+    from profattn.analysis.selection.recommend import expected_regret, neighbours, plan
+    from profattn.interfaces import Layout
+
+    a = Predicted("a", Layout.PAGED, Estimate(10.0, 0.1, False, 0.0))
+    b = Predicted("b", Layout.PAGED, Estimate(10.0, 0.1, False, 0.0))
+    # equal means: m = 0, s = √0.02: E[max(0, X)] = s φ(0) = 0.1414 × 0.3989
+    assert expected_regret(Choice("a", a.estimate, (a, b), None, None, False)) == pytest.approx(0.02 ** 0.5 * 0.398942, rel=1e-5)
+    assert expected_regret(None) == 1.0
+    w = parse_workload_spec(f"phase=decode,b=16,kv=4096,{SHAPE},page=16")
+    assert len(neighbours(w)) == 7 and neighbours(w)[0] == w
+    gpu = resolve_gpu(store, None)
+    planned = plan(store, gpu, [(w, 0.0)], 3)
+    assert 0 < len(planned) <= 3 and all(p.expected_regret > 0 for p in planned)
+    assert planned[0].workload == w and planned[1:] == tuple(sorted(planned[1:], key=lambda p: -p.weight))
+    measured = parse_workload_spec(f"phase=decode,b=64,kv=8192,{SHAPE},page=16")
+    assert all(p.workload.tag != measured.tag for p in plan(store, gpu, [(measured, 5.0)], 5))  # exact: never proposed
+
+
+def test_gpu_names(store):
+    assert resolve_gpu(store, None) == resolve_gpu(store, "NVIDIA H200") == "NVIDIA H200"
+    with pytest.raises(ProfattnError, match="not in the store"):
+        resolve_gpu(store, "A100")
+
+
+def test_a_committed_trace_gets_its_saving(tmp_path):
+    """The committed H200 trace: 3 SDPA flash decode calls (48.768 + 44.799 + 45.248 = 138.815 µs of kernels) of
+    decode b8 kv8192 hq16 hkv4 d128 bf16. A store where that workload measured flash at 46.0 µs and cuDNN at 36.8 µs
+    says switching saves 138.815 × (1 − 36.8 / 46.0) = 27.763 µs over the trace."""
+    from factories import cell, run
+
+    from profattn.analysis.calls.traces import analyze_paths
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=8192, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add_run(run([cell(w, "sdpa-flash", 46.0), cell(w, "sdpa-cudnn", 36.8, family="cudnn")]), tmp_path)
+        (calls,) = analyze_paths([REPO / "tests" / "data" / "traces" / "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"]).files
+        gpu = trace_gpu(s, calls, None)
+        assert gpu == "NVIDIA H200"  # from the trace's deviceProperties
+        advice = advise_trace(s, calls, gpu)
+    (a,) = advice.advice
+    assert (a.ran, a.ran_backend, a.calls, a.kv_lens) == ("flash", "sdpa-flash", 3, (8192,))
+    assert a.recommendation.status is Status.MEASURED_WINNER and a.recommendation.best == "sdpa-cudnn"
+    assert a.recommendation.best_drop_in.backend == "sdpa-cudnn" and a.interface.value == "sdpa"
+    assert a.gpu_time_us == pytest.approx(138.815)
+    assert a.saving_us == pytest.approx(27.763, abs=1e-3) and advice.saving_us == pytest.approx(27.763, abs=1e-3)
+    assert advice.steps == 0 and advice.saving_per_step_us is None
+
+
+def test_the_committed_trace_gets_a_drop_in_from_the_committed_runs(store):
+    """The committed trace's dense decode calls (mask none) were "unknown" against the paged runs; the dense
+    backends' cells there read exactly this call on their contiguous copy: an SDPA answer with its switch."""
+    from profattn.analysis.calls.traces import analyze_paths
+
+    (calls,) = analyze_paths([REPO / "tests" / "data" / "traces" / "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"]).files
+    (a,) = advise_trace(store, calls, trace_gpu(store, calls, None)).advice
+    rec = a.recommendation
+    assert rec.status is not Status.UNKNOWN and rec.best_drop_in.backend == "sdpa-cudnn"
+    assert "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):" in rec.best_drop_in.adoption.how
+    assert a.ran_backend == "sdpa-flash" and a.saving_us > 0
+
+
+def test_decode_calls_of_a_growing_sequence_group_into_one_line(tmp_path):
+    """A client's decode loop: the same call with kv 17, 18, …; one advice line with the count and the KV range."""
+    from factories import cell, run
+    from tracebuild import sdpa_call, write_trace
+
+    from profattn.analysis.calls.traces import analyze_paths
+    from profattn.workload import Workload
+
+    events = []
+    for i, kv in enumerate(range(100, 110)):
+        events += sdpa_call(1000.0 * i, 10 + i, q=[1, 16, 1, 128], k=[1, 4, kv, 128], causal=False,
+                            kernel_name="flash_fwd_splitkv_kernel")
+    path = write_trace(tmp_path / "loop.pt.trace.json", events)
+    w = Workload(phase="decode", batch=1, q_len=1, kv_len=100, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add_run(run([cell(w, "sdpa-flash", 12.0), cell(w, "sdpa-cudnn", 10.0, family="cudnn")]), tmp_path)
+        (calls,) = analyze_paths([path]).files
+        advice = advise_trace(s, calls, "NVIDIA H200")
+    (a,) = advice.advice
+    assert a.calls == 10 and a.kv_lens == tuple(range(100, 110)) and a.workload.kv_len == 109
+    assert a.per_kv[0][1] is Status.MEASURED_WINNER and a.per_kv[0][2] == "sdpa-cudnn"
+
+
+def test_a_cpu_run_in_the_store_does_not_hide_its_only_gpu(tmp_path):
+    """The README's main job on a CPU adds a run under the processor's name; the Recommend section's next command
+    then said "the store holds several GPUs (AMD EPYC, NVIDIA H200)". Without --gpu the store's only CUDA device is
+    chosen; two CUDA devices still need --gpu, and the CPU one stays reachable by name."""
+    from dataclasses import replace
+
+    from factories import cell, run
+
+    from profattn.workload import Workload
+
+    w = Workload(phase="decode", batch=8, q_len=1, kv_len=512, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add_run(run([cell(w, "sdpa-flash", 46.0)], device="cpu"), tmp_path / "cpu")
+        assert resolve_gpu(s, None) == "x86_64"  # the only device
+        s.add_run(run([cell(w, "sdpa-flash", 20.0)]), tmp_path / "gpu")
+        assert resolve_gpu(s, None) == "NVIDIA H200" and resolve_gpu(s, "x86") == "x86_64"
+        other = run([cell(w, "sdpa-flash", 30.0)])
+        other = replace(other, environment=replace(other.environment, device_name="NVIDIA A100"))
+        s.add_run(other, tmp_path / "a100")
+        with pytest.raises(ProfattnError, match=r"several devices \(NVIDIA A100, NVIDIA H200, x86_64\)"):
+            resolve_gpu(s, None)

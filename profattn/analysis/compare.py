@@ -76,8 +76,15 @@ DEFAULT_THRESHOLD = 0.05
 LEVEL = 0.95
 #: Fewest tested cells for estimating the run-wide drift and the between-run spread.
 MIN_DRIFT_CELLS = 6
+#: A tested cell that is neither slower nor faster but whose estimate lies beyond the threshold is *inconclusive* when
+#: its interval spans this factor or more (hi / lo): such a comparison could not tell a 2× regression from none.
+INCONCLUSIVE_SPAN = 2.0
+#: Fewest samples a side below which few samples are named as a cause of an inconclusive comparison.
+CONCLUSIVE_SAMPLES = 5
 #: Smallest standard error used (of a log ratio): identical samples on both sides would otherwise divide by zero.
 _MIN_SE = 1e-6
+#: Interval ends are kept within exp(±this) (a Cauchy quantile times a wide scatter would overflow a float).
+_LOG_CAP = 700.0
 
 
 
@@ -87,6 +94,8 @@ class CompareClass(StrEnum):
     SLOWER = "slower"  #: the whole interval lies above a ``threshold`` slowdown
     FASTER = "faster"  #: the whole interval lies below a ``threshold`` speed-up
     NOISE = "within noise"  #: the interval reaches into the threshold band
+    #: the estimate lies beyond the threshold but the interval spans :data:`INCONCLUSIVE_SPAN` or more: too noisy to judge
+    INCONCLUSIVE = "inconclusive"
     FEW = "too few repeats"  #: fewer than 3 samples on a side: no interval
     UNTIMED = "not timed"  #: either side has no timing
     ONLY_BASE = "only in base"  #: the head run lacks this cell
@@ -116,6 +125,28 @@ class RegressionKind(StrEnum):
     SLOWER = "slower"  #: latency interval beyond the threshold
     CORRECTNESS = "correctness"  #: passed in the base, fails in the head
     BROKE = "broke"  #: ran in the base, errors or is unsupported in the head
+
+
+class NoiseCause(StrEnum):
+    """Why a comparison's intervals were too wide to judge its inconclusive cells."""
+
+    FEW_SAMPLES = "few samples"  #: fewer than :data:`CONCLUSIVE_SAMPLES` samples a side
+    NOISY_MACHINE = "noisy machine"  #: a run's machine was noisy: the cells' scatter read with Cauchy tails
+    SCATTER = "scatter"  #: single cells scatter beyond the threshold between the two processes
+    OWN_SPREAD = "own spread"  #: a cell's own samples spread over 2× (max / min)
+
+
+@dataclass(frozen=True)
+class Inconclusive:
+    """The comparison could not judge ``cells`` cells (:attr:`CompareClass.INCONCLUSIVE`): ``widest`` is the widest
+    of their intervals, ``fewest_samples`` the fewest samples a side among them, ``scatter`` the cells' scatter
+    between the runs (exp(σ) − 1; None: not estimated), ``causes`` what made the intervals wide."""
+
+    cells: int
+    widest: RatioEstimate
+    fewest_samples: int
+    causes: tuple[NoiseCause, ...]
+    scatter: float | None = None
 
 
 class CompareError(ProfattnError):
@@ -312,6 +343,8 @@ class Comparison:
     drift: Drift | None = None
     #: An A/B comparison's pairing (None for two runs).
     ab: ABRun | None = None
+    #: Cells too noisy to judge (None: every tested cell was judged).
+    inconclusive: Inconclusive | None = None
 
     @property
     def alpha(self) -> float:
@@ -331,6 +364,11 @@ class Comparison:
     def regression(self) -> bool:
         """Any cell slower beyond the threshold, pass → fail, or ran → error: the CLI exits 1."""
         return bool(self.regressions)
+
+    @property
+    def passed(self) -> bool:
+        """No regression and no cell too noisy to judge: the CLI exits 0 (inconclusive without a regression: 3)."""
+        return not self.regression and self.inconclusive is None
 
     def count(self, classification: CompareClass) -> int:
         return sum(1 for c in self.cells if c.classification == classification)
@@ -562,13 +600,36 @@ def judge_cells(cells: Sequence[CellChange], *, threshold: float, level: float =
     for i, (r, below, above, _, _), ps, pf in zip(tested, rows, slower, faster):
         c = cells[i]
         est = c.estimate
-        judged = RatioEstimate(math.exp(r), math.exp(r - below), math.exp(r + above), level, est.n_base, est.n_head)  # type: ignore[union-attr]
+        judged = RatioEstimate(math.exp(r), math.exp(max(r - below, -_LOG_CAP)), math.exp(min(r + above, _LOG_CAP)), level,
+                               est.n_base, est.n_head)  # type: ignore[union-attr]
         cls = CompareClass.SLOWER if ps < alpha else CompareClass.FASTER if pf < alpha else CompareClass.NOISE
+        if cls is CompareClass.NOISE and abs(r) > band and below + above >= math.log(INCONCLUSIVE_SPAN):
+            cls = CompareClass.INCONCLUSIVE
         reasons = c.regression_reasons
         if cls is CompareClass.SLOWER:
             reasons = (RegressionReason(RegressionKind.SLOWER), *reasons)
         out[i] = replace(c, classification=cls, judged=judged, p_slower=ps, p_faster=pf, regression_reasons=reasons)
     return tuple(out), drift
+
+
+def inconclusive(cells: Sequence[CellChange], drift: Drift | None, threshold: float) -> Inconclusive | None:
+    """What made the :attr:`CompareClass.INCONCLUSIVE` cells of one comparison too noisy to judge (None: none)."""
+    bad = [c for c in cells if c.classification is CompareClass.INCONCLUSIVE and c.judged is not None]
+    if not bad:
+        return None
+    widest = max((c.judged for c in bad), key=lambda e: math.log(e.hi) - math.log(max(e.lo, 1e-300)))  # type: ignore[arg-type,union-attr]
+    fewest = min(min(len(c.base_samples_us), len(c.head_samples_us)) for c in bad)
+    causes = []
+    if fewest < CONCLUSIVE_SAMPLES:
+        causes.append(NoiseCause.FEW_SAMPLES)
+    if drift is not None and drift.heavy:
+        causes.append(NoiseCause.NOISY_MACHINE)
+    scatter = drift.spread if drift is not None and drift.applied else None
+    if scatter is not None and scatter > threshold:
+        causes.append(NoiseCause.SCATTER)
+    if any(max(xs) > 2 * min(xs) for c in bad for xs in (c.base_samples_us, c.head_samples_us) if xs and min(xs) > 0):
+        causes.append(NoiseCause.OWN_SPREAD)
+    return Inconclusive(len(bad), widest, fewest, tuple(causes), scatter)  # type: ignore[arg-type]
 
 
 def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...]:
@@ -665,7 +726,7 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
         warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head),
         base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
-        drift=drift,
+        drift=drift, inconclusive=inconclusive(judged, drift, threshold),
     )
 
 
@@ -717,5 +778,5 @@ def compare_ab(run: RunResult, *, threshold: float = DEFAULT_THRESHOLD, level: f
         base_label=ab.base, head_label=ab.head, threshold=threshold, level=level, environment=environment_diff(run, run),
         warnings=tuple(warnings), cells=judged, winners=(), base_verdict=v, head_verdict=v,
         base_training_winner=v.training_winner, head_training_winner=v.training_winner, verdict_changes=(),
-        mode=CompareMode.AB, drift=drift, ab=ab,
+        mode=CompareMode.AB, drift=drift, ab=ab, inconclusive=inconclusive(judged, drift, threshold),
     )

@@ -13,6 +13,8 @@ from profattn.errors import ProfattnError
 
 #: A/B rounds when --repeat is not given: with Holm over a few workloads, about 8 pairs are needed for a 10 % change.
 AB_ROUNDS = 10
+#: Exit code of a comparison with no regression but cells too noisy to judge (0: pass, 1: regression, 2: bad input).
+INCONCLUSIVE_EXIT = 3
 
 
 @main.command()
@@ -45,7 +47,8 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
     """Compare two runs (BASE_RUN HEAD_RUN) cell by cell: latency beyond noise, correctness, launch shape, bytes,
     winners; or, with --ab, two backends (BASE_BACKEND HEAD_BACKEND) timed alternately in one process.
 
-    Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
+    Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input; 3: inconclusive (no regression
+    found, but cells too noisy to judge: compare --ab, more --repeat, fewer threads)."""
     from profattn.analysis import compare as comparison
 
     given = [name for name, v in (("--preset", preset), ("--workload", workload_specs), ("--device", device_name),
@@ -115,10 +118,12 @@ def _report(cmp, out_file: Path, md_file: Path | None) -> None:
     for c in cmp.regressions:
         click.echo(f"regression: {workload_label(c.workload)} · {c.backend}: {'; '.join(compare_report.regression_texts(c))}")
     click.echo(compare_report.summary_line(cmp))
+    if cmp.inconclusive is not None:
+        click.echo(f"{compare_report.inconclusive_headline(cmp)}: {compare_report.inconclusive_why(cmp)}")
     click.echo(f"compare: {compare_report.write_html(cmp, out_file)}")
     if md_file is not None:
         from profattn.report.markdown import comparison_markdown
         from profattn.report.render import write_html_file
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), md_file)}")
-    sys.exit(1 if cmp.regression else 0)
+    sys.exit(1 if cmp.regression else INCONCLUSIVE_EXIT if cmp.inconclusive is not None else 0)

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from profattn.analysis.compare import (
+    INCONCLUSIVE_SPAN,
     MIN_DRIFT_CELLS,
     CellChange,
     CompareClass,
     CompareMode,
     Comparison,
     LaunchChange,
+    NoiseCause,
     RegressionKind,
     RegressionReason,
     VerdictChange,
@@ -90,6 +92,35 @@ def drift_text(cmp: Comparison) -> str | None:
                 f"every kernel changed alike, which two runs cannot tell apart: compare --ab can){scatter}. Every cell is "
                 "judged relative to it.")
     return f"No run-wide shift: median change {size}{scatter}; every cell is judged relative to it."
+
+
+def inconclusive_headline(cmp: Comparison) -> str | None:
+    """``inconclusive: the runs are too noisy to judge N cells`` (None: every tested cell was judged)."""
+    inc = cmp.inconclusive
+    if inc is None:
+        return None
+    return f"inconclusive: the runs are too noisy to judge {inc.cells} cell{'s' if inc.cells != 1 else ''}"
+
+
+def inconclusive_why(cmp: Comparison) -> str | None:
+    """Why the inconclusive cells could not be judged and what gives a conclusive answer (None: none)."""
+    inc = cmp.inconclusive
+    if inc is None:
+        return None
+    causes = {
+        NoiseCause.FEW_SAMPLES: f"{inc.fewest_samples} timing sample(s) a side (a simultaneous interval from so few is wide)",
+        NoiseCause.NOISY_MACHINE: ("a run's machine was noisy (load above its CPUs, or many spread cells), so the cells' "
+                                   "scatter is read with heavy (Cauchy) tails"),
+        NoiseCause.SCATTER: (f"single cells scatter ±{inc.scatter:.0%} between the two processes"
+                             if inc.scatter is not None else "single cells scatter between the two processes"),
+        NoiseCause.OWN_SPREAD: "a cell's own samples differ by more than 2× (threads descheduled by other work)",
+    }
+    why = "; ".join(causes[c] for c in inc.causes) or "the cells' samples are too spread"
+    return (f"Their changes lie beyond ±{cmp.threshold:.0%} but their intervals span {INCONCLUSIVE_SPAN:g}× or more "
+            f"(widest [{_bound(inc.widest.lo)}, {_bound(inc.widest.hi)}]), so a {INCONCLUSIVE_SPAN:g}× regression could not "
+            f"be told from none: {why}. For a conclusive answer time both sides in one process (`profattn compare --ab "
+            "BASE_BACKEND HEAD_BACKEND`), take more samples (`profile --repeat 10`), and on a CPU time with one "
+            "thread per process (`OMP_NUM_THREADS=1`) on a quieter machine.")
 
 
 def method_text(cmp: Comparison) -> str:
@@ -201,7 +232,12 @@ def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
 def summary_line(cmp: Comparison) -> str:
     """One sentence: counts per class, whether the comparison fails, and the false-alarm rate it is held to."""
     parts = [f"{cmp.count(k)} {k.value}" for k in CompareClass if cmp.count(k)]
-    head = f"{len(cmp.regressions)} regression(s)" if cmp.regression else "no regression"
+    if cmp.regression:
+        head = f"{len(cmp.regressions)} regression(s)"
+    elif cmp.inconclusive is not None:
+        head = f"inconclusive ({cmp.inconclusive.cells} cell(s) too noisy to judge), no regression"
+    else:
+        head = "no regression"
     shift = ""
     if cmp.drift is not None and cmp.drift.detected:
         shift = f"; run-wide shift {cmp.drift.change:+.1%} (machine drift, judged relative to it)"
@@ -217,9 +253,9 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
     if not cells:
         return None
     C = CompareClass
-    colors = {C.SLOWER: "#c0392b", C.FASTER: "#1e8449", C.NOISE: "#7f8c8d", C.FEW: "#b9770e"}
+    colors = {C.SLOWER: "#c0392b", C.FASTER: "#1e8449", C.NOISE: "#7f8c8d", C.INCONCLUSIVE: "#8e44ad", C.FEW: "#b9770e"}
     fig = go.Figure()
-    for cls in (C.SLOWER, C.FASTER, C.NOISE, C.FEW):
+    for cls in (C.SLOWER, C.FASTER, C.NOISE, C.INCONCLUSIVE, C.FEW):
         sel = [c for c in cells if c.classification is cls]
         if not sel:
             continue
@@ -242,7 +278,8 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
 def render_html(cmp: Comparison) -> str:
     """The comparison as one self-contained HTML page (plotly.js inline)."""
     return render("compare", dict(
-        cmp=cmp, summary=summary_line(cmp), method=method_text(cmp), drift=drift_text(cmp), rows=cell_rows(cmp),
+        cmp=cmp, summary=summary_line(cmp), method=method_text(cmp), inconclusive=inconclusive_headline(cmp),
+        inconclusive_why=inconclusive_why(cmp), drift=drift_text(cmp), rows=cell_rows(cmp),
         winners=winner_rows(cmp),
         env=[d for d in cmp.environment], chart=forest_figure(cmp),
         base_verdict=verdict_summary(cmp.base_verdict), head_verdict=verdict_summary(cmp.head_verdict),

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
 from profattn.files import MARKDOWN_MARKER
 from profattn.report.format import Md, md_code, md_text
-from profattn.report.compare import cell_rows, drift_text, method_text, summary_line, verdict_change_text, winner_rows
+from profattn.report.compare import (cell_rows, drift_text, inconclusive_headline, inconclusive_why, method_text, summary_line,
+                                     verdict_change_text, winner_rows)
 from profattn.report.verdict import summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,8 +142,11 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
     def render(cap: int | None) -> str:
-        outcome = "❌ regression" if cmp.regression else "✅ no regression"
-        parts = [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
+        outcome = "❌ regression" if cmp.regression else "⚠️ inconclusive" if cmp.inconclusive else "✅ no regression"
+        headline = inconclusive_headline(cmp)
+        # profattn's own sentence (numbers and command lines only, no name from a run): its code spans kept
+        parts = [f"**{headline}** — {inconclusive_why(cmp)}"] if headline else []
+        parts += [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
                  f"**{outcome}**: {md_text(summary_line(cmp))}"]
         parts += [f"> ⚠️ {md_text(w)}" for w in cmp.warnings]
         parts += [md_text(t) for t in (drift_text(cmp),) if t]

@@ -80,7 +80,7 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
     table = []
     for m in a.matrix:
         c = m.cell
-        t = c.graph_timing or c.timing
+        t = c.judged_timing
         table.append([
             (Md("**" + md_text(c.backend) + "** 🏆" + (" (tie: " + md_text(", ".join(m.ties)) + ")" if m.ties else ""))
              if m.winner else c.backend), labels[c.workload.tag], c.status.value,

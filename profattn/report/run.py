@@ -114,7 +114,7 @@ def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     rows = []
     for m in a.matrix:
         c = m.cell
-        t = c.graph_timing or c.timing
+        t = c.judged_timing
         corr = c.correctness
         grads = [f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()] if corr else []
         rows.append({
@@ -170,7 +170,7 @@ def _grid_cell(m: MatrixCell, label: str, graph: bool, winner_backend: str | Non
     never break inside: ratio to the workload's winner, ties, error or status) and ``title`` (everything, on
     hover)."""
     c = m.cell
-    t = c.graph_timing or c.timing
+    t = c.judged_timing
     corr = c.correctness
     err = fmt_err(corr.out_rel_err if corr else None)
     how = (" (CUDA-graph replay; eager " + fmt_us(c.eager_latency_us) + ")") if c.graph_timing else (

@@ -36,10 +36,13 @@ from profattn.errors import ProfattnError
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
 @click.option("--db", default=None, metavar="PATH", help="Results store the run's cells are added to (default: $PROFATTN_DB, else the user's cache directory).")
+@click.option("--threads", default=None, type=click.IntRange(1, 4096), metavar="N",
+              help="torch's intra-op threads while timing (default: 1 on a CPU, where threads on shared cores time "
+                   "scheduler quanta; torch's own on CUDA); recorded in results.json.")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path | None,
             profile_calls: int, seed: int, counters: bool | None, repeat: int = 1, keep_host_info: bool = False,
             workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run",
-            db: str | None = None, ab: tuple[str, str] | None = None) -> None:
+            db: str | None = None, ab: tuple[str, str] | None = None, threads: int | None = None) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
@@ -67,9 +70,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         from profattn.harness.session import resume_config
         from profattn.results import read_results
 
-        if workload_specs or preset or backend_names or regime != "all" or repeat != 1 or seed != 0:
+        if workload_specs or preset or backend_names or regime != "all" or repeat != 1 or seed != 0 or threads:
             raise ProfattnError("--resume continues the run as it was planned: give no --preset, --workload, "
-                                "--backend, --regime, --repeat or --seed with it")
+                                "--backend, --regime, --repeat, --seed or --threads with it")
         stored = read_results(out_dir)
     if stored is not None:
         cfg = resume_config(stored, out_dir, device, profile_calls=profile_calls, counters=counters,
@@ -148,7 +151,12 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
                             profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat,
-                            keep_host_info=keep_host_info, ab=ab_names)
+                            keep_host_info=keep_host_info, ab=ab_names, threads=threads)
+    if cfg.intra_op_threads is not None:
+        n = cfg.intra_op_threads
+        console.print(f"timing with {n} intra-op thread{'s' if n != 1 else ''}" + (
+            " (the CPU default; --threads N to change)" if threads is None and stored is None else ""),
+            markup=False, soft_wrap=True)
     stages: dict[str, float] = {}
     t_start = time.perf_counter()
     _prewarm(cfg, console, stages)

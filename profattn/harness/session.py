@@ -59,6 +59,18 @@ class SessionConfig:
     keep_host_info: bool = False  #: host/user names in the environment, host-named trace workers, stacks
     #: An A/B run: (base, head) backend names, timed alternately (:func:`ab_rounds`); ``repeat`` − 1 rounds.
     ab: tuple[str, str] | None = None
+    #: torch's intra-op threads while the run measures (``profile --threads N``); None: 1 on a CPU (a parallel region
+    #: on shared cores waits for a descheduled thread: medians land on scheduler quanta), torch's own on CUDA.
+    threads: int | None = None
+
+    @property
+    def intra_op_threads(self) -> int | None:
+        """The intra-op thread count the run sets (None: left as torch has it)."""
+        return self.threads if self.threads is not None else (CPU_THREADS if self.device.type == "cpu" else None)
+
+
+#: A CPU run's intra-op threads unless ``--threads`` says otherwise.
+CPU_THREADS = 1
 
 
 class ProgressEvent(str, Enum):
@@ -103,7 +115,8 @@ def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profil
     return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
                          backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
                          seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info,
-                         ab=(run.ab.base, run.ab.head) if run.ab is not None else None)
+                         ab=(run.ab.base, run.ab.head) if run.ab is not None else None,
+                         threads=env.torch_threads if device.type == "cpu" else None)
 
 
 def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
@@ -111,8 +124,19 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
 
     With ``resume`` (an interrupted run read from ``out_dir``, and ``cfg`` from :func:`resume_config`), cells
     that were measured are kept as they are (their traces stay where they are) and only pending cells run;
-    their profiler pass writes a new trace file beside the earlier one.
+    their profiler pass writes a new trace file beside the earlier one. torch's intra-op threads are
+    :attr:`SessionConfig.intra_op_threads` while it runs (recorded in the environment), restored after.
     """
+    threads, before = cfg.intra_op_threads, torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run_session(cfg, progress, resume=resume)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_session(cfg: SessionConfig, progress: Progress | None, *, resume: RunResult | None) -> RunResult:
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"

@@ -119,8 +119,8 @@ def inconclusive_why(cmp: Comparison) -> str | None:
     return (f"Their changes lie beyond ±{cmp.threshold:.0%} but their intervals span {INCONCLUSIVE_SPAN:g}× or more "
             f"(widest [{_bound(inc.widest.lo)}, {_bound(inc.widest.hi)}]), so a {INCONCLUSIVE_SPAN:g}× regression could not "
             f"be told from none: {why}. For a conclusive answer time both sides in one process (`profattn compare --ab "
-            "BASE_BACKEND HEAD_BACKEND`), take more samples (`profile --repeat 10`), and on a CPU time with one "
-            "thread per process (`OMP_NUM_THREADS=1`) on a quieter machine.")
+            "BASE_BACKEND HEAD_BACKEND`), take more samples (`profile --repeat 10`), and on a CPU time with fewer "
+            "threads (`profile --threads 1`, the CPU default) on a quieter machine.")
 
 
 def method_text(cmp: Comparison) -> str:

@@ -433,6 +433,10 @@ def _training_summary(v: Verdict) -> str:
     m = v.training_margin
     if m is None:
         text = f"{tw} wins training (the only eligible training cell)."
+    elif m.tie and m.why is not TieReason.CLOSE_MEDIANS:  # the spread swamps the gap: nobody can be named
+        text = (f"No training winner can be called: {_names((tw, *v.training_tied))} are {margin_text(m)} apart, but "  # type: ignore[arg-type]
+                f"their timings are {noise_text(m)} (on a CPU: time with one thread, `--threads 1`, more `--repeat`, "
+                f"a quieter machine); the comparisons below use {tw}, the faster median.")
     elif m.tie:
         text = (f"{_names((tw, *v.training_tied))} tie in training ({margin_text(m)} apart, within noise); "  # type: ignore[arg-type]
                 f"the comparisons below use {tw}, the faster median.")

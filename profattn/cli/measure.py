@@ -48,6 +48,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
     object as package.module:object."""
     from rich.console import Console
+    from rich.markup import escape
+
+    from profattn.errors import message_text
 
     from profattn.backends import all_backends
     from profattn.backends.registry import ALL, default_backends, counter_pass_backends, left_out_of_default, resolve_backend
@@ -115,7 +118,8 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if moved is not None:
         console.print(f"--force: the earlier run is now {moved}", markup=False, soft_wrap=True)
     verb = "resuming" if stored is not None else "preset"
-    console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
+    console.print(f"profattn: {verb} [b]{escape(message_text(preset_obj.name))}[/b] on {device} → "
+                  f"{escape(message_text(out_dir))}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
     if stored is None and not backend_names and ab is None and left_out_of_default():
         console.print(f"default backends: every family once; left out: {', '.join(left_out_of_default())} "
                       f"(add one with --backend NAME, or run every backend with --backend {ALL})", markup=False, soft_wrap=True)
@@ -140,13 +144,15 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             return
         if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
-            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<{name_width}} {lat}", markup=False, soft_wrap=True)
+            console.print(message_text(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<{name_width}} {lat}"),
+                          markup=False, soft_wrap=True)
             return
         lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         t0 = started.pop(cell.cell_id, None)
         took = f"  ({time.perf_counter() - t0:.1f} s)" if t0 is not None else ""
-        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  {cell.status}{took}{why}", markup=False, soft_wrap=True)
+        console.print(message_text(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  "
+                                   f"{cell.status}{took}{why}"), markup=False, soft_wrap=True)
 
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
@@ -182,7 +188,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
                    "report": t_end - t_run})
     console.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items() if v >= 0.05)
                   + f"; total {t_end - t_start:.1f} s", markup=False, soft_wrap=True)
-    console.print(f"verdict: {verdict_summary(analysis.verdict)}", soft_wrap=True)
+    console.print(message_text(f"verdict: {verdict_summary(analysis.verdict)}"), markup=False, soft_wrap=True)  # names are text
     console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
     console.print(f"report: {path}", markup=False, soft_wrap=True)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from profattn.cli.main import REGIMES, distinct_outputs, main, output_file, read_run, run_inputs
-from profattn.errors import ProfattnError
+from profattn.errors import ProfattnError, message_text
 
 
 #: A/B rounds when --repeat is not given: with Holm over a few workloads, about 8 pairs are needed for a 10 % change.
@@ -111,12 +111,13 @@ def _report(cmp, out_file: Path, md_file: Path | None) -> None:
     from profattn.report.verdict import workload_label
 
     for w in cmp.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {message_text(w)}", err=True)
     shift = compare_report.drift_text(cmp)
     if shift:
-        click.echo(shift)
+        click.echo(message_text(shift))
     for c in cmp.regressions:
-        click.echo(f"regression: {workload_label(c.workload)} · {c.backend}: {'; '.join(compare_report.regression_texts(c))}")
+        click.echo(message_text(f"regression: {workload_label(c.workload)} · {c.backend}: "
+                                f"{'; '.join(compare_report.regression_texts(c))}"))
     click.echo(compare_report.summary_line(cmp))
     if cmp.inconclusive is not None:
         click.echo(f"{compare_report.inconclusive_headline(cmp)}: {compare_report.inconclusive_why(cmp)}")

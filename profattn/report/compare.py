@@ -25,7 +25,7 @@ from profattn.analysis.compare import (
     VerdictChange,
 )
 from profattn.analysis.stats import RatioEstimate
-from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.format import fmt_bytes, fmt_us, safe_chart
 from profattn.report.render import render, write_html_file
 from profattn.report.verdict import summary as verdict_summary
 from profattn.report.verdict import workload_label
@@ -272,7 +272,7 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
     fig.update_layout(title=f"Latency head / base{relative}, {cmp.level:.0%} simultaneous intervals; dashed: ±{cmp.threshold:.0%}",
                       xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
                       yaxis={"autorange": "reversed"})
-    return json.loads(fig.to_json())
+    return safe_chart(json.loads(fig.to_json()))
 
 
 def render_html(cmp: Comparison) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from profattn.errors import ProfattnError, ProfattnWarning, message_text
-from profattn.files import check_output
+from profattn.files import check_output, resolve_path
 
 REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
@@ -161,7 +161,7 @@ def distinct_outputs(*named: tuple[str, Path | None]) -> None:
     for option, path in named:
         if path is None:
             continue
-        key = path.resolve()
+        key = resolve_path(path, option)
         if key in seen:
             raise ProfattnError(f"{option} {path} is also {seen[key]}; choose another path")
         seen[key] = option

@@ -9,6 +9,7 @@ import click
 
 from profattn.cli.main import REGIMES, distinct_outputs, main, output_file, read_run, run_inputs
 from profattn.errors import ProfattnError, message_text
+from profattn.files import resolve_path
 
 
 #: A/B rounds when --repeat is not given: with Holm over a few workloads, about 8 pairs are needed for a 10 % change.
@@ -77,7 +78,7 @@ def _compare_runs(base_run: Path, head_run: Path, t: float, *, force: bool, keep
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)
     bl, hl = compare_report.run_label(base_run), compare_report.run_label(head_run)
     def results_file(p: Path) -> Path:  # a run directory and its results.json are one run
-        return (p / "results.json").resolve() if p.is_dir() else p.resolve()
+        return resolve_path(p / "results.json" if p.is_dir() else p)
 
     if results_file(base_run) == results_file(head_run):
         click.echo("warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise", err=True)

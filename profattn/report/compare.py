@@ -36,7 +36,10 @@ def run_label(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     if p.name == "results.json":
         p = p.parent
-    return p.resolve().name or "run"
+    try:
+        return p.resolve().name or "run"
+    except (RuntimeError, OSError):  # a loop of symbolic links (RuntimeError in Python 3.11)
+        return p.name or "run"
 
 
 def fmt_change(est: RatioEstimate | None) -> str:

@@ -29,14 +29,14 @@ and named in one :class:`~profattn.errors.ProfattnWarning`, so later additions s
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
     CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ABRun, Ceilings, CellResult, CellStatus,
-    Correctness, CounterKernel, CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary,
+    Correctness, CounterKernel, Damage, CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary,
     KernelLaunch, RankRecord, RankStatus, RunResult, StrEnum, Timing, TraceSummary, cell_row, cells_by_workload,
     dominant_launch,
 )
 
 __all__ = [
     "ABRun", "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
-    "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
+    "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "Damage", "CountersStatus", "CounterSummary", "Environment",
     "GraphReplaySummary", "KernelLaunch", "RankRecord", "RankStatus", "RunResult", "StrEnum", "Timing", "TraceSummary",
     "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",

@@ -46,6 +46,13 @@ class CellStatus(StrEnum):
         return self in (CellStatus.OK, CellStatus.INCORRECT)
 
 
+class Damage(StrEnum):
+    """A cell whose own numbers disagree (:attr:`CellResult.damage`): the value says what, in a message."""
+
+    PASSED_ABOVE_TOLERANCE = "marked passed with an error above its tolerance"
+    QUANTILES_OUT_OF_ORDER = "a timing whose p10, median and p90 are out of order"
+
+
 @dataclass(frozen=True)
 class Timing:
     """Latency of one call, from ``reps`` timed repetitions after warm-up.
@@ -390,12 +397,28 @@ class CellResult:
         return self.workload.kv_bytes / (t * 1e-6) / 1e9 if t else None
 
     @property
+    def damage(self) -> tuple[Damage, ...]:
+        """What in this cell's own numbers disagrees (empty for a sound cell): a hand-edited or corrupted results file
+        whose cell says it passed with an error above its tolerance, or a timing whose p10 lies above its p90 (or its
+        median outside them). A damaged cell is never a winner (:attr:`eligible`)."""
+        out = []
+        c = self.correctness
+        if c is not None and c.passed and not c.out_rel_err <= c.tolerance:
+            out.append(Damage.PASSED_ABOVE_TOLERANCE)
+        timings = [t for t in (self.timing, self.graph_timing, *self.timing_repeats, *self.graph_timing_repeats) if t]
+        if any(not (t.p10_us <= t.median_us <= t.p90_us) for t in timings):
+            out.append(Damage.QUANTILES_OUT_OF_ORDER)
+        return tuple(out)
+
+    @property
     def eligible(self) -> bool:
-        """May win: timed, passed correctness, and its trace does not contradict its backend's family — neither its
-        eager calls' kernels nor, for a graph-timed cell, its profiled graph replays' (:class:`GraphReplaySummary`)."""
+        """May win: timed, passed correctness, its own numbers agree (:attr:`damage`), and its trace does not
+        contradict its backend's family — neither its eager calls' kernels nor, for a graph-timed cell, its profiled
+        graph replays' (:class:`GraphReplaySummary`)."""
         return (
             self.status == CellStatus.OK
             and self.timing is not None
+            and not self.damage
             and (self.trace is None or self.trace.family_ok is not False)
             and (self.trace is None or self.trace.graph is None or self.trace.graph.family_ok is not False)
         )

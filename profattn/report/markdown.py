@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.compare import CompareClass, Comparison, EnvField
+from profattn.results import CellStatus
 from profattn.files import MARKDOWN_MARKER
 from profattn.report.format import Md, md_code, md_text
 from profattn.report.compare import (cell_rows, drift_text, inconclusive_headline, inconclusive_why, method_text, summary_line,
@@ -78,8 +79,11 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
     cols = matrix_columns(a)
     unit, eager = cols["flops_unit"], cols["eager"]
     table = []
+    unsupported = [m for m in a.matrix if m.cell.status is CellStatus.UNSUPPORTED]
     for m in a.matrix:
         c = m.cell
+        if c.status is CellStatus.UNSUPPORTED:  # counted under the table (39 of 60 rows on a CPU), in report.html
+            continue
         t = c.judged_timing
         table.append([
             (Md("**" + md_text(c.backend) + "** 🏆" + (" (tie: " + md_text(", ".join(m.ties)) + ")" if m.ties else ""))
@@ -123,6 +127,10 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
             parts += ["### Context parallelism", cp]
         parts += ["### Result matrix",
                   md_table(headers, table, cap)]
+        if unsupported:
+            names = sorted({m.cell.backend for m in unsupported})
+            parts.append(f"{len(unsupported)} unsupported cell(s) left out ({md_text(', '.join(names[:12]))}"
+                         f"{', …' if len(names) > 12 else ''}): report.html lists each with its reason.")
         return "\n\n".join(parts) + "\n"
 
     return fit(render, limit)

@@ -409,6 +409,13 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
         ("profattn", e.profattn), ("measured (UTC)", e.created_utc),
         ("preset", f"{run.preset}: {run.preset_description}"),
     ]
+    def load(la: tuple[float, float, float] | None) -> str:
+        return "n/a" if la is None else " / ".join(f"{x:.2f}" for x in la)
+
+    rows += [("CPUs", str(e.cpu_count or "n/a")),
+             ("intra-op threads", f"{e.torch_threads if e.torch_threads is not None else 'n/a'}"
+              + (f" (OMP_NUM_THREADS={e.omp_num_threads})" if e.omp_num_threads else "")),
+             ("load (1 / 5 / 15 min)", f"{load(e.load_avg_start)} at the start, {load(e.load_avg_end)} at the end")]
     if run.repeat > 1:
         rows.append(("timing samples", f"{run.samples_text()} independent samples per cell (--repeat), each a median of many reps"))
     if e.hostname or e.user:

@@ -426,8 +426,11 @@ def _training_summary(v: Verdict) -> str:
         won = "; ".join(_winner_text(r, labels[r.workload.tag]) for r in won_rows[:SUMMARY_WINNERS]) + (
             f"; and {len(won_rows) - SUMMARY_WINNERS} more (one line each below)" if len(won_rows) > SUMMARY_WINNERS else "")
         layouts = layout_sentence(v.rows)
+        phases = {r.phase for r in v.rows}
+        regime = (f" Only {next(iter(phases)).value} was measured: `profattn profile --regime all` adds the other regimes, "
+                  "training among them, whose winner the verdict asks about." if len(phases) == 1 else "")
         return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.") + (
-            f" {layouts}" if layouts else "")
+            f" {layouts}" if layouts else "") + regime
     if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
         return "No training cell passed, so the question has no answer in this run."
     m = v.training_margin
@@ -633,7 +636,7 @@ def serving_rows(s: ServingVerdict) -> list[dict[str, str]]:
                         "vs": "no eligible time", "mechanism": "", "chunking": "", "stays": ""})
             continue
         m = r.margin
-        margin = ("only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m))
+        margin = _margin_cell(m)
         runner = m.behind if m is not None else ""
         if r.standing is Standing.STAYS:
             vs, why = "stays", mechanism_text(r.gap, r.workload.phase) if m is not None and not m.tie else ""
@@ -709,7 +712,15 @@ def _standing_text(row: WorkloadVerdict, v: Verdict) -> str:
 
 
 def _margin_cell(m: Margin | None) -> str:
-    return "only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m)
+    """A margin as a table cell: ``1.47×``; ``tie (1.2 %)`` when the medians are close; ``14.04× apart, within
+    noise: the spreads overlap`` when the spread swamps a real gap (never "tie (14.04×)")."""
+    if m is None:
+        return "only eligible"
+    if not m.tie:
+        return margin_text(m)
+    if m.why is TieReason.CLOSE_MEDIANS:
+        return f"tie ({margin_text(m)})"
+    return f"no winner: {margin_text(m)} apart, {noise_text(m)}"
 
 
 def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRowText]:

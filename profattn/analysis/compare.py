@@ -63,6 +63,7 @@ from statistics import median
 from typing import Any
 
 from profattn.analysis.cells import kernel_stem
+from profattn.analysis.layout import CacheLayout
 from profattn.analysis.noise import noise_findings
 from profattn.analysis.stats import (RatioEstimate, hodges_lehmann_ratio, holm, log_se, median_interval, paired_ratio,
                                      student_t_quantile, student_t_sf)
@@ -296,6 +297,9 @@ class WinnerChange:
     head_winner: str | None
     close_base: bool
     close_head: bool
+    #: ``PAGED``: the winner among the kernels that read the page pool of a workload answered per layout (its overall
+    #: winner is another record); None: the workload's winner.
+    layout: CacheLayout | None = None
 
     @property
     def phase(self) -> Phase:
@@ -647,6 +651,21 @@ def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...
     return tuple(out)
 
 
+def _paged_winner_changes(vb: Verdict, vh: Verdict) -> tuple[WinnerChange, ...]:
+    """The paged-cache winner of every workload both verdicts answer per layout (:class:`LayoutSplit`): a paged
+    kernel that flips while the overall (contiguous-copy) winner stays is a change too."""
+    heads = {r.workload_tag: r for r in vh.rows if r.layouts is not None}
+    out = []
+    for r in vb.rows:
+        h = heads.get(r.workload_tag)
+        if r.layouts is None or h is None or h.layouts is None:
+            continue
+        pb, ph = r.layouts.paged, h.layouts.paged
+        out.append(WinnerChange(r.workload, pb.winner.backend, ph.winner.backend, bool(pb.tied), bool(ph.tied),
+                                layout=CacheLayout.PAGED))
+    return tuple(out)
+
+
 def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT_THRESHOLD, force: bool = False,
                  base_label: str = "base", head_label: str = "head", level: float = LEVEL) -> Comparison:
     """Compare two runs (see the module docstring): ``level`` is the family-wise confidence (``α = 1 − level``).
@@ -723,7 +742,7 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
             changes.append(VerdictChange(r.workload, r.winner_backend, h.winner_backend, r.stays, h.stays))
     return Comparison(
         base_label=base_label, head_label=head_label, threshold=threshold, level=level, environment=env,
-        warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head),
+        warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head) + _paged_winner_changes(vb, vh),
         base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
         drift=drift, inconclusive=inconclusive(judged, drift, threshold),

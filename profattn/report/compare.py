@@ -24,6 +24,7 @@ from profattn.analysis.compare import (
     RegressionReason,
     VerdictChange,
 )
+from profattn.analysis.layout import CacheLayout
 from profattn.analysis.stats import RatioEstimate
 from profattn.report.format import fmt_bytes, fmt_us, safe_chart
 from profattn.report.render import render, write_html_file
@@ -189,6 +190,24 @@ def verdict_change_text(ch: VerdictChange) -> str:
             f"({ch.base_winner} → {ch.head_winner})")
 
 
+def verdict_unchanged_text(cmp: Comparison) -> str:
+    """What to say when no :class:`VerdictChange` was found: "The verdict did not change." only when both verdicts
+    name the same winners; otherwise which winners differ and why that is no change beyond noise."""
+    diffs = []
+    if cmp.base_training_winner != cmp.head_training_winner:
+        diffs.append(f"the training winner is {cmp.base_training_winner or 'none'} in {cmp.base_label} and "
+                     f"{cmp.head_training_winner or 'none'} in {cmp.head_label}")
+    flipped = [w for w in cmp.winners if w.flipped]
+    if flipped:
+        diffs.append(f"{len(flipped)} workload winner(s) differ (listed below)")
+    if not diffs:
+        return "The verdict did not change."
+    tie = ("the training winners tie within noise, and " if cmp.base_training_winner != cmp.head_training_winner
+           else "")
+    return ("The verdicts name different winners — " + "; ".join(diffs) + f" — but their answers did not change: {tie}"
+            "on every workload the training winner stays, ties or loses as before.")
+
+
 def _order(c: CellChange) -> tuple:
     est = c.judged or c.estimate
     return (not c.regression, list(CompareClass).index(c.classification), -abs(est.change) if est else 0)
@@ -226,7 +245,8 @@ def _status(c: CellChange) -> str:
 
 def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
     """Display-ready rows of the winner table: each workload's winner in both runs, ties marked."""
-    return [{"label": workload_label(w.workload), "phase": w.phase.value,
+    return [{"label": workload_label(w.workload) + (" (over the paged cache)" if w.layout is CacheLayout.PAGED else ""),
+             "phase": w.phase.value,
              "base": (w.base_winner or "none") + (" (tie)" if w.close_base else ""),
              "head": (w.head_winner or "none") + (" (tie)" if w.close_head else ""), "flipped": w.flipped,
              "noise_flip": w.flipped and (w.close_base or w.close_head)} for w in cmp.winners]
@@ -286,7 +306,7 @@ def render_html(cmp: Comparison) -> str:
         winners=winner_rows(cmp),
         env=[d for d in cmp.environment], chart=forest_figure(cmp),
         base_verdict=verdict_summary(cmp.base_verdict), head_verdict=verdict_summary(cmp.head_verdict),
-        verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes],
+        verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes], verdict_unchanged=verdict_unchanged_text(cmp),
     ))
 
 

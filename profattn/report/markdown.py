@@ -18,7 +18,7 @@ from profattn.results import CellStatus
 from profattn.files import MARKDOWN_MARKER
 from profattn.report.format import Md, md_code, md_text
 from profattn.report.compare import (cell_rows, drift_text, inconclusive_headline, inconclusive_why, method_text, summary_line,
-                                     verdict_change_text, winner_rows)
+                                     verdict_change_text, verdict_unchanged_text, winner_rows)
 from profattn.report.verdict import summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -163,7 +163,7 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
         parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(verdict_summary(cmp.base_verdict))}",
                   f"- **{md_text(cmp.head_label)}**: {md_text(verdict_summary(cmp.head_verdict))}"]
         parts.append("Verdict changes: " + "; ".join(md_text(verdict_change_text(v)) for v in cmp.verdict_changes)
-                     if cmp.verdict_changes else "The verdict did not change.")
+                     if cmp.verdict_changes else md_text(verdict_unchanged_text(cmp)))
         if flips:
             parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]
         parts += ["### Top changes", cells_table(top_rows, cap) if top_rows else "None beyond noise."]

@@ -1,0 +1,34 @@
+"""issue 33, item 11: compare lists a paged winner that flipped, and never says "the verdict did not change" when
+the two verdicts name different winners."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profattn.analysis.compare import compare_runs
+from profattn.analysis.layout import CacheLayout
+from profattn.report.compare import verdict_unchanged_text, winner_rows
+from profattn.report.markdown import comparison_markdown
+from profattn.results import read_results
+
+RUNS = Path(__file__).resolve().parents[2] / "examples" / "compare" / "runs"
+
+
+def test_a_flipped_paged_winner_is_listed():
+    """base-a → head-fused-combine: the fused combine changes triton-paged-decode; the per-layout paged winners of
+    the paged decode workloads are compared too (before, only the overall winner was)."""
+    cmp = compare_runs(read_results(RUNS / "base-a"), read_results(RUNS / "head-fused-combine"))
+    paged = [w for w in cmp.winners if w.layout is CacheLayout.PAGED]
+    assert paged, "the paged decode workloads are answered per layout"
+    rows = winner_rows(cmp)
+    assert sum("(over the paged cache)" in r["label"] for r in rows) == len(paged)
+
+
+def test_different_winners_never_read_as_an_unchanged_verdict():
+    cmp = compare_runs(read_results(RUNS / "base-a"), read_results(RUNS / "head-fused-combine"))
+    if not cmp.verdict_changes and any(w.flipped for w in cmp.winners):
+        text = verdict_unchanged_text(cmp)
+        assert text != "The verdict did not change." and "different winners" in text
+        assert "The verdict did not change." not in comparison_markdown(cmp)
+    same = compare_runs(read_results(RUNS / "base-a"), read_results(RUNS / "base-a"))
+    assert verdict_unchanged_text(same) == "The verdict did not change."

@@ -226,7 +226,8 @@ def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
             "top": c.regression or c.classification in (CompareClass.SLOWER, CompareClass.FASTER)
                    or bool(c.launch_changes) or c.correctness_changed,
             "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us),
-            "change": fmt_change(c.judged or c.estimate), "raw": fmt_change(c.estimate) if c.judged else "",
+            "change": fmt_change(c.judged or c.estimate) + _samples_disagree(c),
+            "raw": fmt_change(c.estimate) if c.judged else "",
             "samples": f"{len(c.base_samples_us)} / {len(c.head_samples_us)}",
             "correctness": correctness_text(c),
             "status": _status(c),
@@ -235,6 +236,18 @@ def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
             "reasons": "; ".join(regression_texts(c)),
         })
     return rows
+
+
+def _samples_disagree(c: CellChange) -> str:
+    """A note when the base → head medians shown beside a change lie outside its raw interval (or, without one, more
+    than 2× from its estimate): the samples split between levels, and the two figures would read as a contradiction."""
+    est, b, h = c.estimate, c.base_latency_us, c.head_latency_us
+    if est is None or not b or not h:
+        return ""
+    ratio = h / b
+    outside = (not est.lo <= ratio <= est.hi) if est.lo is not None and est.hi is not None else (
+        max(ratio / est.ratio, est.ratio / ratio) > 2)
+    return f"; the medians moved {ratio - 1:+.1%} (the samples disagree)" if outside else ""
 
 
 def _status(c: CellChange) -> str:

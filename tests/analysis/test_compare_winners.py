@@ -32,3 +32,24 @@ def test_different_winners_never_read_as_an_unchanged_verdict():
         assert "The verdict did not change." not in comparison_markdown(cmp)
     same = compare_runs(read_results(RUNS / "base-a"), read_results(RUNS / "base-a"))
     assert verdict_unchanged_text(same) == "The verdict did not change."
+
+
+def test_medians_that_moved_70x_are_never_a_pass_or_a_silent_plus_zero():
+    """Before: "39.96 ms → 572.8 µs, +0.0 %" — samples split between two levels put the Hodges–Lehmann estimate at 1
+    while the medians moved 70×; the reverse passed as within noise."""
+    from dataclasses import replace as _replace
+
+    from factories import SEED, cell, repeated, run, with_repeat
+
+    from profattn.analysis.compare import CompareClass
+    from profattn.report.compare import cell_rows
+    from profattn.workload import Phase
+
+    w = next(x for x in SEED.workloads if x.phase is Phase.DECODE)
+    base = repeated(cell(w, "a", 600.0), (600.0, 600.0, 40_000.0, 40_000.0, 600.0))
+    head = repeated(cell(w, "a", 40_000.0), (40_000.0, 40_000.0, 100.0, 100.0, 40_000.0))
+    cmp = compare_runs(with_repeat(run([base]), 5), with_repeat(run([head]), 5))
+    (c,) = cmp.cells
+    assert c.estimate.ratio == 1.0 and c.classification is CompareClass.INCONCLUSIVE and not cmp.passed
+    (row,) = cell_rows(cmp)
+    assert "the medians moved +6566.7% (the samples disagree)" in row["change"]

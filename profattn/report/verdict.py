@@ -736,12 +736,16 @@ def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRow
         s = row.layouts
         out = []
         for name, rk in (("over the paged cache", s.paged), ("over a contiguous copy", s.contiguous)):
+            # each row's evidence is its own pair's: the paged row's is the paged winner and its runner-up (before,
+            # both rows described the contiguous-copy pair)
+            pair = tuple(e for e in (rk.winner, rk.runner_up) if e is not None)
+            evidence = why if rk is s.contiguous else reasons(replace(row, explained=pair), v)
             lost = rk is s.contiguous and row.standing is Standing.CHANGES and row.training_gap is not None
             mechanism = mechanism_text(row.training_gap, row.phase) if lost else mech(rk.gap, rk.margin, row.phase)
             if rk is s.contiguous and (g := gather_text(s)):
                 mechanism = (mechanism + "; " if mechanism else "") + "on the paged cache: " + g
             out.append(VerdictRowText(
-                row.workload_tag, label, rk.winner.backend, row.stays if rk is s.contiguous else None, head, why,
+                row.workload_tag, label, rk.winner.backend, row.stays if rk is s.contiguous else None, head, evidence,
                 layout=name, winner_text=f"{rk.winner.backend} ({layout_name(rk.layout, paged_workload=paged)})",
                 latency=fmt_us(rk.winner.latency_us), margin=_margin_cell(rk.margin),
                 runner_up=rk.runner_up.backend if rk.runner_up else "",

@@ -53,3 +53,17 @@ def test_medians_that_moved_70x_are_never_a_pass_or_a_silent_plus_zero():
     assert c.estimate.ratio == 1.0 and c.classification is CompareClass.INCONCLUSIVE and not cmp.passed
     (row,) = cell_rows(cmp)
     assert "the medians moved +6566.7% (the samples disagree)" in row["change"]
+
+
+def test_each_layout_row_describes_its_own_pair():
+    """Before: the report's evidence for an "over the paged cache" row described the contiguous-copy pair."""
+    from profattn.analysis.verdict import verdict
+    from profattn.report.verdict import render_verdict
+
+    rows = [r for r in render_verdict(verdict(read_results(RUNS / "base-a"))).rows if r.layout]
+    paged = [r for r in rows if r.layout == "over the paged cache"]
+    assert paged
+    for r in paged:
+        text = " ".join(r.reasons)
+        assert f"{r.winner} streams" in text and (not r.runner_up or f"{r.runner_up} streams" in text), text
+        assert "sdpa-cudnn streams" not in text

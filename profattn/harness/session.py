@@ -13,6 +13,7 @@ ranks (:mod:`profattn.harness.cp_launch`: one launch per workload, each rank wit
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -26,7 +27,7 @@ from profattn.analysis.reattach import TraceRead
 from profattn.analysis.reattach import reattach_traces as reattach
 from profattn.trace.counters import parse_ncu_csv
 from profattn.backends import Backend, get_backend
-from profattn.backends.registry import counter_pass_backends
+from profattn.backends.registry import counter_pass_backends, resolve_backend
 from profattn.errors import ProfattnError
 from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
 from profattn.harness.timing import time_cpu_pair
@@ -110,13 +111,25 @@ def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profil
         if name != env.device_name:
             raise ProfattnError(f"--resume: {out_dir} was measured on {env.device_name}, this GPU is {name}")
     workloads = tuple(dict.fromkeys(c.workload for c in run.cells))
-    backends = tuple(get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
+    loaded = {}
+    for spec in run.plugins:  # the run's --backend module:object plugins, by the names their cells carry
+        with contextlib.suppress(ProfattnError):  # one that no longer loads: its name is unknown below (one line)
+            b = resolve_backend(spec)
+            loaded[b.name] = b
+    backends = tuple(loaded.get(name) or get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
     regimes = tuple(p for p in Phase if any(w.phase is p for w in workloads))
     return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
                          backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
                          seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info,
                          ab=(run.ab.base, run.ab.head) if run.ab is not None else None,
                          threads=env.torch_threads if device.type == "cpu" else None)
+
+
+def plugin_specs(backends: Sequence[Backend]) -> tuple[str, ...]:
+    """The ``module:object`` specs of the ``--backend`` plugins among ``backends`` (entry points excluded: they load
+    themselves wherever they are installed), recorded in the run so ``profile --resume`` can load them again."""
+    return tuple(dict.fromkeys(o.spec for b in backends if (o := getattr(b, "origin", None)) is not None
+                               and o.distribution is None and ":" in o.spec))
 
 
 def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
@@ -154,6 +167,7 @@ def _run_session(cfg: SessionConfig, progress: Progress | None, *, resume: RunRe
             seed=cfg.seed,
             repeat=cfg.repeat,
             ab=ABRun(cfg.ab[0], cfg.ab[1], cfg.repeat - 1) if cfg.ab is not None else None,
+            plugins=plugin_specs(cfg.backends),
         )
     else:
         run = resume

@@ -468,6 +468,7 @@ def run_from_dict(data: dict[str, Any], *, where: str = "results.json") -> RunRe
         counters_info=_counters_info(r, values["counters_info"]) if values.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
         repeat=_opt_int(values.get("repeat", 1), "repeat"),
         ab=r.record(ABRun, values["ab"], "ab") if values.get("ab") is not None else None,
+        plugins=tuple(values.get("plugins") or ()),
     )
     if r.unknown:
         shown = ", ".join(r.unknown[:5]) + (f" and {len(r.unknown) - 5} more" if len(r.unknown) > 5 else "")

@@ -543,6 +543,9 @@ class RunResult:
     counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
     ab: ABRun | None = None  #: an A/B run's pairing (None: an ordinary run)
+    #: The ``module:object`` specs of the run's ``--backend`` plugins (``profile --resume`` loads them again; installed
+    #: entry points load themselves); empty in files written before it was recorded.
+    plugins: tuple[str, ...] = ()
 
     def samples_taken(self) -> tuple[int, int] | None:
         """(fewest, most) timing samples any timed cell holds — what was measured, which is less than

@@ -104,3 +104,25 @@ def test_control_characters_never_reach_a_message_or_markdown_raw(tmp_path: Path
     bad = tmp_path / "no\nprofattn: error: forged\x1b"
     res = CliRunner().invoke(main, ["report", str(bad)])
     assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1 and "\x1b" not in res.stderr, res.stderr
+
+
+def test_a_run_with_a_module_object_plugin_can_be_resumed(tmp_path: Path, plugin: str):
+    """issue 33, item 6: before, "unknown backend 'my-kernel'" (and --backend is refused with --resume, so the interrupt
+    message's own advice failed); the run records how to load its plugins."""
+    from profattn.backends.registry import unregister
+    from profattn.results import CellResult, CellStatus
+
+    out = tmp_path / "r"
+    (tmp_path / "named_plugin.py").write_text(PLUGIN + '\nmine = Named("my-kernel")\n')
+    res = CliRunner().invoke(main, [*ARGS, "--backend", f"{plugin}:mine", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    run = read_results(out)
+    assert run.plugins == (f"{plugin}:mine",)
+    first = run.cells[-1]
+    pending = CellResult(cell_id=first.cell_id, workload=first.workload, backend=first.backend, family=first.family,
+                         status=CellStatus.PENDING)
+    write_results(replace(run, cells=(*run.cells[:-1], pending)), out / "results.json")
+    unregister("my-kernel")  # a fresh process knows only built-ins and entry points
+    res = CliRunner().invoke(main, ["profile", "--resume", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert read_results(out).cells[-1].status is not CellStatus.PENDING

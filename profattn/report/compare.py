@@ -24,7 +24,6 @@ from profattn.analysis.compare import (
     RegressionReason,
     VerdictChange,
 )
-from profattn.analysis.layout import CacheLayout
 from profattn.analysis.stats import RatioEstimate
 from profattn.report.format import fmt_bytes, fmt_us, safe_chart
 from profattn.report.render import render, write_html_file
@@ -258,7 +257,7 @@ def _status(c: CellChange) -> str:
 
 def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
     """Display-ready rows of the winner table: each workload's winner in both runs, ties marked."""
-    return [{"label": workload_label(w.workload) + (" (over the paged cache)" if w.layout is CacheLayout.PAGED else ""),
+    return [{"label": workload_label(w.workload) + (" (over the paged cache)" if w.layout is not None else ""),
              "phase": w.phase.value,
              "base": (w.base_winner or "none") + (" (tie)" if w.close_base else ""),
              "head": (w.head_winner or "none") + (" (tie)" if w.close_head else ""), "flipped": w.flipped,

@@ -304,7 +304,10 @@ def test_verdict_sentences_of_the_committed_h200_run():
     # below 10 µs the verdict now prints fmt_us's two decimals, as the matrix does (was "7.8 µs")
     assert "the byte floor at the copy ceiling is 7.84 µs." in kv2048
     assert "a persistent grid, one CTA per SM looping over tiles" in text.rows[0].reasons[1]
-    assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[1].reasons[2]
+    # issue 33: each layout row's evidence is its own pair's (the paged row described the contiguous-copy pair)
+    assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[2].reasons[2]
+    assert "triton-paged-decode's main kernel" in " ".join(text.rows[1].reasons)
+    assert "Here, sdpa-cudnn's main kernel" not in " ".join(text.rows[1].reasons)
     # the mechanism column: why the runner-up trails, from the traces (sdpa-flash's split combine at kv 2048)
     assert text.rows[4].mechanism.startswith("sdpa-flash adds a split combine (1 launch, 4.61 µs, 26 % of its GPU time)")
     assert "on the paged cache: gathering the pages into a contiguous copy takes 18.5 µs" in text.rows[4].mechanism

@@ -420,6 +420,9 @@ class EnvField(StrEnum):
     PROFATTN = "profattn"
     PRESET = "preset"
     SEED = "seed"
+    CPUS = "CPUs"
+    THREADS = "intra-op threads"
+    LOAD = "load (1 min, start → end)"
     SAMPLES = "timing samples per cell"
     COUNTERS = "counters"
     MEASURED = "measured (UTC)"
@@ -428,7 +431,7 @@ class EnvField(StrEnum):
 #: The :class:`EnvField` members read from :class:`profattn.results.Environment` (attribute = value).
 ENV_FIELDS = tuple(EnvField)[:11]
 #: Differences that are expected or already refused/forced, so they are not repeated as warnings.
-_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET)
+_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET, EnvField.LOAD)
 
 
 def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
@@ -439,11 +442,21 @@ def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     rows += [
         EnvDiff(EnvField.PRESET, base.preset, head.preset),
         EnvDiff(EnvField.SEED, str(base.seed), str(head.seed)),
+        EnvDiff(EnvField.CPUS, s(base.environment.cpu_count), s(head.environment.cpu_count)),
+        EnvDiff(EnvField.THREADS, s(base.environment.torch_threads), s(head.environment.torch_threads)),
+        EnvDiff(EnvField.LOAD, _load(base), _load(head)),
         EnvDiff(EnvField.SAMPLES, base.samples_text(), head.samples_text()),
         EnvDiff(EnvField.COUNTERS, base.counters_info.status, head.counters_info.status),
         EnvDiff(EnvField.MEASURED, base.environment.created_utc, head.environment.created_utc),
     ]
     return tuple(rows)
+
+
+def _load(run: RunResult) -> str:
+    """The 1-minute load at the run's start and end, as text ("n/a" where not recorded)."""
+    e = run.environment
+    loads = [f"{la[0]:.2f}" for la in (e.load_avg_start, e.load_avg_end) if la]
+    return " → ".join(loads) if loads else "n/a"
 
 
 def _median(xs: tuple[float, ...]) -> float | None:

@@ -58,6 +58,19 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
     return text[: limit - len(note) - 1] + note
 
 
+def machine_text(e: Any) -> str:
+    """``"; 2 CPUs, 1 intra-op thread, load 2.50 → 3.00"``: the machine's state results.json records ("" without it)."""
+    parts = []
+    if e.cpu_count:
+        parts.append(f"{e.cpu_count} CPUs")
+    if e.torch_threads is not None:
+        parts.append(f"{e.torch_threads} intra-op thread{'s' if e.torch_threads != 1 else ''}")
+    loads = [la[0] for la in (e.load_avg_start, e.load_avg_end) if la]
+    if loads:
+        parts.append("load " + " → ".join(f"{x:.2f}" for x in loads))
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown, formatted from its one analysis (:func:`profattn.analysis.run.analyze_run`): environment
     line, verdict, the compact verdict table (workload, winner with what it read, margin, runner-up, why), the
@@ -111,7 +124,8 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
             f"## profattn: preset {md_code(run.preset)} on {md_text(e.device_name)}",
             (f"torch {md_text(e.torch)}, CUDA {md_text(e.cuda or 'n/a')}, cuDNN {md_text(e.cudnn or 'n/a')}, "
              f"triton {md_text(e.triton or 'n/a')}, driver {md_text(e.driver or 'n/a')}; "
-             f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
+             f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}"
+             + machine_text(e) + "."),
         ]
         parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
         parts += ["### Verdict", f"**{md_text(v.summary)}**"]

@@ -48,3 +48,15 @@ def test_one_banner_for_traces_not_read_and_the_machine_in_the_environment():
     assert page.count("Trace not read:") == 3
     rows = dict(environment_rows(r))
     assert rows["CPUs"] == "2" and rows["intra-op threads"] == "1" and "2.50 / 2.00 / 1.00" in rows["load (1 / 5 / 15 min)"]
+
+
+def test_the_markdown_and_compare_show_the_machine_state():
+    from profattn.analysis.compare import EnvField, compare_runs
+
+    r = run([cell(w, "a", 10.0 + i) for i, w in enumerate(DECODE[:3])], device="cpu")
+    r = replace(r, environment=replace(r.environment, cpu_count=2, torch_threads=1, load_avg_start=(2.5, 2.0, 1.0),
+                                       load_avg_end=(3.0, 2.1, 1.1)))
+    assert "; 2 CPUs, 1 intra-op thread, load 2.50 → 3.00." in run_markdown(analyze_run(r))
+    h = replace(r, environment=replace(r.environment, torch_threads=2))
+    env = {d.field: d for d in compare_runs(r, h).environment}
+    assert env[EnvField.CPUS].base == "2" and env[EnvField.THREADS].differs and env[EnvField.LOAD].base == "2.50 → 3.00"

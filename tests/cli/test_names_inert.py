@@ -126,3 +126,16 @@ def test_a_run_with_a_module_object_plugin_can_be_resumed(tmp_path: Path, plugin
     res = CliRunner().invoke(main, ["profile", "--resume", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert read_results(out).cells[-1].status is not CellStatus.PENDING
+
+
+def test_analyze_lines_escape_control_characters_in_file_names(tmp_path: Path):
+    """A trace file name holding a newline and ESC: analyze's per-file line stays one line, ESC escaped."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    src = repo / "tests" / "data" / "traces" / "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
+    odd = tmp_path / "a\nprofattn: error: forged\x1b[2J.pt.trace.json.gz"
+    shutil.copy(src, odd)
+    res = CliRunner().invoke(main, ["analyze", str(odd), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and not any(x.startswith("profattn: error: forged") for x in res.output.splitlines())

@@ -8,6 +8,18 @@ input could not be used at all).
 from __future__ import annotations
 
 
+#: Control characters (C0, DEL, C1, the Unicode line and paragraph separators) as the escapes a message shows instead
+#: of them: a name or a field from a file holding a newline, CR, BEL or ESC cannot break a one-line message, forge a
+#: ``profattn: error:`` line or drive the terminal.
+_CONTROL = {i: f"\\x{i:02x}" for i in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROL.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def message_text(value: object) -> str:
+    """``value`` as text for a one-line message: every control character escaped (``\\n``, ``\\x1b``, ...)."""
+    return str(value).translate(_CONTROL)
+
+
 class ProfattnError(Exception):
     """A user-facing error: the message is one line, ``exit_code`` is what the CLI returns (2)."""
 

@@ -93,6 +93,20 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+def resolve_path(path: str | os.PathLike[str], what: str = "") -> Path:
+    """``Path(path).resolve()``; a symbolic-link loop — Python 3.11's ``resolve()`` raises RuntimeError for it, later
+    versions OSError — is one :class:`ProfattnError` naming the path (``what``: the option or role it came from).
+
+    Raises:
+        ProfattnError: the path runs into a loop of symbolic links (or cannot be resolved)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:
+        why = "a loop of symbolic links" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 else (
+            exc.strerror or str(exc))
+        raise ProfattnError(f"{what + ' ' if what else ''}{path}: cannot be resolved ({why})") from None
+
+
 def check_output(path: Path, option: str, *, inputs: Iterable[str | os.PathLike[str]] = (),
                  own_report_of: Path | None = None) -> None:
     """Refuse an output path before anything is read or written, each with one line naming ``option``:
@@ -110,19 +124,19 @@ def check_output(path: Path, option: str, *, inputs: Iterable[str | os.PathLike[
         ProfattnError: as listed (exit code 2).
     """
     ident = _identity(path)
-    resolved = path.resolve()
+    resolved = resolve_path(path, option)
     if ident is not None:
         inputs = list(inputs)
         for item in inputs:
             if _identity(Path(item)) == ident:
                 raise ProfattnError(f"{option} {path} is an input of this command ({item}); choose another path")
         for item in inputs:
-            if (os.path.isdir(item) and resolved.is_relative_to(Path(item).resolve()) and os.path.isfile(resolved)
+            if (os.path.isdir(item) and resolved.is_relative_to(resolve_path(item)) and os.path.isfile(resolved)
                     and not is_profattn_output(resolved)):
                 raise ProfattnError(f"{option} {path} is an input of this command (a file in {item}); choose another path")
     parent, name = resolved.parent, resolved.name
     if name in ("report.html", "results.json") and (parent / "results.json").is_file():
-        if own_report_of is None or name != "report.html" or parent != Path(own_report_of).resolve():
+        if own_report_of is None or name != "report.html" or parent != resolve_path(own_report_of):
             raise ProfattnError(f"{option} {path} is the {name} of the run in {parent}; "
                                 f"choose another path with {option}")
     if ident is not None and os.path.isfile(path) and not is_profattn_output(path):
@@ -173,8 +187,11 @@ def inside_run(run_dir: str | os.PathLike[str], relative: str) -> Path | None:
     rel = Path(relative)
     if rel.is_absolute() or rel.drive:
         return None
-    root = Path(run_dir).resolve()
-    target = (root / rel).resolve()
+    try:
+        root = Path(run_dir).resolve()
+        target = (root / rel).resolve()
+    except (RuntimeError, OSError):  # a loop of symbolic links (RuntimeError in Python 3.11): never read
+        return None
     try:
         target.relative_to(root)
     except ValueError:

@@ -31,6 +31,7 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
+from profattn.errors import TraceError
 from profattn.workload import Workload
 
 T = TypeVar("T")
@@ -143,8 +144,12 @@ def scrub_trace_file(path: str | os.PathLike[str]) -> Path:
     file's own name (torch writes the absolute path of a temporary file there). Returns the path."""
     path = Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-        data = json.load(fh)
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+            data = json.load(fh)
+    except (ValueError, EOFError, OSError) as exc:  # torch wrote a name it did not escape (a quote in a range name)
+        raise TraceError(f"{path.name}: the profiler wrote a trace that is not JSON ({type(exc).__name__}: "
+                         f"{str(exc)[:120]}); a range or backend name holding a quote or a backslash does this") from None
     data = _scrub_json(data)
     if isinstance(data, dict) and "traceName" in data:
         data["traceName"] = path.name

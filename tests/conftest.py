@@ -69,6 +69,18 @@ def cpu() -> torch.device:
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_store_for_the_session(tmp_path_factory):
+    """The results store (``$PROFATTN_DB``) and the cache directory (``$XDG_CACHE_HOME``) are temporary for the whole
+    session, before any module- or class-scoped fixture runs (issue 33: a module-scoped fixture's ``profile`` wrote
+    into ``~/.cache/profattn/results.sqlite`` before the per-test store below was set)."""
+    with pytest.MonkeyPatch.context() as mp:
+        base = tmp_path_factory.mktemp("session-store")
+        mp.setenv("PROFATTN_DB", str(base / "results.sqlite"))
+        mp.setenv("XDG_CACHE_HOME", str(base / "cache"))
+        yield base
+
+
 @pytest.fixture(autouse=True)
 def _private_results_store(tmp_path_factory, monkeypatch):
     """Every test's results store is its own temporary file (``$PROFATTN_DB``): ``profile`` runs in tests never

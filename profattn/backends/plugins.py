@@ -159,6 +159,19 @@ def _instantiate(obj: Any) -> Any:
     return obj
 
 
+def name_problem(name: str) -> str | None:
+    """Why a plugin's ``name`` cannot name its cells (None when it can): it is empty, or holds a double quote, a
+    backslash or a control character — torch's Kineto writer puts a cell's range name (``<workload>.<backend>``) into
+    the trace's JSON unescaped, so such a name makes the trace unreadable."""
+    if not name.strip():
+        return "its name is empty"
+    bad = sorted({ch for ch in name if ch in '"\\' or ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0})
+    if bad:
+        shown = ", ".join(repr(ch) for ch in bad)
+        return f"its name {name!r} holds {shown}, which torch's trace writer does not escape; rename it"
+    return None
+
+
 def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
     """Load and check one plugin; a :class:`PluginBackend`, or a :class:`BrokenPlugin` saying what failed.
     Never raises (``BaseException`` such as ``KeyboardInterrupt`` excepted)."""
@@ -169,6 +182,9 @@ def make_backend(obj_loader, origin: PluginOrigin) -> Backend:
     missing = interface_problems(obj)
     if missing:
         return BrokenPlugin(origin, f"{type(obj).__name__} does not implement the backend interface (missing: {', '.join(missing)})")
+    named = name_problem(obj.name)
+    if named:
+        return BrokenPlugin(origin, f"{type(obj).__name__}: {named}")
     return PluginBackend(obj, origin)
 
 
@@ -212,6 +228,9 @@ def load_spec(spec: str) -> Backend:
     if missing:
         raise PluginSpecError(f"--backend {spec!r}: {type(obj).__name__} is not a profattn backend "
                               f"(missing: {', '.join(missing)}; see profattn.backends.Backend)")
+    named = name_problem(obj.name)
+    if named:
+        raise PluginSpecError(f"--backend {spec!r}: {named}")
     return PluginBackend(obj, origin)
 
 

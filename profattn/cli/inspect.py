@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from profattn.cli.main import distinct_outputs, main, output_file, read_run, resolve_device, run_inputs
-from profattn.errors import ProfattnError
+from profattn.errors import ProfattnError, message_text
 
 
 @main.command()
@@ -80,9 +80,9 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
     analysis = analyze_paths(paths, keep_host_info=keep_host_info, captures=capture_paths)
     for f in analysis.files if ceilings is not None else ():
         if f.has_gpu_kernels and f.device_name != ceilings_gpu:
-            click.echo(f"warning: {f.label}: the ceilings were measured on {ceilings_gpu or 'an unnamed GPU'}, the trace "
-                       f"ran on {f.device_name or 'a GPU it does not name'}: the fractions compare different machines",
-                       err=True)
+            click.echo(message_text(f"warning: {f.label}: the ceilings were measured on {ceilings_gpu or 'an unnamed GPU'}, "
+                                    f"the trace ran on {f.device_name or 'a GPU it does not name'}: the fractions "
+                                    "compare different machines"), err=True)
     from profattn.report.engine import RECIPE, engine_lines
 
     needs_recipe = False
@@ -90,20 +90,20 @@ def analyze(paths: tuple[Path, ...], out_path: str | None, json_path: str | None
         other = any(getattr(w, "code", "") == "other_accelerator" for w in f.warnings)
         gpu = (f"{f.kernel_count} kernel{'' if f.kernel_count == 1 else 's'}, {fmt_us(f.gpu_time_us)} GPU" if f.has_gpu_kernels else
                "no CUDA/ROCm kernels (another accelerator's device events: see the warning)" if other else "no GPU kernels")
-        click.echo(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})")
+        click.echo(message_text(f"{f.label}: {len(f.calls)} attention call(s), {gpu} ({f.path})"))
         for line in engine_lines(f, ceilings):
-            click.echo(line)
+            click.echo(message_text(line))
         for w in f.warnings:
-            click.echo(f"warning: {f.label}: {w.message}", err=True)
+            click.echo(message_text(f"warning: {f.label}: {w.message}"), err=True)
         needs_recipe |= bool(f.graph_merge is not None and f.graph_merge.unplaced_attention_kernels)
     if needs_recipe:
         click.echo("to give graph-replayed attention kernels their ops and shapes, profile the graphs' capture too:")
         for line in RECIPE:
             click.echo(f"  {line}")
     for line in comm_lines(analysis):
-        click.echo(line)
+        click.echo(message_text(line))
     for warning in set_warnings(analysis):
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(message_text(f"warning: {warning}"), err=True)
     click.echo(f"report: {write_html(analysis, html_path, ceilings=ceilings)}")
     if json_file is not None:
         click.echo(f"json: {write_json(analysis, json_file)}")
@@ -171,4 +171,5 @@ def backends(device_name: str | None) -> None:
     for info in backend_info(device):
         only = f" ({', '.join(info.phases)} only)" if info.available and len(info.phases) < len(Phase) else ""
         state = f"available{only}" if info.available else f"unavailable: {info.reason}"
-        click.echo(f"{info.name:<22} {info.family:<12} {state}\n{'':<22} {info.description}")
+        click.echo(f"{message_text(info.name):<22} {message_text(info.family):<12} {state}\n{'':<22} "
+                   f"{message_text(info.description)}")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import click
 
-from profattn.errors import ProfattnError, ProfattnWarning
-from profattn.files import check_output
+from profattn.errors import ProfattnError, ProfattnWarning, message_text
+from profattn.files import check_output, resolve_path
 
 REGIMES = ("train", "prefill", "decode", "mixed", "all")
 
@@ -81,7 +81,7 @@ class _Group(click.Group):
 
             def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
                 if issubclass(category, ProfattnWarning):
-                    click.echo(f"warning: {message}", err=True)  # what was read past: one line each
+                    click.echo(f"warning: {message_text(message)}", err=True)  # what was read past: one line each
                 else:
                     shown(message, category, filename, lineno, file, line)
 
@@ -92,7 +92,7 @@ class _Group(click.Group):
         argv = kwargs.get("args", args[0] if args else None)
         repeated = repeated_option(self, list(sys.argv[1:] if argv is None else argv))
         if repeated:
-            click.echo(f"profattn: error: {repeated} (see 'profattn --help')", err=True)
+            click.echo(f"profattn: error: {message_text(repeated)} (see 'profattn --help')", err=True)
             sys.exit(2)
         try:
             rv = super().main(*args, **kwargs)
@@ -100,17 +100,17 @@ class _Group(click.Group):
             click.echo(exc.ctx.get_help() if exc.ctx else self.get_help(click.Context(self)))
             sys.exit(0)
         except click.UsageError as exc:
-            click.echo(f"profattn: error: {exc.format_message()} (see 'profattn --help')", err=True)
+            click.echo(f"profattn: error: {message_text(exc.format_message())} (see 'profattn --help')", err=True)
             sys.exit(2)
         except ProfattnError as exc:
-            click.echo(f"profattn: error: {exc}", err=True)
+            click.echo(f"profattn: error: {message_text(exc)}", err=True)
             sys.exit(exc.exit_code)
         except sqlite3.DatabaseError as exc:  # a results store damaged after it was opened (a table dropped, a bad page)
-            click.echo(f"profattn: error: the results store could not be read ({exc}): a damaged file; "
+            click.echo(f"profattn: error: the results store could not be read ({message_text(exc)}): a damaged file; "
                        "`profattn db import` the runs into a new --db", err=True)
             sys.exit(2)
         except click.ClickException as exc:
-            click.echo(f"profattn: error: {exc.format_message()}", err=True)
+            click.echo(f"profattn: error: {message_text(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("profattn: aborted", err=True)
@@ -124,7 +124,7 @@ class _Group(click.Group):
             sys.exit(2)
         except OSError as exc:  # the file system refused: unwritable --out, full disk, ...
             where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
-            click.echo(f"profattn: error: {exc.strerror or exc}{where}", err=True)
+            click.echo(f"profattn: error: {message_text(exc.strerror or exc)}{message_text(where)}", err=True)
             sys.exit(2)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -161,7 +161,7 @@ def distinct_outputs(*named: tuple[str, Path | None]) -> None:
     for option, path in named:
         if path is None:
             continue
-        key = path.resolve()
+        key = resolve_path(path, option)
         if key in seen:
             raise ProfattnError(f"{option} {path} is also {seen[key]}; choose another path")
         seen[key] = option

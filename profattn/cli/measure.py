@@ -36,15 +36,21 @@ from profattn.errors import ProfattnError
               help="Independent timing samples per cell (each a median of many reps); profattn compare needs >= 3 (5 recommended).")
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name, absolute paths and Python stacks in results, traces and report.")
 @click.option("--db", default=None, metavar="PATH", help="Results store the run's cells are added to (default: $PROFATTN_DB, else the user's cache directory).")
+@click.option("--threads", default=None, type=click.IntRange(1, 4096), metavar="N",
+              help="torch's intra-op threads while timing (default: 1 on a CPU, where threads on shared cores time "
+                   "scheduler quanta; torch's own on CUDA); recorded in results.json.")
 def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, device_name: str | None, out_dir: str | Path | None,
             profile_calls: int, seed: int, counters: bool | None, repeat: int = 1, keep_host_info: bool = False,
             workload_specs: tuple[str, ...] = (), resume: bool = False, force: bool = False, kind: str = "run",
-            db: str | None = None, ab: tuple[str, str] | None = None) -> None:
+            db: str | None = None, ab: tuple[str, str] | None = None, threads: int | None = None) -> None:
     """Run every backend on the preset's workloads; write results.json, traces and report.html.
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
     object as package.module:object."""
     from rich.console import Console
+    from rich.markup import escape
+
+    from profattn.errors import message_text
 
     from profattn.backends import all_backends
     from profattn.backends.registry import ALL, default_backends, counter_pass_backends, left_out_of_default, resolve_backend
@@ -67,9 +73,9 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
         from profattn.harness.session import resume_config
         from profattn.results import read_results
 
-        if workload_specs or preset or backend_names or regime != "all" or repeat != 1 or seed != 0:
+        if workload_specs or preset or backend_names or regime != "all" or repeat != 1 or seed != 0 or threads:
             raise ProfattnError("--resume continues the run as it was planned: give no --preset, --workload, "
-                                "--backend, --regime, --repeat or --seed with it")
+                                "--backend, --regime, --repeat, --seed or --threads with it")
         stored = read_results(out_dir)
     if stored is not None:
         cfg = resume_config(stored, out_dir, device, profile_calls=profile_calls, counters=counters,
@@ -112,7 +118,8 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     if moved is not None:
         console.print(f"--force: the earlier run is now {moved}", markup=False, soft_wrap=True)
     verb = "resuming" if stored is not None else "preset"
-    console.print(f"profattn: {verb} [b]{preset_obj.name}[/b] on {device} → {out_dir}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
+    console.print(f"profattn: {verb} [b]{escape(message_text(preset_obj.name))}[/b] on {device} → "
+                  f"{escape(message_text(out_dir))}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
     if stored is None and not backend_names and ab is None and left_out_of_default():
         console.print(f"default backends: every family once; left out: {', '.join(left_out_of_default())} "
                       f"(add one with --backend NAME, or run every backend with --backend {ALL})", markup=False, soft_wrap=True)
@@ -137,18 +144,25 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
             return
         if event is ProgressEvent.REPEAT:
             lat = fmt_us_column(cell.latency_samples_us[-1]) if cell.latency_samples_us else ""
-            console.print(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<{name_width}} {lat}", markup=False, soft_wrap=True)
+            console.print(message_text(f"[repeat {done}/{total}] {cell.workload.tag:<43} {cell.backend:<{name_width}} {lat}"),
+                          markup=False, soft_wrap=True)
             return
         lat = fmt_us_column(cell.latency_us)
         why = f"  {cell.reason[:160]}" if cell.reason else ""
         t0 = started.pop(cell.cell_id, None)
         took = f"  ({time.perf_counter() - t0:.1f} s)" if t0 is not None else ""
-        console.print(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  {cell.status}{took}{why}", markup=False, soft_wrap=True)
+        console.print(message_text(f"[{done:>3}/{total}] {cell.workload.tag:<48} {cell.backend:<{name_width}} {lat}  "
+                                   f"{cell.status}{took}{why}"), markup=False, soft_wrap=True)
 
     if stored is None:
         cfg = SessionConfig(preset=preset_obj, regimes=regimes, backends=backends, device=device, out_dir=out_dir,
                             profile_calls=profile_calls, seed=seed, counters=counters, repeat=repeat,
-                            keep_host_info=keep_host_info, ab=ab_names)
+                            keep_host_info=keep_host_info, ab=ab_names, threads=threads)
+    if cfg.intra_op_threads is not None:
+        n = cfg.intra_op_threads
+        console.print(f"timing with {n} intra-op thread{'s' if n != 1 else ''}" + (
+            " (the CPU default; --threads N to change)" if threads is None and stored is None else ""),
+            markup=False, soft_wrap=True)
     stages: dict[str, float] = {}
     t_start = time.perf_counter()
     _prewarm(cfg, console, stages)
@@ -174,7 +188,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
                    "report": t_end - t_run})
     console.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items() if v >= 0.05)
                   + f"; total {t_end - t_start:.1f} s", markup=False, soft_wrap=True)
-    console.print(f"verdict: {verdict_summary(analysis.verdict)}", soft_wrap=True)
+    console.print(message_text(f"verdict: {verdict_summary(analysis.verdict)}"), markup=False, soft_wrap=True)  # names are text
     console.print(store_run(out_dir, db), markup=False, soft_wrap=True)
     console.print(f"report: {path}", markup=False, soft_wrap=True)
 

@@ -126,6 +126,7 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
     with open_store(db, create=False) as store:
         name = pick_gpu(store, gpu)
         if workload is not None:
+            _check_fits(store, workload, name)
             rec = answer(store, workload, name, interface=Interface(interface) if interface else None)
             planned = plan_measurements(store, name, [(workload, 0.0)], plan_n, policy=rec.policy) if plan_n else ()
             if as_json:
@@ -148,6 +149,22 @@ def recommend(ctx: click.Context, spec: str | None, gpu: str | None, db: str | N
             write_text_atomic(target, json.dumps(policy_to_dict(policy), indent=1) + "\n")
             click.echo(policy_text(policy), nl=False, err=as_json)
             click.echo(f"policy: {target}", err=as_json)
+
+
+def _check_fits(store, workload, gpu: str) -> None:  # noqa: ANN001
+    """Refuse a workload whose K/V cache alone exceeds the GPU's memory (as its stored runs recorded it), as
+    ``profile`` refuses it before allocating: no backend runs it there, so no latency is priced.
+
+    Raises:
+        ProfattnError: the K/V bytes exceed the memory (unknown memory, a CPU's: not checked)."""
+    from profattn.cli.simulate import gpu_memory_bytes
+    from profattn.report.format import fmt_bytes
+
+    memory = gpu_memory_bytes(store, gpu)
+    if memory and workload.kv_bytes > memory:
+        raise ProfattnError(f"--workload: its K/V cache alone needs ~{fmt_bytes(workload.kv_bytes)}; {gpu} has "
+                            f"{fmt_bytes(memory)} (as its stored runs recorded it), so the workload cannot fit there "
+                            "and no backend's latency can be priced")
 
 
 def _measure_if_needed(ctx: click.Context, workload, spec: str, gpu: str | None, db: str | None) -> None:  # noqa: ANN001

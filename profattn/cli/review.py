@@ -8,11 +8,14 @@ from pathlib import Path
 import click
 
 from profattn.cli.main import REGIMES, distinct_outputs, main, output_file, read_run, run_inputs
-from profattn.errors import ProfattnError
+from profattn.errors import ProfattnError, message_text
+from profattn.files import resolve_path
 
 
 #: A/B rounds when --repeat is not given: with Holm over a few workloads, about 8 pairs are needed for a 10 % change.
 AB_ROUNDS = 10
+#: Exit code of a comparison with no regression but cells too noisy to judge (0: pass, 1: regression, 2: bad input).
+INCONCLUSIVE_EXIT = 3
 
 
 @main.command()
@@ -45,7 +48,8 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
     """Compare two runs (BASE_RUN HEAD_RUN) cell by cell: latency beyond noise, correctness, launch shape, bytes,
     winners; or, with --ab, two backends (BASE_BACKEND HEAD_BACKEND) timed alternately in one process.
 
-    Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input."""
+    Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input; 3: inconclusive (no regression
+    found, but cells too noisy to judge: compare --ab, more --repeat, fewer threads)."""
     from profattn.analysis.comparison import compare as comparison
 
     given = [name for name, v in (("--preset", preset), ("--workload", workload_specs), ("--device", device_name),
@@ -74,7 +78,7 @@ def _compare_runs(base_run: Path, head_run: Path, t: float, *, force: bool, keep
     base, head = read_run(base_run, keep_host_info), read_run(head_run, keep_host_info)
     bl, hl = compare_report.run_label(base_run), compare_report.run_label(head_run)
     def results_file(p: Path) -> Path:  # a run directory and its results.json are one run
-        return (p / "results.json").resolve() if p.is_dir() else p.resolve()
+        return resolve_path(p / "results.json" if p.is_dir() else p)
 
     if results_file(base_run) == results_file(head_run):
         click.echo("warning: BASE_RUN and HEAD_RUN are the same run: every cell will be within noise", err=True)
@@ -108,17 +112,20 @@ def _report(cmp, out_file: Path, md_file: Path | None) -> None:
     from profattn.report.verdict import workload_label
 
     for w in cmp.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {message_text(w)}", err=True)
     shift = compare_report.drift_text(cmp)
     if shift:
-        click.echo(shift)
+        click.echo(message_text(shift))
     for c in cmp.regressions:
-        click.echo(f"regression: {workload_label(c.workload)} · {c.backend}: {'; '.join(compare_report.regression_texts(c))}")
+        click.echo(message_text(f"regression: {workload_label(c.workload)} · {c.backend}: "
+                                f"{'; '.join(compare_report.regression_texts(c))}"))
     click.echo(compare_report.summary_line(cmp))
+    if cmp.inconclusive is not None:
+        click.echo(f"{compare_report.inconclusive_headline(cmp)}: {compare_report.inconclusive_why(cmp)}")
     click.echo(f"compare: {compare_report.write_html(cmp, out_file)}")
     if md_file is not None:
         from profattn.report.markdown import comparison_markdown
         from profattn.report.render import write_html_file
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), md_file)}")
-    sys.exit(1 if cmp.regression else 0)
+    sys.exit(1 if cmp.regression else INCONCLUSIVE_EXIT if cmp.inconclusive is not None else 0)

@@ -121,6 +121,11 @@ def _ceilings(store, gpu: str):
     return found, (max(memory) if memory else None)
 
 
+def gpu_memory_bytes(store, gpu: str) -> int | None:  # noqa: ANN001
+    """The memory of ``gpu`` as its stored runs recorded it (the largest; None: no readable run recorded it)."""
+    return _ceilings(store, gpu)[1]
+
+
 def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num_batched_tokens: int,  # noqa: ANN001
                       max_num_seqs: int):
     """What a simulation of ``model`` reads from the store at ``db`` on ``gpu`` (None: the store's only GPU):

@@ -13,6 +13,7 @@ ranks (:mod:`profattn.harness.cp_launch`: one launch per workload, each rank wit
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -25,7 +26,7 @@ from profattn.analysis.run.cells import attach_counters, attach_trace
 from profattn.analysis.run.reattach import TraceRead
 from profattn.analysis.run.reattach import reattach_traces as reattach
 from profattn.backends import Backend, get_backend
-from profattn.backends.registry import counter_pass_backends
+from profattn.backends.registry import counter_pass_backends, resolve_backend
 from profattn.errors import ProfattnError
 from profattn.harness.ceilings import measure_ceilings
 from profattn.harness.cell import cell_id, error_reason, release_device, run_cell, time_again
@@ -59,6 +60,18 @@ class SessionConfig:
     keep_host_info: bool = False  #: host/user names in the environment, host-named trace workers, stacks
     #: An A/B run: (base, head) backend names, timed alternately (:func:`ab_rounds`); ``repeat`` − 1 rounds.
     ab: tuple[str, str] | None = None
+    #: torch's intra-op threads while the run measures (``profile --threads N``); None: 1 on a CPU (a parallel region
+    #: on shared cores waits for a descheduled thread: medians land on scheduler quanta), torch's own on CUDA.
+    threads: int | None = None
+
+    @property
+    def intra_op_threads(self) -> int | None:
+        """The intra-op thread count the run sets (None: left as torch has it)."""
+        return self.threads if self.threads is not None else (CPU_THREADS if self.device.type == "cpu" else None)
+
+
+#: A CPU run's intra-op threads unless ``--threads`` says otherwise.
+CPU_THREADS = 1
 
 
 class ProgressEvent(str, Enum):
@@ -98,12 +111,25 @@ def resume_config(run: RunResult, out_dir: Path, device: torch.device, *, profil
         if name != env.device_name:
             raise ProfattnError(f"--resume: {out_dir} was measured on {env.device_name}, this GPU is {name}")
     workloads = tuple(dict.fromkeys(c.workload for c in run.cells))
-    backends = tuple(get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
+    loaded = {}
+    for spec in run.plugins:  # the run's --backend module:object plugins, by the names their cells carry
+        with contextlib.suppress(ProfattnError):  # one that no longer loads: its name is unknown below (one line)
+            b = resolve_backend(spec)
+            loaded[b.name] = b
+    backends = tuple(loaded.get(name) or get_backend(name) for name in dict.fromkeys(c.backend for c in run.cells))
     regimes = tuple(p for p in Phase if any(w.phase is p for w in workloads))
     return SessionConfig(preset=Preset(run.preset, run.preset_description, workloads), regimes=regimes,
                          backends=backends, device=device, out_dir=out_dir, profile_calls=profile_calls,
                          seed=run.seed, counters=counters, repeat=run.repeat, keep_host_info=keep_host_info,
-                         ab=(run.ab.base, run.ab.head) if run.ab is not None else None)
+                         ab=(run.ab.base, run.ab.head) if run.ab is not None else None,
+                         threads=env.torch_threads if device.type == "cpu" else None)
+
+
+def plugin_specs(backends: Sequence[Backend]) -> tuple[str, ...]:
+    """The ``module:object`` specs of the ``--backend`` plugins among ``backends`` (entry points excluded: they load
+    themselves wherever they are installed), recorded in the run so ``profile --resume`` can load them again."""
+    return tuple(dict.fromkeys(o.spec for b in backends if (o := getattr(b, "origin", None)) is not None
+                               and o.distribution is None and ":" in o.spec))
 
 
 def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume: RunResult | None = None) -> RunResult:
@@ -111,8 +137,19 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
 
     With ``resume`` (an interrupted run read from ``out_dir``, and ``cfg`` from :func:`resume_config`), cells
     that were measured are kept as they are (their traces stay where they are) and only pending cells run;
-    their profiler pass writes a new trace file beside the earlier one.
+    their profiler pass writes a new trace file beside the earlier one. torch's intra-op threads are
+    :attr:`SessionConfig.intra_op_threads` while it runs (recorded in the environment), restored after.
     """
+    threads, before = cfg.intra_op_threads, torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run_session(cfg, progress, resume=resume)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_session(cfg: SessionConfig, progress: Progress | None, *, resume: RunResult | None) -> RunResult:
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
@@ -130,6 +167,7 @@ def run_session(cfg: SessionConfig, progress: Progress | None = None, *, resume:
             seed=cfg.seed,
             repeat=cfg.repeat,
             ab=ABRun(cfg.ab[0], cfg.ab[1], cfg.repeat - 1) if cfg.ab is not None else None,
+            plugins=plugin_specs(cfg.backends),
         )
     else:
         run = resume

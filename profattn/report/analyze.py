@@ -25,7 +25,7 @@ from profattn.analysis.calls.traces import RankClash, SkippedFile, TraceSetAnaly
 from profattn.analysis.common.names import kernel_stem
 from profattn.files import write_text_atomic
 from profattn.report.engine import achieved_text, call_engine_dict, engine_call_text, engine_dict, engine_section
-from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells
+from profattn.report.format import MISSING, causal_text, fmt_bytes, fmt_opt, fmt_us, launch_cells, safe_chart
 from profattn.report.render import render, write_html_file
 from profattn.results import Ceilings
 from profattn.workload import Workload
@@ -254,7 +254,7 @@ def kernel_chart(fa: TraceCalls, top: int = CHART_TOP) -> dict[str, Any] | None:
     layout = {"title": {"text": f"GPU time by kernel (top {len(shown)} of {len(fa.kernels)})"},
               "xaxis": {"title": {"text": "summed kernel time (µs)"}}, "height": max(360, 28 * len(shown) + 120),
               "margin": {"l": 320}}
-    return {"data": [bars], "layout": layout}
+    return safe_chart({"data": [bars], "layout": layout})
 
 
 # ---- JSON ----------------------------------------------------------------------------------------

@@ -13,17 +13,19 @@ from typing import Any
 
 from profattn.analysis.common.stats import RatioEstimate
 from profattn.analysis.comparison.compare import (
+    INCONCLUSIVE_SPAN,
     MIN_DRIFT_CELLS,
     CellChange,
     CompareClass,
     CompareMode,
     Comparison,
     LaunchChange,
+    NoiseCause,
     RegressionKind,
     RegressionReason,
     VerdictChange,
 )
-from profattn.report.format import fmt_bytes, fmt_us
+from profattn.report.format import fmt_bytes, fmt_us, safe_chart
 from profattn.report.render import render, write_html_file
 from profattn.report.verdict import summary as verdict_summary
 from profattn.report.verdict import workload_label
@@ -34,7 +36,10 @@ def run_label(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     if p.name == "results.json":
         p = p.parent
-    return p.resolve().name or "run"
+    try:
+        return p.resolve().name or "run"
+    except (RuntimeError, OSError):  # a loop of symbolic links (RuntimeError in Python 3.11)
+        return p.name or "run"
 
 
 def fmt_change(est: RatioEstimate | None) -> str:
@@ -90,6 +95,35 @@ def drift_text(cmp: Comparison) -> str | None:
                 f"every kernel changed alike, which two runs cannot tell apart: compare --ab can){scatter}. Every cell is "
                 "judged relative to it.")
     return f"No run-wide shift: median change {size}{scatter}; every cell is judged relative to it."
+
+
+def inconclusive_headline(cmp: Comparison) -> str | None:
+    """``inconclusive: the runs are too noisy to judge N cells`` (None: every tested cell was judged)."""
+    inc = cmp.inconclusive
+    if inc is None:
+        return None
+    return f"inconclusive: the runs are too noisy to judge {inc.cells} cell{'s' if inc.cells != 1 else ''}"
+
+
+def inconclusive_why(cmp: Comparison) -> str | None:
+    """Why the inconclusive cells could not be judged and what gives a conclusive answer (None: none)."""
+    inc = cmp.inconclusive
+    if inc is None:
+        return None
+    causes = {
+        NoiseCause.FEW_SAMPLES: f"{inc.fewest_samples} timing sample(s) a side (a simultaneous interval from so few is wide)",
+        NoiseCause.NOISY_MACHINE: ("a run's machine was noisy (load above its CPUs, or many spread cells), so the cells' "
+                                   "scatter is read with heavy (Cauchy) tails"),
+        NoiseCause.SCATTER: (f"single cells scatter ±{inc.scatter:.0%} between the two processes"
+                             if inc.scatter is not None else "single cells scatter between the two processes"),
+        NoiseCause.OWN_SPREAD: "a cell's own samples differ by more than 2× (threads descheduled by other work)",
+    }
+    why = "; ".join(causes[c] for c in inc.causes) or "the cells' samples are too spread"
+    return (f"Their changes lie beyond ±{cmp.threshold:.0%} but their intervals span {INCONCLUSIVE_SPAN:g}× or more "
+            f"(widest [{_bound(inc.widest.lo)}, {_bound(inc.widest.hi)}]), so a {INCONCLUSIVE_SPAN:g}× regression could not "
+            f"be told from none: {why}. For a conclusive answer time both sides in one process (`profattn compare --ab "
+            "BASE_BACKEND HEAD_BACKEND`), take more samples (`profile --repeat 10`), and on a CPU time with fewer "
+            "threads (`profile --threads 1`, the CPU default) on a quieter machine.")
 
 
 def method_text(cmp: Comparison) -> str:
@@ -155,6 +189,24 @@ def verdict_change_text(ch: VerdictChange) -> str:
             f"({ch.base_winner} → {ch.head_winner})")
 
 
+def verdict_unchanged_text(cmp: Comparison) -> str:
+    """What to say when no :class:`VerdictChange` was found: "The verdict did not change." only when both verdicts
+    name the same winners; otherwise which winners differ and why that is no change beyond noise."""
+    diffs = []
+    if cmp.base_training_winner != cmp.head_training_winner:
+        diffs.append(f"the training winner is {cmp.base_training_winner or 'none'} in {cmp.base_label} and "
+                     f"{cmp.head_training_winner or 'none'} in {cmp.head_label}")
+    flipped = [w for w in cmp.winners if w.flipped]
+    if flipped:
+        diffs.append(f"{len(flipped)} workload winner(s) differ (listed below)")
+    if not diffs:
+        return "The verdict did not change."
+    tie = ("the training winners tie within noise, and " if cmp.base_training_winner != cmp.head_training_winner
+           else "")
+    return ("The verdicts name different winners — " + "; ".join(diffs) + f" — but their answers did not change: {tie}"
+            "on every workload the training winner stays, ties or loses as before.")
+
+
 def _order(c: CellChange) -> tuple:
     est = c.judged or c.estimate
     return (not c.regression, list(CompareClass).index(c.classification), -abs(est.change) if est else 0)
@@ -173,7 +225,8 @@ def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
             "top": c.regression or c.classification in (CompareClass.SLOWER, CompareClass.FASTER)
                    or bool(c.launch_changes) or c.correctness_changed,
             "base": fmt_us(c.base_latency_us), "head": fmt_us(c.head_latency_us),
-            "change": fmt_change(c.judged or c.estimate), "raw": fmt_change(c.estimate) if c.judged else "",
+            "change": fmt_change(c.judged or c.estimate) + _samples_disagree(c),
+            "raw": fmt_change(c.estimate) if c.judged else "",
             "samples": f"{len(c.base_samples_us)} / {len(c.head_samples_us)}",
             "correctness": correctness_text(c),
             "status": _status(c),
@@ -184,6 +237,18 @@ def cell_rows(cmp: Comparison) -> list[dict[str, Any]]:
     return rows
 
 
+def _samples_disagree(c: CellChange) -> str:
+    """A note when the base → head medians shown beside a change lie outside its raw interval (or, without one, more
+    than 2× from its estimate): the samples split between levels, and the two figures would read as a contradiction."""
+    est, b, h = c.estimate, c.base_latency_us, c.head_latency_us
+    if est is None or not b or not h:
+        return ""
+    ratio = h / b
+    outside = (not est.lo <= ratio <= est.hi) if est.lo is not None and est.hi is not None else (
+        max(ratio / est.ratio, est.ratio / ratio) > 2)
+    return f"; the medians moved {ratio - 1:+.1%} (the samples disagree)" if outside else ""
+
+
 def _status(c: CellChange) -> str:
     b = c.base_status.value if c.base_status is not None else None
     h = c.head_status.value if c.head_status is not None else None
@@ -192,7 +257,8 @@ def _status(c: CellChange) -> str:
 
 def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
     """Display-ready rows of the winner table: each workload's winner in both runs, ties marked."""
-    return [{"label": workload_label(w.workload), "phase": w.phase.value,
+    return [{"label": workload_label(w.workload) + (" (over the paged cache)" if w.layout is not None else ""),
+             "phase": w.phase.value,
              "base": (w.base_winner or "none") + (" (tie)" if w.close_base else ""),
              "head": (w.head_winner or "none") + (" (tie)" if w.close_head else ""), "flipped": w.flipped,
              "noise_flip": w.flipped and (w.close_base or w.close_head)} for w in cmp.winners]
@@ -201,7 +267,12 @@ def winner_rows(cmp: Comparison) -> list[dict[str, Any]]:
 def summary_line(cmp: Comparison) -> str:
     """One sentence: counts per class, whether the comparison fails, and the false-alarm rate it is held to."""
     parts = [f"{cmp.count(k)} {k.value}" for k in CompareClass if cmp.count(k)]
-    head = f"{len(cmp.regressions)} regression(s)" if cmp.regression else "no regression"
+    if cmp.regression:
+        head = f"{len(cmp.regressions)} regression(s)"
+    elif cmp.inconclusive is not None:
+        head = f"inconclusive ({cmp.inconclusive.cells} cell(s) too noisy to judge), no regression"
+    else:
+        head = "no regression"
     shift = ""
     if cmp.drift is not None and cmp.drift.detected:
         shift = f"; run-wide shift {cmp.drift.change:+.1%} (machine drift, judged relative to it)"
@@ -217,9 +288,9 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
     if not cells:
         return None
     C = CompareClass
-    colors = {C.SLOWER: "#c0392b", C.FASTER: "#1e8449", C.NOISE: "#7f8c8d", C.FEW: "#b9770e"}
+    colors = {C.SLOWER: "#c0392b", C.FASTER: "#1e8449", C.NOISE: "#7f8c8d", C.INCONCLUSIVE: "#8e44ad", C.FEW: "#b9770e"}
     fig = go.Figure()
-    for cls in (C.SLOWER, C.FASTER, C.NOISE, C.FEW):
+    for cls in (C.SLOWER, C.FASTER, C.NOISE, C.INCONCLUSIVE, C.FEW):
         sel = [c for c in cells if c.classification is cls]
         if not sel:
             continue
@@ -236,17 +307,18 @@ def forest_figure(cmp: Comparison) -> dict[str, Any] | None:
     fig.update_layout(title=f"Latency head / base{relative}, {cmp.level:.0%} simultaneous intervals; dashed: ±{cmp.threshold:.0%}",
                       xaxis_type="log", xaxis_title="head / base latency (log)", height=max(320, 22 * len(cells) + 120),
                       yaxis={"autorange": "reversed"})
-    return json.loads(fig.to_json())
+    return safe_chart(json.loads(fig.to_json()))
 
 
 def render_html(cmp: Comparison) -> str:
     """The comparison as one self-contained HTML page (plotly.js inline)."""
     return render("compare", dict(
-        cmp=cmp, summary=summary_line(cmp), method=method_text(cmp), drift=drift_text(cmp), rows=cell_rows(cmp),
+        cmp=cmp, summary=summary_line(cmp), method=method_text(cmp), inconclusive=inconclusive_headline(cmp),
+        inconclusive_why=inconclusive_why(cmp), drift=drift_text(cmp), rows=cell_rows(cmp),
         winners=winner_rows(cmp),
         env=[d for d in cmp.environment], chart=forest_figure(cmp),
         base_verdict=verdict_summary(cmp.base_verdict), head_verdict=verdict_summary(cmp.head_verdict),
-        verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes],
+        verdict_changes=[verdict_change_text(v) for v in cmp.verdict_changes], verdict_unchanged=verdict_unchanged_text(cmp),
     ))
 
 

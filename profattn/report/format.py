@@ -9,13 +9,18 @@ one value two ways.
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Iterable
 from typing import Any
 
+from profattn.errors import message_text
+
 __all__ = [
     "MISSING",
+    "chart_text",
+    "safe_chart",
     "Md",
     "md_code",
     "md_text",
@@ -269,7 +274,7 @@ def md_text(v: Any) -> str:
     underline a heading. Rendered, the
     text reads as it was written."""
     s = "" if v is None else str(v)
-    s = s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").translate(_MD_ESCAPES)
+    s = message_text(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")).translate(_MD_ESCAPES)
     s = _REFERENCE.sub("\\1\u2060", s)
     start = _LINE_START.match(s)
     if start is None:
@@ -282,7 +287,28 @@ def md_code(v: Any) -> str:
     """A value from a file as a Markdown code span (shown literally, markup and HTML included): fenced by one more
     backtick than the longest run of backticks inside, padded with a space where it starts or ends with one, on one
     line (backslash escapes do not work inside code spans, so backticks cannot be escaped there)."""
-    s = ("" if v is None else str(v)).replace("\r", " ").replace("\n", " ")
+    s = message_text(("" if v is None else str(v)).replace("\r", " ").replace("\n", " "))
     fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
     pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) or not s else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def chart_text(v: Any) -> str:
+    """A string from a run or a trace placed inside a plotly template (``hovertemplate``): plotly.js draws a subset
+    of HTML in labels, legends, titles and hovers (``<a href>``, ``<b>``, ``<br>``), so ``<``, ``>`` and ``&`` become
+    entities (plotly shows them as the characters) and control characters escapes (:func:`message_text`)."""
+    return html.escape(message_text("" if v is None else v), quote=False)
+
+
+def safe_chart(figure: Any) -> Any:
+    """A plotly figure (its JSON-ready dict) with every string it displays made inert by :func:`chart_text` — trace
+    names, data labels, hover text, titles, annotations, tick text — except the values of ``*template`` keys
+    (profattn's own hover markup, whose run strings are escaped where they are built with :func:`chart_text`, and the
+    layout's theme). Call it once, where the figure leaves its builder."""
+    if isinstance(figure, dict):
+        return {k: v if k.endswith("template") else safe_chart(v) for k, v in figure.items()}
+    if isinstance(figure, list):
+        return [safe_chart(v) for v in figure]
+    if isinstance(figure, str):
+        return chart_text(figure)
+    return figure

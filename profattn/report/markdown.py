@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from profattn.analysis.comparison.compare import CompareClass, Comparison, EnvField
+from profattn.results import CellStatus
 from profattn.files import MARKDOWN_MARKER
-from profattn.report.compare import cell_rows, drift_text, method_text, summary_line, verdict_change_text, winner_rows
 from profattn.report.format import Md, md_code, md_text
+from profattn.report.compare import (cell_rows, drift_text, inconclusive_headline, inconclusive_why, method_text, summary_line,
+                                     verdict_change_text, verdict_unchanged_text, winner_rows)
 from profattn.report.verdict import summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +58,19 @@ def fit(render: Callable[[int | None], str], limit: int = MAX_CHARS) -> str:
     return text[: limit - len(note) - 1] + note
 
 
+def machine_text(e: Any) -> str:
+    """``"; 2 CPUs, 1 intra-op thread, load 2.50 → 3.00"``: the machine's state results.json records ("" without it)."""
+    parts = []
+    if e.cpu_count:
+        parts.append(f"{e.cpu_count} CPUs")
+    if e.torch_threads is not None:
+        parts.append(f"{e.torch_threads} intra-op thread{'s' if e.torch_threads != 1 else ''}")
+    loads = [la[0] for la in (e.load_avg_start, e.load_avg_end) if la]
+    if loads:
+        parts.append("load " + " → ".join(f"{x:.2f}" for x in loads))
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
     """A run as Markdown, formatted from its one analysis (:func:`profattn.analysis.run.analyze.analyze_run`): environment
     line, verdict, the compact verdict table (workload, winner with what it read, margin, runner-up, why), the
@@ -77,9 +92,12 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
     cols = matrix_columns(a)
     unit, eager = cols["flops_unit"], cols["eager"]
     table = []
+    unsupported = [m for m in a.matrix if m.cell.status is CellStatus.UNSUPPORTED]
     for m in a.matrix:
         c = m.cell
-        t = c.graph_timing or c.timing
+        if c.status is CellStatus.UNSUPPORTED:  # counted under the table (39 of 60 rows on a CPU), in report.html
+            continue
+        t = c.judged_timing
         table.append([
             (Md("**" + md_text(c.backend) + "** 🏆" + (" (tie: " + md_text(", ".join(m.ties)) + ")" if m.ties else ""))
              if m.winner else c.backend), labels[c.workload.tag], c.status.value,
@@ -106,7 +124,8 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
             f"## profattn: preset {md_code(run.preset)} on {md_text(e.device_name)}",
             (f"torch {md_text(e.torch)}, CUDA {md_text(e.cuda or 'n/a')}, cuDNN {md_text(e.cudnn or 'n/a')}, "
              f"triton {md_text(e.triton or 'n/a')}, driver {md_text(e.driver or 'n/a')}; "
-             f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}."),
+             f"{len(run.cells)} cells, {run.samples_text()} timing sample(s) per cell; counters {run.counters_info.status}"
+             + machine_text(e) + "."),
         ]
         parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
         parts += ["### Verdict", f"**{md_text(v.summary)}**"]
@@ -122,6 +141,10 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
             parts += ["### Context parallelism", cp]
         parts += ["### Result matrix",
                   md_table(headers, table, cap)]
+        if unsupported:
+            names = sorted({m.cell.backend for m in unsupported})
+            parts.append(f"{len(unsupported)} unsupported cell(s) left out ({md_text(', '.join(names[:12]))}"
+                         f"{', …' if len(names) > 12 else ''}): report.html lists each with its reason.")
         return "\n\n".join(parts) + "\n"
 
     return fit(render, limit)
@@ -141,8 +164,11 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
     def render(cap: int | None) -> str:
-        outcome = "❌ regression" if cmp.regression else "✅ no regression"
-        parts = [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
+        outcome = "❌ regression" if cmp.regression else "⚠️ inconclusive" if cmp.inconclusive else "✅ no regression"
+        headline = inconclusive_headline(cmp)
+        # profattn's own sentence (numbers and command lines only, no name from a run): its code spans kept
+        parts = [f"**{headline}** — {inconclusive_why(cmp)}"] if headline else []
+        parts += [f"## profattn compare: {md_text(cmp.base_label)} → {md_text(cmp.head_label)}",
                  f"**{outcome}**: {md_text(summary_line(cmp))}"]
         parts += [f"> ⚠️ {md_text(w)}" for w in cmp.warnings]
         parts += [md_text(t) for t in (drift_text(cmp),) if t]
@@ -151,7 +177,7 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
         parts += ["### Verdict", f"- **{md_text(cmp.base_label)}**: {md_text(verdict_summary(cmp.base_verdict))}",
                   f"- **{md_text(cmp.head_label)}**: {md_text(verdict_summary(cmp.head_verdict))}"]
         parts.append("Verdict changes: " + "; ".join(md_text(verdict_change_text(v)) for v in cmp.verdict_changes)
-                     if cmp.verdict_changes else "The verdict did not change.")
+                     if cmp.verdict_changes else md_text(verdict_unchanged_text(cmp)))
         if flips:
             parts += ["Winners that flipped:", md_table(["workload", cmp.base_label, cmp.head_label, "flipped"], flips, cap)]
         parts += ["### Top changes", cells_table(top_rows, cap) if top_rows else "None beyond noise."]

@@ -22,6 +22,7 @@ from profattn.analysis.run.noise import NoiseKind
 from profattn.analysis.run.reattach import TraceProblem, TraceProblemKind
 from profattn.interfaces import Layout
 from profattn.report.format import (
+    chart_text,
     flops_unit,
     fmt_bytes,
     fmt_count,
@@ -34,6 +35,7 @@ from profattn.report.format import (
     fmt_sig,
     fmt_span,
     fmt_us,
+    safe_chart,
     launch_cells,
     short_kernel_name,
 )
@@ -114,7 +116,7 @@ def matrix_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     rows = []
     for m in a.matrix:
         c = m.cell
-        t = c.graph_timing or c.timing
+        t = c.judged_timing
         corr = c.correctness
         grads = [f"{k} {v:.1e}" for k, v in (corr.grad_rel_err or {}).items()] if corr else []
         rows.append({
@@ -170,7 +172,7 @@ def _grid_cell(m: MatrixCell, label: str, graph: bool, winner_backend: str | Non
     never break inside: ratio to the workload's winner, ties, error or status) and ``title`` (everything, on
     hover)."""
     c = m.cell
-    t = c.graph_timing or c.timing
+    t = c.judged_timing
     corr = c.correctness
     err = fmt_err(corr.out_rel_err if corr else None)
     how = (" (CUDA-graph replay; eager " + fmt_us(c.eager_latency_us) + ")") if c.graph_timing else (
@@ -407,6 +409,13 @@ def environment_rows(run: RunResult) -> list[tuple[str, str]]:
         ("profattn", e.profattn), ("measured (UTC)", e.created_utc),
         ("preset", f"{run.preset}: {run.preset_description}"),
     ]
+    def load(la: tuple[float, float, float] | None) -> str:
+        return "n/a" if la is None else " / ".join(f"{x:.2f}" for x in la)
+
+    rows += [("CPUs", str(e.cpu_count or "n/a")),
+             ("intra-op threads", f"{e.torch_threads if e.torch_threads is not None else 'n/a'}"
+              + (f" (OMP_NUM_THREADS={e.omp_num_threads})" if e.omp_num_threads else "")),
+             ("load (1 / 5 / 15 min)", f"{load(e.load_avg_start)} at the start, {load(e.load_avg_end)} at the end")]
     if run.repeat > 1:
         rows.append(("timing samples", f"{run.samples_text()} independent samples per cell (--repeat), each a median of many reps"))
     if e.hostname or e.user:
@@ -462,7 +471,7 @@ def chart_figures(a: RunAnalysis) -> list[dict[str, Any]]:
             if cells:
                 xs = [t for t in tags if t in cells]
                 lat.add_bar(name=b, x=[labels[t] for t in xs], y=[cells[t].latency_us for t in xs], marker_color=colors[b],
-                            hovertemplate="%{x}<br>" + b + ": %{y:.1f} µs<extra></extra>")
+                            hovertemplate="%{x}<br>" + chart_text(b) + ": %{y:.1f} µs<extra></extra>")
         lat.update_layout(barmode="group", yaxis_type="log", yaxis_title="median latency (µs, log)",
                           title="Latency per backend and workload", legend_title="backend")
         figs.append(("latency", "Latency per backend and workload", lat))
@@ -515,7 +524,7 @@ def chart_figures(a: RunAnalysis) -> list[dict[str, Any]]:
     roof = _roofline(a, colors, labels)
     if roof is not None:
         figs.append(("roofline", "Roofline", roof))
-    return [{"id": fid, "title": title, "figure": json.loads(fig.to_json())} for fid, title, fig in figs]
+    return [{"id": fid, "title": title, "figure": safe_chart(json.loads(fig.to_json()))} for fid, title, fig in figs]
 
 
 def ledger_figures(a: RunAnalysis) -> list[dict[str, Any]]:
@@ -536,7 +545,7 @@ def ledger_figures(a: RunAnalysis) -> list[dict[str, Any]]:
         fig.add_bar(name="L2 → SM reads", x=labels, y=[e.bytes.l2_to_sm_bytes for e in measured])
         fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="bytes per call (log)",
                           title=f"{phase.value}: requested vs transferred bytes (Nsight Compute, cold caches)")
-        out.append({"id": f"bytes-{phase.value}", "title": f"{phase.value} bytes", "figure": json.loads(fig.to_json())})
+        out.append({"id": f"bytes-{phase.value}", "title": f"{phase.value} bytes", "figure": safe_chart(json.loads(fig.to_json()))})
     return out
 
 
@@ -564,7 +573,7 @@ def _roofline(a: RunAnalysis, colors: dict[str, str], labels: dict[str, str]):
         pts = [(ai_, x) for ai_, x in zip(ai, cells) if x.backend == b]
         fig.add_scatter(x=[p for p, _ in pts], y=[x.achieved_tflops for _, x in pts], mode="markers", name=b,
                         marker=dict(color=colors[b], size=9), text=[labels[x.workload.tag] for _, x in pts],
-                        hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.2f} TFLOP/s<extra>" + b + "</extra>")
+                        hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.2f} TFLOP/s<extra>" + chart_text(b) + "</extra>")
     fig.update_layout(title="Roofline (ceilings measured in this run; x uses measured DRAM bytes where counters exist)",
                       xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
                       yaxis_title="achieved TFLOP/s")

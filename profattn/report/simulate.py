@@ -21,7 +21,7 @@ from profattn.analysis.simulation.replay import StepKind, StepLog
 from profattn.analysis.simulation.simulate import DeploymentResult, Findings, ShapeClass, SimulationReport
 from profattn.analysis.simulation.stepcost import Provenance
 from profattn.files import write_text_atomic
-from profattn.report.format import MISSING, fmt_latency_s, fmt_us, md_text
+from profattn.report.format import MISSING, chart_text, fmt_latency_s, fmt_us, md_text, safe_chart
 from profattn.report.markdown import fit, md_table
 from profattn.report.palette import backend_colors
 from profattn.report.render import render, write_html_file
@@ -316,11 +316,11 @@ def latency_chart(report: SimulationReport) -> dict[str, Any] | None:
         for col, attr in ((1, "ttft_p90_s"), (2, "tpot_p90_s")):
             fig.add_scatter(x=[p.rate_per_s for p in done], y=[getattr(p, attr) * 1e3 for p in done], mode="lines+markers",
                             name=lb, legendgroup=lb, showlegend=col == 1, line={"color": colors[lb]}, row=1, col=col,
-                            hovertemplate="%{x:.3g} req/s: %{y:.3g} ms<extra>" + lb + "</extra>")
+                            hovertemplate="%{x:.3g} req/s: %{y:.3g} ms<extra>" + chart_text(lb) + "</extra>")
         fig.add_scatter(x=[p.rate_per_s for p in pts], y=[100 * p.attainment for p in pts], mode="lines+markers",
                         name=lb, legendgroup=lb, showlegend=False, line={"color": colors[lb]}, row=1, col=3,
                         marker={"symbol": ["circle-open" if p.stopped else "circle" for p in pts]},
-                        hovertemplate="%{x:.3g} req/s: %{y:.1f} %<extra>" + lb + "</extra>")
+                        hovertemplate="%{x:.3g} req/s: %{y:.1f} %<extra>" + chart_text(lb) + "</extra>")
     fig.add_hline(y=report.slo.ttft_s * 1e3, line_dash="dash", line_color="black", row=1, col=1)
     fig.add_hline(y=report.slo.tpot_s * 1e3, line_dash="dash", line_color="black", row=1, col=2)
     fig.add_hline(y=100 * report.slo.attainment, line_dash="dash", line_color="black", row=1, col=3)
@@ -329,7 +329,7 @@ def latency_chart(report: SimulationReport) -> dict[str, Any] | None:
     fig.update_yaxes(title_text="%", range=[0, 101], row=1, col=3)
     fig.update_xaxes(title_text="arrival rate (req/s)")
     fig.update_layout(height=380, title="Latency against request rate (dashed: the SLO)", legend={"orientation": "h", "y": -0.25})
-    return json.loads(fig.to_json())
+    return safe_chart(json.loads(fig.to_json()))
 
 
 def breakdown_chart(report: SimulationReport) -> dict[str, Any]:
@@ -343,11 +343,11 @@ def breakdown_chart(report: SimulationReport) -> dict[str, Any]:
                               ("attention: prefill", "attention_prefill_s", "#E15F99"),
                               ("rest of the step (estimate)", "rest_s", "#BBBBBB")):
         fig.add_bar(y=labels, x=[getattr(r, attr) for r in report.results], name=name, orientation="h",
-                    marker={"color": color}, hovertemplate="%{x:,.1f} s<extra>" + name + "</extra>")
+                    marker={"color": color}, hovertemplate="%{x:,.1f} s<extra>" + chart_text(name) + "</extra>")
     fig.update_layout(barmode="stack", height=max(240, 60 * len(labels) + 160), xaxis_title="seconds over the trace",
                       title=f"Step time at {report.rate_scale:.3g}× the trace's rate", yaxis={"autorange": "reversed"},
                       legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"})
-    return json.loads(fig.to_json())
+    return safe_chart(json.loads(fig.to_json()))
 
 
 def _series(log: StepLog, points: int = SERIES_POINTS) -> dict[str, list[float]]:
@@ -389,7 +389,7 @@ def batch_chart(report: SimulationReport) -> dict[str, Any]:
     fig.update_xaxes(title_text="simulated time (s)", row=2, col=1)
     fig.update_layout(height=520, title=f"Batch over time at {report.rate_scale:.3g}× the trace's rate",
                       legend={"orientation": "h", "y": -0.15})
-    return json.loads(fig.to_json())
+    return safe_chart(json.loads(fig.to_json()))
 
 
 # ---- JSON ---------------------------------------------------------------------------------------------------

@@ -426,13 +426,20 @@ def _training_summary(v: Verdict) -> str:
         won = "; ".join(_winner_text(r, labels[r.workload.tag]) for r in won_rows[:SUMMARY_WINNERS]) + (
             f"; and {len(won_rows) - SUMMARY_WINNERS} more (one line each below)" if len(won_rows) > SUMMARY_WINNERS else "")
         layouts = layout_sentence(v.rows)
+        phases = {r.phase for r in v.rows}
+        regime = (f" Only {next(iter(phases)).value} was measured: `profattn profile --regime all` adds the other regimes, "
+                  "training among them, whose winner the verdict asks about." if len(phases) == 1 else "")
         return "This run has no training workload" + (f"; winners: {won}." if won else "; no workload has a winner.") + (
-            f" {layouts}" if layouts else "")
+            f" {layouts}" if layouts else "") + regime
     if v.training is TrainingOutcome.NO_ELIGIBLE_CELL:
         return "No training cell passed, so the question has no answer in this run."
     m = v.training_margin
     if m is None:
         text = f"{tw} wins training (the only eligible training cell)."
+    elif m.tie and m.why is not TieReason.CLOSE_MEDIANS:  # the spread swamps the gap: nobody can be named
+        text = (f"No training winner can be called: {_names((tw, *v.training_tied))} are {margin_text(m)} apart, but "  # type: ignore[arg-type]
+                f"their timings are {noise_text(m)} (on a CPU: time with one thread, `--threads 1`, more `--repeat`, "
+                f"a quieter machine); the comparisons below use {tw}, the faster median.")
     elif m.tie:
         text = (f"{_names((tw, *v.training_tied))} tie in training ({margin_text(m)} apart, within noise); "  # type: ignore[arg-type]
                 f"the comparisons below use {tw}, the faster median.")
@@ -629,7 +636,7 @@ def serving_rows(s: ServingVerdict) -> list[dict[str, str]]:
                         "vs": "no eligible time", "mechanism": "", "chunking": "", "stays": ""})
             continue
         m = r.margin
-        margin = ("only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m))
+        margin = _margin_cell(m)
         runner = m.behind if m is not None else ""
         if r.standing is Standing.STAYS:
             vs, why = "stays", mechanism_text(r.gap, r.workload.phase) if m is not None and not m.tie else ""
@@ -705,7 +712,15 @@ def _standing_text(row: WorkloadVerdict, v: Verdict) -> str:
 
 
 def _margin_cell(m: Margin | None) -> str:
-    return "only eligible" if m is None else f"tie ({margin_text(m)})" if m.tie else margin_text(m)
+    """A margin as a table cell: ``1.47×``; ``tie (1.2 %)`` when the medians are close; ``14.04× apart, within
+    noise: the spreads overlap`` when the spread swamps a real gap (never "tie (14.04×)")."""
+    if m is None:
+        return "only eligible"
+    if not m.tie:
+        return margin_text(m)
+    if m.why is TieReason.CLOSE_MEDIANS:
+        return f"tie ({margin_text(m)})"
+    return f"no winner: {margin_text(m)} apart, {noise_text(m)}"
 
 
 def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRowText]:
@@ -721,12 +736,16 @@ def _table_rows(row: WorkloadVerdict, v: Verdict, label: str) -> list[VerdictRow
         s = row.layouts
         out = []
         for name, rk in (("over the paged cache", s.paged), ("over a contiguous copy", s.contiguous)):
+            # each row's evidence is its own pair's: the paged row's is the paged winner and its runner-up (before,
+            # both rows described the contiguous-copy pair)
+            pair = tuple(e for e in (rk.winner, rk.runner_up) if e is not None)
+            evidence = why if rk is s.contiguous else reasons(replace(row, explained=pair), v)
             lost = rk is s.contiguous and row.standing is Standing.CHANGES and row.training_gap is not None
             mechanism = mechanism_text(row.training_gap, row.phase) if lost else mech(rk.gap, rk.margin, row.phase)
             if rk is s.contiguous and (g := gather_text(s)):
                 mechanism = (mechanism + "; " if mechanism else "") + "on the paged cache: " + g
             out.append(VerdictRowText(
-                row.workload_tag, label, rk.winner.backend, row.stays if rk is s.contiguous else None, head, why,
+                row.workload_tag, label, rk.winner.backend, row.stays if rk is s.contiguous else None, head, evidence,
                 layout=name, winner_text=f"{rk.winner.backend} ({layout_name(rk.layout, paged_workload=paged)})",
                 latency=fmt_us(rk.winner.latency_us), margin=_margin_cell(rk.margin),
                 runner_up=rk.runner_up.backend if rk.runner_up else "",

@@ -18,7 +18,8 @@ profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append
 ``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``; the workload's ``cp_ranks`` and
 ``cp_scheme`` and a context-parallel cell's ``ranks`` (one :class:`RankRecord` per rank); a graph-timed cell's
 ``trace.graph`` (its profiled CUDA-graph replays, :class:`GraphReplaySummary`) and the environment's ``flashinfer`` and
-``cudnn_frontend`` versions; a run's ``ab`` (:class:`ABRun`: ``profattn compare --ab``). profattn before the graph and
+``cudnn_frontend`` versions; a run's ``ab`` (:class:`ABRun`: ``profattn compare --ab``) and ``plugins`` (its ``--backend module:object``
+specs, which ``profile --resume`` loads again). profattn before the graph and
 version fields cannot read a file holding them (it refused unknown environment and trace fields).
 
 Reading is strict about values and lenient about names: every number must be finite and fit 64 bits, every field
@@ -29,14 +30,14 @@ and named in one :class:`~profattn.errors.ProfattnWarning`, so later additions s
 from profattn.results.io import read_results, run_from_dict, run_to_dict, write_results
 from profattn.results.records import (
     CELL_COLUMNS, CELL_INT_COLUMNS, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ABRun, Ceilings, CellResult, CellStatus,
-    Correctness, CounterKernel, CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary,
+    Correctness, CounterKernel, Damage, CountersInfo, CountersStatus, CounterSummary, Environment, GraphReplaySummary,
     KernelLaunch, RankRecord, RankStatus, RunResult, StrEnum, Timing, TraceSummary, cell_row, cells_by_workload,
     dominant_launch,
 )
 
 __all__ = [
     "ABRun", "CELL_COLUMNS", "CELL_INT_COLUMNS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "Ceilings", "CellResult",
-    "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "CountersStatus", "CounterSummary", "Environment",
+    "CellStatus", "Correctness", "CounterKernel", "CountersInfo", "Damage", "CountersStatus", "CounterSummary", "Environment",
     "GraphReplaySummary", "KernelLaunch", "RankRecord", "RankStatus", "RunResult", "StrEnum", "Timing", "TraceSummary",
     "cell_row", "cells_by_workload",
     "dominant_launch", "read_results", "run_from_dict", "run_to_dict", "write_results",

@@ -468,6 +468,7 @@ def run_from_dict(data: dict[str, Any], *, where: str = "results.json") -> RunRe
         counters_info=_counters_info(r, values["counters_info"]) if values.get("counters_info") else CountersInfo(CountersStatus.NOT_REQUESTED),
         repeat=_opt_int(values.get("repeat", 1), "repeat"),
         ab=r.record(ABRun, values["ab"], "ab") if values.get("ab") is not None else None,
+        plugins=tuple(values.get("plugins") or ()),
     )
     if r.unknown:
         shown = ", ".join(r.unknown[:5]) + (f" and {len(r.unknown) - 5} more" if len(r.unknown) > 5 else "")
@@ -475,6 +476,12 @@ def run_from_dict(data: dict[str, Any], *, where: str = "results.json") -> RunRe
                       f"{shown}", ProfattnWarning, stacklevel=2)
     if replaced:
         warnings.warn(f"{where}: {replaced} unpaired UTF-16 surrogate(s) in its text replaced by U+FFFD",
+                      ProfattnWarning, stacklevel=2)
+    damaged = [(c.cell_id, c.damage) for c in run.cells if c.damage]
+    if damaged:
+        shown = "; ".join(f"{cid}: {', '.join(d.value for d in ds)}" for cid, ds in damaged[:3]) + (
+            f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        warnings.warn(f"{where}: {len(damaged)} damaged cell(s) whose own numbers disagree, never a winner: {shown}",
                       ProfattnWarning, stacklevel=2)
     return run
 
@@ -510,7 +517,29 @@ def write_results(run: RunResult, path: str | os.PathLike[str]) -> Path:
         ProfattnError: the file cannot be written (names the path)."""
     from profattn.files import write_text_atomic
 
-    return write_text_atomic(path, json.dumps(run_to_dict(run), indent=1, allow_nan=False) + "\n")
+    data = run_to_dict(run)
+    problem = _unreadable_number(data)
+    if problem:
+        raise ResultsError(f"{path}: not written: {problem}, which no results reader accepts (a workload too large "
+                           "for a 64-bit ledger?)")
+    return write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def _unreadable_number(data: Any) -> str | None:
+    """The first number of ``data`` (a results dict about to be written) that the reader would refuse — the same
+    bound (:func:`profattn.values.number_problem`: 64-bit integers, finite floats) — as "field X is …"; None."""
+    stack: list[tuple[Any, list[str | int]]] = [(data, [])]
+    while stack:
+        node, where = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, (list, tuple)) else ()
+        for key, value in items:
+            if isinstance(value, (dict, list, tuple)):
+                stack.append((value, [*where, key]))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                why = number_problem(value)
+                if why:
+                    return f"field {_path([*where, key], data)!r} is {why}"
+    return None
 
 
 #: The largest results.json read (bytes): the committed 351-cell serving run's is 1.6 MB, so 1 GiB is far above any

@@ -46,6 +46,13 @@ class CellStatus(StrEnum):
         return self in (CellStatus.OK, CellStatus.INCORRECT)
 
 
+class Damage(StrEnum):
+    """A cell whose own numbers disagree (:attr:`CellResult.damage`): the value says what, in a message."""
+
+    PASSED_ABOVE_TOLERANCE = "marked passed with an error above its tolerance"
+    QUANTILES_OUT_OF_ORDER = "a timing whose p10, median and p90 are out of order"
+
+
 @dataclass(frozen=True)
 class Timing:
     """Latency of one call, from ``reps`` timed repetitions after warm-up.
@@ -334,6 +341,14 @@ class CellResult:
             object.__setattr__(self, "status", CellStatus(self.status))
 
     @property
+    def judged_timing(self) -> Timing | None:
+        """The timing this cell is ranked and judged on, over *all* its repeats (``--repeat N``): of the CUDA-graph
+        replay where captured, else of the eager launches (:func:`pooled_timing`); None when not timed."""
+        if self.graph_timing is not None:
+            return pooled_timing(self.graph_timing, self.graph_timing_repeats)
+        return pooled_timing(self.timing, self.timing_repeats) if self.timing is not None else None
+
+    @property
     def latency_samples_us(self) -> tuple[float, ...]:
         """The independent latency samples (µs) of the figure this cell is judged on — one median per repeat,
         of the graph replay where captured, else of the eager launches; ``(latency_us,)`` for a run without
@@ -341,20 +356,21 @@ class CellResult:
         reps = self.graph_timing_repeats if self.graph_timing is not None else self.timing_repeats
         if reps:
             return tuple(t.median_us for t in reps)
-        return (self.latency_us,) if self.latency_us is not None else ()
+        t = self.graph_timing or self.timing
+        return (t.median_us,) if t is not None else ()
 
     @property
     def latency_us(self) -> float | None:
-        """Median latency of one call (µs), or None when not timed: the CUDA-graph replay time where the
-        cell was captured (decode, as serving runs it), else the eager-launch time."""
-        if self.graph_timing is not None:
-            return self.graph_timing.median_us
-        return self.timing.median_us if self.timing else None
+        """Median latency of one call (µs) over all repeats (the median of the repeats' medians), or None when not
+        timed: the CUDA-graph replay time where the cell was captured (decode, as serving runs it), else the
+        eager-launch time."""
+        t = self.judged_timing
+        return t.median_us if t is not None else None
 
     @property
     def eager_latency_us(self) -> float | None:
-        """Median latency with eager launches (µs), launch overhead included."""
-        return self.timing.median_us if self.timing else None
+        """Median latency with eager launches (µs) over all repeats, launch overhead included."""
+        return pooled_timing(self.timing, self.timing_repeats).median_us if self.timing else None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -381,15 +397,52 @@ class CellResult:
         return self.workload.kv_bytes / (t * 1e-6) / 1e9 if t else None
 
     @property
+    def damage(self) -> tuple[Damage, ...]:
+        """What in this cell's own numbers disagrees (empty for a sound cell): a hand-edited or corrupted results file
+        whose cell says it passed with an error above its tolerance, or a timing whose p10 lies above its p90 (or its
+        median outside them). A damaged cell is never a winner (:attr:`eligible`)."""
+        out = []
+        c = self.correctness
+        if c is not None and c.passed and not c.out_rel_err <= c.tolerance:
+            out.append(Damage.PASSED_ABOVE_TOLERANCE)
+        timings = [t for t in (self.timing, self.graph_timing, *self.timing_repeats, *self.graph_timing_repeats) if t]
+        if any(not (t.p10_us <= t.median_us <= t.p90_us) for t in timings):
+            out.append(Damage.QUANTILES_OUT_OF_ORDER)
+        return tuple(out)
+
+    @property
     def eligible(self) -> bool:
-        """May win: timed, passed correctness, and its trace does not contradict its backend's family — neither its
-        eager calls' kernels nor, for a graph-timed cell, its profiled graph replays' (:class:`GraphReplaySummary`)."""
+        """May win: timed, passed correctness, its own numbers agree (:attr:`damage`), and its trace does not
+        contradict its backend's family — neither its eager calls' kernels nor, for a graph-timed cell, its profiled
+        graph replays' (:class:`GraphReplaySummary`)."""
         return (
             self.status == CellStatus.OK
             and self.timing is not None
+            and not self.damage
             and (self.trace is None or self.trace.family_ok is not False)
             and (self.trace is None or self.trace.graph is None or self.trace.graph.family_ok is not False)
         )
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``xs`` by linear interpolation between order statistics."""
+    pos = q * (len(xs) - 1)
+    i = int(pos)
+    return xs[i] if i + 1 >= len(xs) else xs[i] + (xs[i + 1] - xs[i]) * (pos - i)
+
+
+def pooled_timing(first: Timing, repeats: tuple[Timing, ...] = ()) -> Timing:
+    """One :class:`Timing` over a cell's repeats (``first`` alone without them): the median of the repeats'
+    medians; a p10–p90 band that holds both the repeats' own bands (the median of their p10s and of their p90s) and
+    the spread between repeats (the 10th and 90th percentiles of their medians), so two cells whose repeats
+    disagree tie instead of one of them winning on a lucky first sample; the fastest rep; all reps."""
+    if len(repeats) < 2:
+        return first
+    medians = sorted(t.median_us for t in repeats)
+    mid = _quantile(medians, 0.5)
+    p10 = min(_quantile(sorted(t.p10_us for t in repeats), 0.5), _quantile(medians, 0.1), mid)
+    p90 = max(_quantile(sorted(t.p90_us for t in repeats), 0.5), _quantile(medians, 0.9), mid)
+    return Timing(mid, p10, p90, min(t.min_us for t in repeats), sum(t.reps for t in repeats), first.method)
 
 
 @dataclass(frozen=True)
@@ -490,6 +543,9 @@ class RunResult:
     counters_info: CountersInfo = CountersInfo(CountersStatus.NOT_REQUESTED)
     repeat: int = 1  #: timing samples per cell asked for (``--repeat``); see :meth:`samples_taken`
     ab: ABRun | None = None  #: an A/B run's pairing (None: an ordinary run)
+    #: The ``module:object`` specs of the run's ``--backend`` plugins (``profile --resume`` loads them again; installed
+    #: entry points load themselves); empty in files written before it was recorded.
+    plugins: tuple[str, ...] = ()
 
     def samples_taken(self) -> tuple[int, int] | None:
         """(fewest, most) timing samples any timed cell holds — what was measured, which is less than
@@ -593,8 +649,8 @@ def cell_row(cell: CellResult) -> dict[str, Any]:
         "status": status,
         "error": (cell.reason or None) if status in ("error", "unsupported") else None,
         "latency_us": cell.latency_us,
-        "eager_median_us": cell.timing.median_us if cell.timing else None,
-        "graph_median_us": cell.graph_timing.median_us if cell.graph_timing else None,
+        "eager_median_us": cell.eager_latency_us,
+        "graph_median_us": cell.latency_us if cell.graph_timing else None,
         "gpu_time_us": t.gpu_time_per_call_us if t else None,
         "tokens_per_s": cell.tokens_per_s,
         "achieved_gbps": cell.achieved_gbps,

@@ -214,7 +214,7 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
     """``cell`` of ``run`` as a :class:`Measurement` of run ``rid``."""
     w = canonical_workload(cell.workload)
     e = run.environment
-    t = cell.graph_timing or cell.timing
+    t = cell.judged_timing
     k = dominant_launch(cell)
     ctas = k.ctas if k else None
     per_sm = k.blocks_per_sm if k and k.blocks_per_sm is not None else (
@@ -233,8 +233,8 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
         latency_us=cell.latency_us, timing_kind=None if t is None else ("graph" if cell.graph_timing else "eager"),
         p10_us=t.p10_us if t else None, p90_us=t.p90_us if t else None, reps=t.reps if t else None,
         samples_us=tuple(cell.latency_samples_us),
-        eager_us=cell.timing.median_us if cell.timing else None,
-        graph_us=cell.graph_timing.median_us if cell.graph_timing else None,
+        eager_us=cell.eager_latency_us,
+        graph_us=cell.latency_us if cell.graph_timing else None,
         gpu_time_us=cell.trace.gpu_time_per_call_us if cell.trace else None,
         dominant_kernel=cell.trace.dominant_kernel if cell.trace else None,
         grid=_shape(k.grid) if k else None, block=_shape(k.block) if k else None, ctas=ctas, ctas_per_sm=per_sm,

@@ -54,7 +54,8 @@ import msgspec
 
 from profattn.errors import TraceError
 
-__all__ = ["BATCH_BYTES", "HEADER_LIMIT_BYTES", "MAX_EVENT_BYTES", "Batch", "TraceReader", "parse_int"]
+__all__ = ["BATCH_BYTES", "HEADER_LIMIT_BYTES", "MAX_EVENTS", "MAX_EVENT_BYTES", "MAX_SUFFIX_BYTES", "MAX_TRACE_BYTES", "Batch",
+           "TraceReader", "parse_int"]
 
 #: Target size (bytes of JSON text) of one decoded batch of events.
 BATCH_BYTES = 4 * 2**20
@@ -65,6 +66,12 @@ HEADER_LIMIT_BYTES = 64 * 2**20
 #: Most bytes of JSON text buffered for one element of ``traceEvents`` (or for a document read whole):
 #: beyond it the file is refused rather than held in memory.
 MAX_EVENT_BYTES = 512 * 2**20
+#: Most bytes of JSON text read from one trace (inflated, for gzip): a 4 MB gzip can inflate to terabytes.
+MAX_TRACE_BYTES = 32 * 2**30
+#: Most elements of ``traceEvents`` read from one trace (billions of tiny events would run for minutes).
+MAX_EVENTS = 2 * 10**8
+#: Most bytes kept after the array's closing ``]`` (the metadata keys that follow it).
+MAX_SUFFIX_BYTES = 64 * 2**20
 #: Bytes of the buffer's tail searched first for a batch boundary.
 _TAIL_BYTES = 256 * 2**10
 
@@ -122,7 +129,17 @@ class TraceReader:
     # ---- the byte stream -------------------------------------------------------------------------
 
     def _blocks(self) -> Iterator[bytes]:
-        """The file's bytes in blocks, gunzipped (all members) when it starts with the gzip magic."""
+        """The file's bytes in blocks, gunzipped (all members) when it starts with the gzip magic; at most
+        :data:`MAX_TRACE_BYTES` of them (TraceError beyond)."""
+        total = 0
+        for block in self._raw_blocks():
+            total += len(block)
+            if total > MAX_TRACE_BYTES:
+                raise TraceError(f"{self.name}: more than {MAX_TRACE_BYTES / 2**30:g} GiB of JSON (inflated), beyond any "
+                                 "trace profattn reads")
+            yield block
+
+    def _raw_blocks(self) -> Iterator[bytes]:
         name = self.name
         try:
             if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO would block, /dev/zero never end
@@ -272,6 +289,9 @@ class TraceReader:
     def _count(self, batch: Batch | list[Any]) -> None:
         events = batch.events if isinstance(batch, Batch) else batch
         self.event_count += len(events)
+        if self.event_count > MAX_EVENTS:
+            raise TraceError(f"{self.name}: more than {MAX_EVENTS:,} events in 'traceEvents', beyond any trace profattn "
+                             "reads")
         if isinstance(batch, Batch) and batch.typed:
             self.object_count += len(events)
         else:
@@ -323,6 +343,8 @@ class TraceReader:
                     continue
             if eof:
                 consumed = yield from self._final(buf, offset)
+                if len(buf) - consumed > MAX_SUFFIX_BYTES:
+                    raise self._suffix_too_long()
                 self._suffix_keys(prefix_doc, buf[consumed:], offset + consumed)
                 return
             cut = self._boundary(buf)
@@ -338,6 +360,8 @@ class TraceReader:
             if ended:  # the array's ']' is in the buffer (a last element longer than a batch): the metadata follows
                 while not eof:
                     read_block()
+                    if size - consumed > MAX_SUFFIX_BYTES:
+                        raise self._suffix_too_long()
                 rest = b"".join(pieces)
                 self._suffix_keys(prefix_doc, rest[consumed:], offset + consumed)
                 return
@@ -351,6 +375,10 @@ class TraceReader:
             if size > MAX_EVENT_BYTES:
                 raise TraceError(f"{self.name}: an element of 'traceEvents' longer than {MAX_EVENT_BYTES // 2**20} MB "
                                  f"at byte offset {offset} (not a trace?)")
+
+    def _suffix_too_long(self) -> TraceError:
+        return TraceError(f"{self.name}: more than {MAX_SUFFIX_BYTES // 2**20} MB after the 'traceEvents' array (its "
+                          "metadata keys are small; not a trace?)")
 
     @staticmethod
     def _boundary(buf: bytes) -> int:

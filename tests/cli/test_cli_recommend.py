@@ -153,3 +153,13 @@ def test_selection_small_end_to_end(tmp_path: Path):
     spec = "phase=decode,b=3,q=1,kv=200,hq=4,hkv=2,d=16,dtype=fp32,page=16"
     res = invoke("recommend", "--workload", spec)
     assert res.exit_code == 0 and "caller: a paged KV cache with a block table" in res.output
+
+
+def test_a_workload_that_cannot_fit_is_refused_not_priced(tmp_path: Path):
+    """issue 33, item 10: before, a 1M-token × 64 decode (a 275 GB K/V cache) on the 141 GB H200 was priced
+    ("58.53 ms, ±12,051 %"); now it cannot fit, as profile says."""
+    assert invoke("db", "import", str(SWEEP)).exit_code == 0
+    res = CliRunner().invoke(main, ["recommend", "--workload", "phase=decode,b=64,q=1,kv=1048576,hq=32,hkv=8,d=128,page=16"])
+    assert res.exit_code == 2 and "cannot fit" in res.stderr and "Traceback" not in res.output, res.output
+    assert res.stderr.count("\n") == 1
+    assert invoke("recommend", "--workload", B64).exit_code == 0

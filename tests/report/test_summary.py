@@ -80,7 +80,8 @@ def test_compare_classes_in_markdown_come_from_the_enum():
     runs = REPO / "examples" / "compare" / "runs"
     cmp = compare_runs(read_results(runs / "base-a"), read_results(runs / "head-fused-combine"))
     counts = {k: cmp.count(k) for k in CompareClass}
-    assert counts == {CompareClass.SLOWER: 3, CompareClass.FASTER: 0, CompareClass.NOISE: 31, CompareClass.FEW: 0,
+    assert counts == {CompareClass.SLOWER: 3, CompareClass.FASTER: 0, CompareClass.NOISE: 31, CompareClass.INCONCLUSIVE: 0,
+                      CompareClass.FEW: 0,
                       CompareClass.UNTIMED: 11, CompareClass.ONLY_BASE: 0, CompareClass.ONLY_HEAD: 0}
     md = comparison_markdown(cmp)
     assert "### All cells (3 slower, 31 within noise, 11 not timed)" in md

@@ -19,6 +19,12 @@ COMMON = dict(num_q_heads=4, num_kv_heads=2, head_dim=32, dtype="bfloat16", kv_l
               append=True)
 STEP = Workload.varlen(None, [(32, 128), (1, 40), (1, 90)], **COMMON)
 
+def only(phase: str) -> str:
+    """issue 33: a one-regime run's verdict points to ``--regime all``."""
+    return (f" Only {phase} was measured: `profattn profile --regime all` adds the other regimes, training among them, "
+            "whose winner the verdict asks about.")
+
+
 
 def chunk(q: int, kv: int) -> Workload:
     return Workload(phase="prefill", batch=2, q_len=q, kv_len=kv, **COMMON)
@@ -86,7 +92,8 @@ def test_summary_html_and_markdown_carry_it():
     assert sentence in render_html(analyze_run(r)) and f"{sentence}**" in run_markdown(analyze_run(r))
     # a run without serving calls says nothing more
     plain = Workload(phase="prefill", batch=2, q_len=64, kv_len=64, num_q_heads=4, num_kv_heads=2, head_dim=32)
-    assert summary(verdict(run([cell(plain, "a", 10.0)]))) == "This run has no training workload; winners: prefill kv 64 (B=2) → a."
+    assert summary(verdict(run([cell(plain, "a", 10.0)]))) == ("This run has no training workload; winners: prefill kv 64 (B=2) "
+                                                           "→ a." + only("prefill"))
 
 
 def test_seqs_label():

@@ -44,6 +44,7 @@ from profattn.trace.columns import TraceWarning
 from profattn.trace.kineto import Trace
 from profattn.trace.windows import IntervalIndex, group_keys
 from profattn.workload import DTYPE_BYTES, KVLayout, Phase, Workload
+from profattn.workload.contract import FIELD_LIMITS
 
 __all__ = [
     "MalformedStep",
@@ -264,7 +265,7 @@ def uniform_seqs(sums: PhaseSums) -> tuple[tuple[int, int], ...] | None:
     ``((907, 937),) + ((906, 937),) * 5 + ((906, 936),) * 3``. None for no requests, no Σk, or where rounding
     would make some q exceed its k."""
     n = sums.requests
-    if n == 0 or sums.sum_k is None:
+    if n == 0 or sums.sum_k is None or n > FIELD_LIMITS["batch"]:  # the bound before any tuple is made
         return None
     q_lo, q_extra = divmod(sums.sum_q, n)
     k_lo, k_extra = divmod(sums.sum_k, n)
@@ -405,6 +406,10 @@ def _step_workload(c: AttentionCall, step: StepAnnotation, ledger: StepLedger | 
     if not step.context.has_sums and step.context.requests or not step.generation.has_sums and step.generation.requests:
         return None, ("no profattn Workload: the step annotation records counts and Σq only (enable vLLM's "
                       "detailed_trace_annotation for Σk, Σq², Σq·k)")
+    requests = step.context.requests + step.generation.requests
+    if requests > FIELD_LIMITS["batch"]:  # checked on the parsed counts, before per-request tuples are built
+        return None, (f"no profattn Workload: the step annotation claims {requests:,} requests, beyond a workload's "
+                      f"batch bound ({FIELD_LIMITS['batch']:,})")
     seqs: list[tuple[int, int]] = []
     for part in (step.context, step.generation):
         if part.requests:

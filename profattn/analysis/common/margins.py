@@ -72,7 +72,7 @@ def judged_time(cell: CellResult) -> JudgedTime:
     Raises:
         ValueError: the cell has no timing.
     """
-    t = cell.graph_timing or cell.timing
+    t = cell.judged_timing  # over all repeats (issue 33: the first sample alone named lucky winners)
     if t is None:
         raise ValueError(f"{cell.cell_id} has no timing")
     return JudgedTime(cell.backend, t.median_us, t.p10_us, t.p90_us, cell.latency_samples_us)

@@ -66,6 +66,7 @@ from profattn.analysis.common.margins import within_noise
 from profattn.analysis.common.names import kernel_stem
 from profattn.analysis.common.stats import (RatioEstimate, hodges_lehmann_ratio, holm, log_se, median_interval, paired_ratio,
                                      student_t_quantile, student_t_sf)
+from profattn.analysis.run.layout import CacheLayout
 from profattn.analysis.run.noise import noise_findings
 from profattn.analysis.run.verdict import Verdict, runner_up, verdict, winners
 from profattn.errors import ProfattnError
@@ -77,8 +78,16 @@ DEFAULT_THRESHOLD = 0.05
 LEVEL = 0.95
 #: Fewest tested cells for estimating the run-wide drift and the between-run spread.
 MIN_DRIFT_CELLS = 6
+#: A tested cell that is neither slower nor faster but whose estimate (or its medians' ratio) lies beyond the
+#: threshold is *inconclusive* when
+#: its interval spans this factor or more (hi / lo): such a comparison could not tell a 2× regression from none.
+INCONCLUSIVE_SPAN = 2.0
+#: Fewest samples a side below which few samples are named as a cause of an inconclusive comparison.
+CONCLUSIVE_SAMPLES = 5
 #: Smallest standard error used (of a log ratio): identical samples on both sides would otherwise divide by zero.
 _MIN_SE = 1e-6
+#: Interval ends are kept within exp(±this) (a Cauchy quantile times a wide scatter would overflow a float).
+_LOG_CAP = 700.0
 
 
 
@@ -88,6 +97,8 @@ class CompareClass(StrEnum):
     SLOWER = "slower"  #: the whole interval lies above a ``threshold`` slowdown
     FASTER = "faster"  #: the whole interval lies below a ``threshold`` speed-up
     NOISE = "within noise"  #: the interval reaches into the threshold band
+    #: the estimate lies beyond the threshold but the interval spans :data:`INCONCLUSIVE_SPAN` or more: too noisy to judge
+    INCONCLUSIVE = "inconclusive"
     FEW = "too few repeats"  #: fewer than 3 samples on a side: no interval
     UNTIMED = "not timed"  #: either side has no timing
     ONLY_BASE = "only in base"  #: the head run lacks this cell
@@ -117,6 +128,28 @@ class RegressionKind(StrEnum):
     SLOWER = "slower"  #: latency interval beyond the threshold
     CORRECTNESS = "correctness"  #: passed in the base, fails in the head
     BROKE = "broke"  #: ran in the base, errors or is unsupported in the head
+
+
+class NoiseCause(StrEnum):
+    """Why a comparison's intervals were too wide to judge its inconclusive cells."""
+
+    FEW_SAMPLES = "few samples"  #: fewer than :data:`CONCLUSIVE_SAMPLES` samples a side
+    NOISY_MACHINE = "noisy machine"  #: a run's machine was noisy: the cells' scatter read with Cauchy tails
+    SCATTER = "scatter"  #: single cells scatter beyond the threshold between the two processes
+    OWN_SPREAD = "own spread"  #: a cell's own samples spread over 2× (max / min)
+
+
+@dataclass(frozen=True)
+class Inconclusive:
+    """The comparison could not judge ``cells`` cells (:attr:`CompareClass.INCONCLUSIVE`): ``widest`` is the widest
+    of their intervals, ``fewest_samples`` the fewest samples a side among them, ``scatter`` the cells' scatter
+    between the runs (exp(σ) − 1; None: not estimated), ``causes`` what made the intervals wide."""
+
+    cells: int
+    widest: RatioEstimate
+    fewest_samples: int
+    causes: tuple[NoiseCause, ...]
+    scatter: float | None = None
 
 
 class CompareError(ProfattnError):
@@ -266,6 +299,9 @@ class WinnerChange:
     head_winner: str | None
     close_base: bool
     close_head: bool
+    #: ``PAGED``: the winner among the kernels that read the page pool of a workload answered per layout (its overall
+    #: winner is another record); None: the workload's winner.
+    layout: CacheLayout | None = None
 
     @property
     def phase(self) -> Phase:
@@ -313,6 +349,8 @@ class Comparison:
     drift: Drift | None = None
     #: An A/B comparison's pairing (None for two runs).
     ab: ABRun | None = None
+    #: Cells too noisy to judge (None: every tested cell was judged).
+    inconclusive: Inconclusive | None = None
 
     @property
     def alpha(self) -> float:
@@ -332,6 +370,11 @@ class Comparison:
     def regression(self) -> bool:
         """Any cell slower beyond the threshold, pass → fail, or ran → error: the CLI exits 1."""
         return bool(self.regressions)
+
+    @property
+    def passed(self) -> bool:
+        """No regression and no cell too noisy to judge: the CLI exits 0 (inconclusive without a regression: 3)."""
+        return not self.regression and self.inconclusive is None
 
     def count(self, classification: CompareClass) -> int:
         return sum(1 for c in self.cells if c.classification == classification)
@@ -378,6 +421,9 @@ class EnvField(StrEnum):
     PROFATTN = "profattn"
     PRESET = "preset"
     SEED = "seed"
+    CPUS = "CPUs"
+    THREADS = "intra-op threads"
+    LOAD = "load (1 min, start → end)"
     SAMPLES = "timing samples per cell"
     COUNTERS = "counters"
     MEASURED = "measured (UTC)"
@@ -386,7 +432,7 @@ class EnvField(StrEnum):
 #: The :class:`EnvField` members read from :class:`profattn.results.Environment` (attribute = value).
 ENV_FIELDS = tuple(EnvField)[:11]
 #: Differences that are expected or already refused/forced, so they are not repeated as warnings.
-_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET)
+_NOT_WARNED = (EnvField.MEASURED, EnvField.DEVICE_NAME, EnvField.DEVICE, EnvField.PRESET, EnvField.LOAD)
 
 
 def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
@@ -397,11 +443,21 @@ def environment_diff(base: RunResult, head: RunResult) -> tuple[EnvDiff, ...]:
     rows += [
         EnvDiff(EnvField.PRESET, base.preset, head.preset),
         EnvDiff(EnvField.SEED, str(base.seed), str(head.seed)),
+        EnvDiff(EnvField.CPUS, s(base.environment.cpu_count), s(head.environment.cpu_count)),
+        EnvDiff(EnvField.THREADS, s(base.environment.torch_threads), s(head.environment.torch_threads)),
+        EnvDiff(EnvField.LOAD, _load(base), _load(head)),
         EnvDiff(EnvField.SAMPLES, base.samples_text(), head.samples_text()),
         EnvDiff(EnvField.COUNTERS, base.counters_info.status, head.counters_info.status),
         EnvDiff(EnvField.MEASURED, base.environment.created_utc, head.environment.created_utc),
     ]
     return tuple(rows)
+
+
+def _load(run: RunResult) -> str:
+    """The 1-minute load at the run's start and end, as text ("n/a" where not recorded)."""
+    e = run.environment
+    loads = [f"{la[0]:.2f}" for la in (e.load_avg_start, e.load_avg_end) if la]
+    return " → ".join(loads) if loads else "n/a"
 
 
 def _median(xs: tuple[float, ...]) -> float | None:
@@ -563,13 +619,41 @@ def judge_cells(cells: Sequence[CellChange], *, threshold: float, level: float =
     for i, (r, below, above, _, _), ps, pf in zip(tested, rows, slower, faster):
         c = cells[i]
         est = c.estimate
-        judged = RatioEstimate(math.exp(r), math.exp(r - below), math.exp(r + above), level, est.n_base, est.n_head)  # type: ignore[union-attr]
+        judged = RatioEstimate(math.exp(r), math.exp(max(r - below, -_LOG_CAP)), math.exp(min(r + above, _LOG_CAP)), level,
+                               est.n_base, est.n_head)  # type: ignore[union-attr]
         cls = CompareClass.SLOWER if ps < alpha else CompareClass.FASTER if pf < alpha else CompareClass.NOISE
+        # the medians' ratio counts as much as the estimate: samples split between two levels (scheduler quanta) can
+        # put the Hodges–Lehmann estimate at 1 while the medians moved 70× ("39.96 ms → 572.8 µs, +0.0 %")
+        medians = (math.log(c.head_latency_us / c.base_latency_us) - shift
+                   if c.base_latency_us and c.head_latency_us else r)
+        if (cls is CompareClass.NOISE and max(abs(r), abs(medians)) > band
+                and below + above >= math.log(INCONCLUSIVE_SPAN)):
+            cls = CompareClass.INCONCLUSIVE
         reasons = c.regression_reasons
         if cls is CompareClass.SLOWER:
             reasons = (RegressionReason(RegressionKind.SLOWER), *reasons)
         out[i] = replace(c, classification=cls, judged=judged, p_slower=ps, p_faster=pf, regression_reasons=reasons)
     return tuple(out), drift
+
+
+def inconclusive(cells: Sequence[CellChange], drift: Drift | None, threshold: float) -> Inconclusive | None:
+    """What made the :attr:`CompareClass.INCONCLUSIVE` cells of one comparison too noisy to judge (None: none)."""
+    bad = [c for c in cells if c.classification is CompareClass.INCONCLUSIVE and c.judged is not None]
+    if not bad:
+        return None
+    widest = max((c.judged for c in bad), key=lambda e: math.log(e.hi) - math.log(max(e.lo, 1e-300)))  # type: ignore[arg-type,union-attr]
+    fewest = min(min(len(c.base_samples_us), len(c.head_samples_us)) for c in bad)
+    causes = []
+    if fewest < CONCLUSIVE_SAMPLES:
+        causes.append(NoiseCause.FEW_SAMPLES)
+    if drift is not None and drift.heavy:
+        causes.append(NoiseCause.NOISY_MACHINE)
+    scatter = drift.spread if drift is not None and drift.applied else None
+    if scatter is not None and scatter > threshold:
+        causes.append(NoiseCause.SCATTER)
+    if any(max(xs) > 2 * min(xs) for c in bad for xs in (c.base_samples_us, c.head_samples_us) if xs and min(xs) > 0):
+        causes.append(NoiseCause.OWN_SPREAD)
+    return Inconclusive(len(bad), widest, fewest, tuple(causes), scatter)  # type: ignore[arg-type]
 
 
 def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...]:
@@ -584,6 +668,21 @@ def _winner_changes(base: RunResult, head: RunResult) -> tuple[WinnerChange, ...
             return bool(win and second and within_noise(win, second))
         out.append(WinnerChange(w, wb[tag].backend if wb[tag] else None,
                                 wh[tag].backend if wh[tag] else None, close(base, wb[tag]), close(head, wh[tag])))
+    return tuple(out)
+
+
+def _paged_winner_changes(vb: Verdict, vh: Verdict) -> tuple[WinnerChange, ...]:
+    """The paged-cache winner of every workload both verdicts answer per layout (:class:`LayoutSplit`): a paged
+    kernel that flips while the overall (contiguous-copy) winner stays is a change too."""
+    heads = {r.workload_tag: r for r in vh.rows if r.layouts is not None}
+    out = []
+    for r in vb.rows:
+        h = heads.get(r.workload_tag)
+        if r.layouts is None or h is None or h.layouts is None:
+            continue
+        pb, ph = r.layouts.paged, h.layouts.paged
+        out.append(WinnerChange(r.workload, pb.winner.backend, ph.winner.backend, bool(pb.tied), bool(ph.tied),
+                                layout=CacheLayout.PAGED))
     return tuple(out)
 
 
@@ -663,10 +762,10 @@ def compare_runs(base: RunResult, head: RunResult, *, threshold: float = DEFAULT
             changes.append(VerdictChange(r.workload, r.winner_backend, h.winner_backend, r.stays, h.stays))
     return Comparison(
         base_label=base_label, head_label=head_label, threshold=threshold, level=level, environment=env,
-        warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head),
+        warnings=tuple(warnings), cells=judged, winners=_winner_changes(base, head) + _paged_winner_changes(vb, vh),
         base_verdict=vb, head_verdict=vh, base_training_winner=vb.training_winner,
         head_training_winner=vh.training_winner, verdict_changes=tuple(changes), forced=force and gb != gh,
-        drift=drift,
+        drift=drift, inconclusive=inconclusive(judged, drift, threshold),
     )
 
 
@@ -718,5 +817,5 @@ def compare_ab(run: RunResult, *, threshold: float = DEFAULT_THRESHOLD, level: f
         base_label=ab.base, head_label=ab.head, threshold=threshold, level=level, environment=environment_diff(run, run),
         warnings=tuple(warnings), cells=judged, winners=(), base_verdict=v, head_verdict=v,
         base_training_winner=v.training_winner, head_training_winner=v.training_winner, verdict_changes=(),
-        mode=CompareMode.AB, drift=drift, ab=ab,
+        mode=CompareMode.AB, drift=drift, ab=ab, inconclusive=inconclusive(judged, drift, threshold),
     )

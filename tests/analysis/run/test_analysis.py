@@ -17,6 +17,12 @@ from factories import SEED, cell, kernel, run
 TRAIN, PREFILL, D512, D2048, D8192 = SEED.workloads
 SPLITKV = "void pytorch_flash::flash_fwd_splitkv_kernel<...>"
 
+def only(phase: str) -> str:
+    """issue 33: a one-regime run's verdict points to ``--regime all``."""
+    return (f" Only {phase} was measured: `profattn profile --regime all` adds the other regimes, training among them, "
+            "whose winner the verdict asks about.")
+
+
 
 def test_winner_is_fastest_correct_and_confirmed():
     cells = [
@@ -299,7 +305,10 @@ def test_verdict_sentences_of_the_committed_h200_run():
     # below 10 µs the verdict now prints fmt_us's two decimals, as the matrix does (was "7.8 µs")
     assert "the byte floor at the copy ceiling is 7.84 µs." in kv2048
     assert "a persistent grid, one CTA per SM looping over tiles" in text.rows[0].reasons[1]
-    assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[1].reasons[2]
+    # issue 33: each layout row's evidence is its own pair's (the paged row described the contiguous-copy pair)
+    assert "— fewer CTAs than SMs, so part of the GPU idles" in text.rows[2].reasons[2]
+    assert "triton-paged-decode's main kernel" in " ".join(text.rows[1].reasons)
+    assert "Here, sdpa-cudnn's main kernel" not in " ".join(text.rows[1].reasons)
     # the mechanism column: why the runner-up trails, from the traces (sdpa-flash's split combine at kv 2048)
     assert text.rows[4].mechanism.startswith("sdpa-flash adds a split combine (1 launch, 4.61 µs, 26 % of its GPU time)")
     assert "on the paged cache: gathering the pages into a contiguous copy takes 18.5 µs" in text.rows[4].mechanism
@@ -324,7 +333,7 @@ def test_undecided_verdicts_are_typed():
     assert headline(v.rows[1], v).endswith("no cell passed, so there is no winner")
     # the summary says once that there is no training workload; no row repeats it
     assert headline(v.rows[2], v) == "decode kv 8192 (page 16): a wins at 8.00 µs, the only eligible cell"
-    assert summary(v) == "This run has no training workload; winners: decode kv 8192 (page 16) → a."
+    assert summary(v) == "This run has no training workload; winners: decode kv 8192 (page 16) → a." + only("decode")
 
 
 def test_bandwidth_fractions_use_the_read_ceiling_where_measured():

@@ -55,12 +55,16 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         simulation = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-        if simulation.get("schema") != "profattn.simulation":
+        if not isinstance(simulation, dict) or simulation.get("schema") != "profattn.simulation":
             raise ProfattnError(f"{argv[0]} is not a profattn simulation.json")
         run = read_results(argv[1])
         rows = pairs(simulation, run)
-    except (OSError, ValueError, KeyError, ProfattnError) as exc:
-        print(f"replay_check: {exc}", file=sys.stderr)
+        for r in rows:  # a price must be a positive finite number of µs
+            if not isinstance(r["priced"], (int, float)) or not 0 < r["priced"] < float("inf"):
+                raise ProfattnError(f"step {r['step']}: priced {r['priced']!r} µs is not a positive number")
+            r["step"] = int(r["step"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ProfattnError) as exc:
+        print(f"replay_check: {argv[0]}: {type(exc).__name__ if not str(exc) else exc}".splitlines()[0], file=sys.stderr)
         return 2
     print("| step | part | backend | priced µs | measured µs (samples) | measured / priced | kernels read |")
     print("|---|---|---|---:|---:|---:|---|")

@@ -120,7 +120,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
     verb = "resuming" if stored is not None else "preset"
     console.print(f"profattn: {verb} [b]{escape(message_text(preset_obj.name))}[/b] on {device} → "
                   f"{escape(message_text(out_dir))}/ ({len(backends)} backend{'s' if len(backends) != 1 else ''})")
-    if stored is None and not backend_names and ab is None and left_out_of_default():
+    if stored is None and not backend_names and ab is None and device.type == "cuda" and left_out_of_default():
         console.print(f"default backends: every family once; left out: {', '.join(left_out_of_default())} "
                       f"(add one with --backend NAME, or run every backend with --backend {ALL})", markup=False, soft_wrap=True)
 

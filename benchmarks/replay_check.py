@@ -66,15 +66,11 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ProfattnError) as exc:
         print(f"replay_check: {argv[0]}: {type(exc).__name__ if not str(exc) else exc}".splitlines()[0], file=sys.stderr)
         return 2
+    # the same shape and backend priced the same in two deployments (a prefill part): one row
+    rows = list({(r["tag"], r["backend"], round(r["priced"], 3)): r for r in rows}.values())
     print("| step | part | backend | priced µs | measured µs (samples) | measured / priced | kernels read |")
     print("|---|---|---|---:|---:|---:|---|")
-    seen = set()
     for r in rows:
-        key = (r["tag"], r["backend"], round(r["priced"], 3))
-        dup = key in seen  # the same shape and backend priced the same in two deployments: one row
-        seen.add(key)
-        if dup:
-            continue
         if r["measured"] is None:
             print(f"| {r['step']:,} {r['kind']} | {r['part']} | {r['backend']} | {r['priced']:.1f} | not measured "
                   f"({r['status']}) | — | — |")
@@ -82,8 +78,6 @@ def main(argv: list[str]) -> int:
         print(f"| {r['step']:,} {r['kind']} | {r['part']} | {r['backend']} | {r['priced']:.1f} | {r['measured']:.1f} "
               f"({r['samples']}) | {r['measured'] / r['priced']:.2f} | {'yes' if r['traced'] else 'no (timed only)'} |")
     ratios = [r["measured"] / r["priced"] for r in rows if r["measured"] is not None]
-    distinct = {(r["tag"], r["backend"], round(r["priced"], 3)): r for r in rows if r["measured"] is not None}
-    ratios = [r["measured"] / r["priced"] for r in distinct.values()]
     missing = len({(r["tag"], r["backend"]) for r in rows if r["measured"] is None})
     if ratios:
         within = lambda f: sum(abs(x - 1) <= f for x in ratios)  # noqa: E731

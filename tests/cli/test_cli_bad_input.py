@@ -83,8 +83,8 @@ def test_default_run_names_what_it_leaves_out(tmp_path: Path):
     res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--preset", "small", "--regime", "decode", "--no-counters",
                                     "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
-    line = next(l for l in res.output.splitlines() if l.startswith("default backends:"))
-    assert "flashinfer-cudnn-decode" in line and "flashinfer-prefill-paged," in line and "--backend all" in line
+    # On a CPU the left-out FlashInfer backends could not run anyway: the line is printed on a CUDA device only.
+    assert not any(l.startswith("default backends:") for l in res.output.splitlines())
     assert set(left_out_of_default()) == {"flashinfer-decode", "flashinfer-prefill-paged", "flashinfer-prefill-ragged",
                                           "flashinfer-prefill-paged-fa2", "flashinfer-prefill-paged-fa3",
                                           "flashinfer-cudnn-decode", "flashinfer-cudnn-prefill", "flashinfer-xqa-decode"}

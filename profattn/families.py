@@ -195,14 +195,22 @@ FLASHMLA = KernelFamily(
     kernel_patterns=(r"flash_fwd_splitkv_mla", r"mla_combine", r"flashmla"),
     op_patterns=(r"^_flashmla_C::",),
 )
-#: ROCm's aiter / Composable Kernel attention: CK-tile FMHA (``ck_tile::FmhaFwdKernel<...>``), aiter's assembly
-#: FMHA v3 and paged-attention / MLA-decode kernels (ROCm/aiter, ``aiter/ops/mha.py``, ``aiter/ops/attention.py``).
+#: ROCm's aiter / Composable Kernel attention: CK-tile FMHA (``ck_tile::FmhaFwdKernel<...>``; the paged batch prefill
+#: ``ck_tile::FmhaBatchPrefillWithPagedKVCacheKernel<...>`` that ``aiter::mha_batch_prefill`` launches, whose name holds
+#: FlashInfer's ``BatchPrefillWithPagedKVCache`` too: matched here first), aiter's assembly FMHA v3 and
+#: paged-attention / MLA-decode kernels (ROCm/aiter, ``aiter/ops/mha.py``, ``aiter/ops/attention.py``).
 AITER = KernelFamily(
     "aiter",
-    kernel_patterns=(r"Fmha(Fwd|Bwd)", r"fmha_(fwd|bwd|v3)", r"aiter.*(fmha|mha_|pa_|paged|mla)", r"\bpa_(bf16|fp16|fp8)",
-                     r"mla_(a8w8|dec)"),
+    kernel_patterns=(r"Fmha(Fwd|Bwd|BatchPrefill)", r"fmha_(fwd|bwd|v3)", r"aiter.*(fmha|mha_|pa_|paged|mla)",
+                     r"\bpa_(bf16|fp16|fp8)", r"mla_(a8w8|dec)"),
     op_patterns=(r"^aiter::",),
 )
+#: Kernels that build a paged cache's index arrays for an attention backend — SGLang's Triton
+#: ``create_flashinfer_kv_indices_triton`` (``python/sglang/srt/layers/attention/utils.py``, run by its FlashInfer,
+#: aiter and Triton backends while planning a step) and its siblings ``create_flashmla_kv_indices_triton``,
+#: ``create_chunked_prefix_cache_kv_indices`` — a step's metadata work, never an attention call, though the name may
+#: hold an attention library's.
+INDEX_KERNEL_PATTERN = r"^create_\w*kv_indices"
 #: Engine families, checked before :data:`ATTENTION_FAMILIES` when naming a trace's kernel (FlashMLA's
 #: ``flash_fwd_splitkv_mla`` before FLASH's ``flash_fwd``). Not in :data:`ATTENTION_FAMILIES`: no profattn cell runs
 #: them, so they take no part in a cell's family check.

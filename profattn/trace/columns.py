@@ -677,8 +677,8 @@ def kernel_warnings(kernels: "pd.DataFrame") -> list[TraceWarning]:
                                 "to ops by External id only, and to no record_function range"))
     elif orphans:
         out.append(TraceWarning("kernel_without_launch", orphans, f"{orphans} of {len(kernels)} kernels have no "
-                                "launching runtime/driver event with their correlation id: attributed by External id "
-                                "only"))
+                                "launching runtime/driver event with their correlation id: attributed by External id, "
+                                "else (attention kernels) by stream order within one attention call's window"))
     repeated = int(kernels.duplicated(["name", "ts_us", "dur_us", "correlation", "device", "stream"]).sum())
     if repeated:
         out.append(TraceWarning("repeated_kernel", repeated, f"{repeated} kernel event(s) repeat another one exactly "

@@ -179,12 +179,14 @@ class KVCacheLayout(str, enum.Enum):
     (``vllm/v1/attention/backends/*.py``, ``get_kv_cache_shape``); ``SEPARATE`` one of K or V as a cache op takes it
     (``_C_cache_ops::reshape_and_cache_flash``'s ``key_cache [num_blocks, block_size, Hkv, d]``); ``SPLIT_X`` vLLM's
     original paged-attention key cache ``[num_blocks, Hkv, d / x, block_size, x]`` (``_C_cache_ops::reshape_and_cache``,
-    ``_C::paged_attention_v1``)."""
+    ``_C::paged_attention_v1``); ``TOKENS`` a pool of token slots, page size 1 (SGLang's ``MHATokenToKVPool`` buffers
+    ``[num_tokens, Hkv, d]`` as ``aiter::mha_batch_prefill`` takes them)."""
 
     KV_FIRST = "[2, num_blocks, block_size, num_kv_heads, head_dim]"
     BLOCKS_FIRST = "[num_blocks, 2, block_size, num_kv_heads, head_dim]"
     SEPARATE = "[num_blocks, block_size, num_kv_heads, head_dim]"
     SPLIT_X = "[num_blocks, num_kv_heads, head_dim / x, block_size, x]"
+    TOKENS = "[num_tokens, num_kv_heads, head_dim]"
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,10 @@ class StepAnnotation:
     """One step annotation read from a ``user_annotation`` range: ``name`` as recorded, its :class:`StepFormat`
     and :class:`Engine`, ``tokens`` (the step's scheduled tokens as the name states them: ``execute_<tokens>``,
     ``toks=``/``tok=``; None when not stated), the ``context`` (prefill chunks) and ``generation`` (decoding)
-    :class:`PhaseSums`, and the range's CPU window (µs) and thread."""
+    :class:`PhaseSums`, and the range's CPU window (µs) and thread. ``merged``: where two or more ranges describing
+    the same step were merged into this one (:func:`profattn.analysis.calls.steps.merge_steps`), which field came from
+    which range, as ``(field, range name)`` pairs — ``name``/``format`` are the most detailed range's, the window
+    their union; empty for a step read from one range."""
 
     name: str
     format: StepFormat
@@ -301,6 +306,7 @@ class StepAnnotation:
     dur_us: float
     pid: int | str | None
     tid: int | str | None
+    merged: tuple[tuple[str, str], ...] = ()
 
     @property
     def has_sums(self) -> bool:

@@ -20,7 +20,7 @@ from profattn.analysis.calls.call_records import (
     AttentionCall, AttentionShape, CausalAlignment, Engine, PackedBatch, RecordedWindow,
 )
 from profattn.errors import WorkloadError
-from profattn.families import ATTENTION_FAMILIES, ENGINE_FAMILIES, KernelFamily
+from profattn.families import ATTENTION_FAMILIES, ENGINE_FAMILIES, INDEX_KERNEL_PATTERN, KernelFamily
 from profattn.workload import Phase, Workload
 
 __all__ = [
@@ -73,6 +73,7 @@ _ATTENTION_KERNEL = re.compile(
     r"|\bpa_(bf16|fp16|fp8)|mla_(a8w8|dec)",
     re.IGNORECASE,
 )
+_INDEX_KERNEL = re.compile(INDEX_KERNEL_PATTERN)
 #: The largest plausible value of each recorded dimension. A trace is any user's file: a recorded batch of
 #: 1e19 would size a per-sequence list of that length (:attr:`Workload.kv_lens`). A value beyond its limit
 #: is read as unknown (None) with a warning. Batch: 65,536 sequences per call (windowed attention folds
@@ -218,7 +219,13 @@ _VLLM, _SGL = Engine.VLLM, Engine.SGLANG
 #: block_tables, ...)``, ``paged_attention_v2(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
 #: num_kv_heads, scale, block_tables, ...)``); SGLang ``python/sglang/srt/layers/radix_attention.py``
 #: (``unified_attention_with_output(query, key, value, output, save_kv_cache, layer_id, ...)``) and sgl-kernel's
-#: FlashAttention-3 ``sgl_kernel::fwd`` (the FA3 hopper interface, positions as ``_vllm_fa3_C::fwd``).
+#: FlashAttention-3 ``sgl_kernel::fwd`` (the FA3 hopper interface, positions as ``_vllm_fa3_C::fwd``); ROCm/aiter
+#: ``aiter/ops/mha.py`` (``mha_batch_prefill(q, k, v, cu_seqlens_q, kv_indptr, kv_page_indices, max_seqlen_q,
+#: max_seqlen_k, dropout_p, softmax_scale, logits_soft_cap, zero_tensors, is_causal, window_size_left,
+#: window_size_right, ...)``, k/v SGLang's token pool ``[num_tokens, Hkv, d]``) and ``aiter/ops/attention.py``
+#: (``paged_attention_ragged(out, workspace_buffer, query, key_cache, value_cache, scale, kv_indptr, kv_page_indices,
+#: kv_last_page_lens, block_size, ...)``: a decode, one query token per sequence, so ``kv_indptr [num_seqs + 1]`` counts
+#: the sequences as ``cu_seqlens_q`` would), the two SGLang's aiter backend runs.
 ENGINE_OPS: dict[str, EngineOpSignature] = {
     "vllm::unified_attention": EngineOpSignature(_VLLM, "entry", cache_indices=(3,)),
     "vllm::unified_attention_with_output": EngineOpSignature(_VLLM, "entry", cache_indices=(4,)),
@@ -247,6 +254,13 @@ ENGINE_OPS: dict[str, EngineOpSignature] = {
     "aiter::mha_varlen_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
     "aiter::fmha_v3_varlen_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
     "aiter::mha_fwd": EngineOpSignature(_VLLM, "backend", "aiter"),
+    "aiter::mha_batch_prefill": EngineOpSignature(
+        _SGL, "backend", "aiter", cache_indices=(1,), cu_seqlens_q_index=3, max_index=(6, 7), causal_index=12,
+        window_index=(13, 14),
+    ),
+    "aiter::paged_attention_ragged": EngineOpSignature(
+        _SGL, "backend", "aiter", q_index=2, k_index=3, cache_indices=(3,), cu_seqlens_q_index=6,
+    ),
 }
 
 
@@ -274,9 +288,10 @@ def signature(name: str) -> OpSignature:
 
 def attention_family(kernel_name: str) -> str | None:
     """The attention family of a kernel: None unless the name marks a fused attention kernel
-    (:data:`_ATTENTION_KERNEL`); then the first :data:`ATTENTION_KERNEL_FAMILIES` family whose patterns
+    (:data:`_ATTENTION_KERNEL`) and is no index-building kernel (:data:`profattn.families.INDEX_KERNEL_PATTERN`:
+    ``create_flashinfer_kv_indices_triton`` is a step's metadata work); then the first :data:`ATTENTION_KERNEL_FAMILIES` family whose patterns
     match, or ``attention`` when none does."""
-    if not _ATTENTION_KERNEL.search(kernel_name):
+    if not _ATTENTION_KERNEL.search(kernel_name) or _INDEX_KERNEL.search(kernel_name):
         return None
     return next((f.name for f in ATTENTION_KERNEL_FAMILIES if f.matches_kernel(kernel_name)), "attention")
 

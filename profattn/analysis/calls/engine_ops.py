@@ -89,7 +89,8 @@ def kv_cache_shape(dims: Sequence[int] | None, num_kv_heads: int, head_dim: int,
                    source: str) -> KVCacheShape | None:
     """The :class:`KVCacheShape` a recorded tensor shape describes when it is a paged cache of ``num_kv_heads``
     heads of ``head_dim`` (:class:`KVCacheLayout`): ``[2, N, bs, Hkv, d]`` (K/V first), ``[N, 2, bs, Hkv, d]``
-    (blocks first), ``[N, bs, Hkv, d]`` (one of K/V), ``[N, Hkv, d / x, bs, x]`` (vLLM's split key cache); None
+    (blocks first), ``[N, bs, Hkv, d]`` (one of K/V), ``[N, Hkv, d / x, bs, x]`` (vLLM's split key cache), ``[N, Hkv, d]``
+    (a token pool, page size 1: only where a backend op takes it as its cache input); None
     for any other shape, or for ``[2, 2, ...]`` (which dim holds K/V is then not recorded)."""
     if dims is None:
         return None
@@ -102,6 +103,8 @@ def kv_cache_shape(dims: Sequence[int] | None, num_kv_heads: int, head_dim: int,
         return None
     if len(d) == 4 and d[2:] == [num_kv_heads, head_dim]:
         return KVCacheShape(tuple(d), KVCacheLayout.SEPARATE, d[0], d[1], num_kv_heads, head_dim, dtype, source)
+    if len(d) == 3 and d[1:] == [num_kv_heads, head_dim]:
+        return KVCacheShape(tuple(d), KVCacheLayout.TOKENS, d[0], 1, num_kv_heads, head_dim, dtype, source)
     if len(d) == 5 and d[1] == num_kv_heads and d[2] * d[4] == head_dim:
         return KVCacheShape(tuple(d), KVCacheLayout.SPLIT_X, d[0], d[3], num_kv_heads, head_dim, dtype, source)
     return None
@@ -129,15 +132,16 @@ def read_engine_call(group: Sequence[Mapping[str, Any]], cache_ops: Sequence[Map
     docstring for what is read where."""
     outer = group[0]
     sig = ENGINE_OPS[outer["name"]]
-    backend_row = next((r for r in group[1:] if r["name"] in ENGINE_OPS and ENGINE_OPS[r["name"]].role == "backend"),
-                       None)
+    backend_row = outer if sig.role == "backend" else next(
+        (r for r in group[1:] if r["name"] in ENGINE_OPS and ENGINE_OPS[r["name"]].role == "backend"), None)
     bsig = ENGINE_OPS[backend_row["name"]] if backend_row is not None else None
     notes: list[str] = []
 
     # heads and head_dim: the entry op's q / k (new tokens), else the backend op's q and its cache's last dims
     found = _heads(_dims(outer, sig.q_index), _dims(outer, sig.k_index))
     q_row, q_index = outer, sig.q_index
-    kv_new: int | None = found[4] if found else None
+    # a backend op's k may be its cache (a token pool [N, Hkv, d]), not the step's new tokens
+    kv_new: int | None = found[4] if found and sig.k_index not in sig.cache_indices else None
     if found is None and backend_row is not None and bsig is not None:
         q, k = _dims(backend_row, bsig.q_index), _dims(backend_row, bsig.k_index)
         if q is not None and len(q) == 3 and k is not None and len(k) >= 3 and k[-1] == q[2]:

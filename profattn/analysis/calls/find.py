@@ -109,7 +109,7 @@ def find_attention_calls(trace: Trace, *, captures: Sequence[CaptureSource] = ()
     notes = _file_notes(trace, merged.merge.placed_kernels if merged else 0)
 
     attention = _attention_op_groups(trace.ops)
-    calls, used = _op_calls(trace, attention, records)
+    calls, used = _op_calls(trace, attention, records, families)
     calls = _mark_captured(trace, calls)
     if merged is not None:
         graph_calls, graph_used = _graph_calls(trace, merged, sources, records)
@@ -221,7 +221,7 @@ def _attention_op_groups(ops: pd.DataFrame) -> list[list[dict[str, Any]]]:
 
 
 def _op_calls(
-    trace: Trace, groups: list[list[dict[str, Any]]], records: KernelRecords
+    trace: Trace, groups: list[list[dict[str, Any]]], records: KernelRecords, families: Sequence[str | None] = ()
 ) -> tuple[list[AttentionCall], set[int]]:
     """One :class:`AttentionCall` per group; also the kernel rows they took.
 
@@ -231,8 +231,8 @@ def _op_calls(
     kernels, ops = trace.kernels, trace.ops
     outers = [g[0] for g in groups]
     start = np.array([o["ts_us"] for o in outers], dtype="float64")
-    windows = IntervalIndex(start, start + np.array([o["_dur"] for o in outers], dtype="float64"),
-                            [(o["pid"], o["tid"]) for o in outers])
+    end = start + np.array([o["_dur"] for o in outers], dtype="float64")
+    windows = IntervalIndex(start, end, [(o["pid"], o["tid"]) for o in outers])
     k_group = windows.innermost(group_keys(kernels["launch_pid"], kernels["launch_tid"]),
                                 kernels["launch_ts_us"].to_numpy(dtype="float64"))
     taken: list[list[int]] = [[] for _ in groups]
@@ -255,6 +255,10 @@ def _op_calls(
             fresh = [k for k in by_ext[int(ext)] if k not in seen]
             seen.update(fresh)
             taken[o_group[pos]].extend(fresh)
+    if families and groups:
+        placed = {k for rows in taken for k in rows}
+        for pos, g in _by_stream_order(kernels, families, start, end, placed).items():
+            taken[g].append(pos)
     calls, used = [], set()
     cache = _CacheContext(ops, groups)
     for gi, (group, rows) in enumerate(zip(groups, taken)):
@@ -262,6 +266,41 @@ def _op_calls(
         call_kernels, omitted = records.call_kernels(rows)
         calls.append(_group_call(group, call_kernels, cache, gi, omitted))
     return calls, used
+
+
+def _by_stream_order(kernels: pd.DataFrame, families: Sequence[str | None], w_start: np.ndarray, w_end: np.ndarray,
+                     placed: set[int]) -> dict[int, int]:
+    """Attention kernels with no launch event and no placing ``External id``, placed on a call window by stream order
+    and time containment: a stream runs its kernels in launch order, so such a kernel was launched after the kernel
+    before it on its device and stream was launched and before the one after it was (``(la, lb)``, either end open
+    where there is none); exactly one call window must meet that interval and have begun by the kernel's GPU start
+    (a kernel does not run before its launch). Returns kernel row → window; a kernel two or no windows fit stays
+    unplaced (a kernel-only call, as before). ``w_start``/``w_end``: the call windows (µs); Kineto's GPU and CPU
+    clocks are one timeline."""
+    launch = kernels["launch_ts_us"].to_numpy(dtype="float64")
+    missing = [i for i in np.flatnonzero(np.isnan(launch)).tolist() if families[i] is not None and i not in placed]
+    if not missing:
+        return {}
+    ts = kernels["ts_us"].to_numpy(dtype="float64")
+    keys = group_keys(kernels["device"], kernels["stream"])
+    lanes: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+    known = np.flatnonzero(~np.isnan(launch))
+    by_lane: dict[Any, list[int]] = {}
+    for i in known.tolist():
+        by_lane.setdefault(keys[i], []).append(i)
+    for lane, rows in by_lane.items():
+        order = sorted(rows, key=lambda i: ts[i])
+        lanes[lane] = (ts[order], launch[order])
+    out: dict[int, int] = {}
+    for i in missing:
+        gpu_ts, cpu_ts = lanes.get(keys[i], (np.zeros(0), np.zeros(0)))
+        at = int(np.searchsorted(gpu_ts, ts[i], side="left"))
+        lo = cpu_ts[at - 1] if at > 0 else -math.inf
+        hi = cpu_ts[at] if at < len(cpu_ts) else math.inf
+        fits = np.flatnonzero((w_start < hi) & (w_end > lo) & (w_start <= ts[i]))
+        if len(fits) == 1:
+            out[i] = int(fits[0])
+    return out
 
 
 class _CacheContext:

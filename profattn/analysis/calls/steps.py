@@ -24,6 +24,13 @@ A layer with a sliding window computes fewer pairs than this (its window is not 
 a number longer than 19 digits) give a warning and no ledger: the calls inside keep no step share rather than a
 wrong one. So do calls inside two step ranges at once, and calls whose q rows are fewer than the step's Σq.
 
+**Two ranges, one step.** An engine may annotate one forward step twice (SGLang's base ``step[EXTEND bs=15
+toks=15360]`` beside the detailed ``step[EXTEND bs=15 toks=15360 c_sq=… c_sqsq=…]``, or another format's range around
+the same interval). Ranges of one process whose windows overlap and that agree — the same sequences per phase, the
+same Σq, and every other count both state equal — are one step (:func:`merge_steps`): each sum from the range that
+records it, the window their union, and :attr:`StepAnnotation.merged` saying which field came from which range.
+Overlapping ranges that disagree are kept apart, with a warning; the calls inside both then get no step.
+
 Torch-free.
 """
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -49,6 +57,7 @@ from profattn.workload.contract import FIELD_LIMITS
 __all__ = [
     "MalformedStep",
     "attach_steps",
+    "merge_steps",
     "parse_step_annotation",
     "part_ledger",
     "read_steps",
@@ -73,10 +82,12 @@ _CACHE_BYTES = {"c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m
 
 @dataclass(frozen=True)
 class MalformedStep:
-    """A range named like a step annotation that could not be read: its ``name`` and the ``reason``."""
+    """A range named like a step annotation that could not be read, or (``disagrees``) one that reads but overlaps
+    another step's range on its process and states different counts: its ``name`` and the ``reason``."""
 
     name: str
     reason: str
+    disagrees: bool = False
 
 
 def _int(text: str) -> int | None:
@@ -202,8 +213,9 @@ def _atom(name: str, kind: str, body: str, made):  # type: ignore[no-untyped-def
 
 
 def read_steps(trace: Trace) -> tuple[list[StepAnnotation], list[MalformedStep]]:
-    """Every step annotation among ``trace.ranges`` (``user_annotation`` events), in start order, and the ranges that
-    announce one but do not read (:func:`parse_step_annotation`)."""
+    """Every step annotation among ``trace.ranges`` (``user_annotation`` events), in start order — ranges describing
+    one step merged (:func:`merge_steps`) — and the ranges that announce one but do not read
+    (:func:`parse_step_annotation`) or that overlap another step's range and disagree with it."""
     steps: list[StepAnnotation] = []
     bad: list[MalformedStep] = []
     r = trace.ranges
@@ -218,7 +230,81 @@ def read_steps(trace: Trace) -> tuple[list[StepAnnotation], list[MalformedStep]]
             steps.append(got)
         elif isinstance(got, MalformedStep):
             bad.append(got)
+    steps, disagree = merge_steps(steps)
+    bad.extend(MalformedStep(b, f"overlaps {a[:80]!r} but states {why}", disagrees=True) for a, b, why in disagree)
     return steps, bad
+
+
+_PHASE_FIELDS = ("sum_k", "sum_q2", "sum_qk")
+
+
+def _disagreement(a: StepAnnotation, b: StepAnnotation) -> str | None:
+    """Why two step annotations cannot describe the same step (the first count they state differently), or None."""
+    if a.tokens is not None and b.tokens is not None and a.tokens != b.tokens:
+        return f"step tokens {a.tokens:,} vs {b.tokens:,}"
+    for label, pa, pb in (("context", a.context, b.context), ("generation", a.generation, b.generation)):
+        if pa.requests != pb.requests:
+            return f"{label} sequences {pa.requests:,} vs {pb.requests:,}"
+        if pa.requests and pa.sum_q != pb.sum_q:
+            return f"{label} Σq {pa.sum_q:,} vs {pb.sum_q:,}"
+        for f in _PHASE_FIELDS:
+            va, vb = getattr(pa, f), getattr(pb, f)
+            if va is not None and vb is not None and va != vb:
+                return f"{label} {f} {va:,} vs {vb:,}"
+    return None
+
+
+def _merged(a: StepAnnotation, b: StepAnnotation) -> StepAnnotation:
+    """One annotation of two that agree (:func:`_disagreement` None): the more detailed one's name, format and engine,
+    each count from whichever records it (the more detailed first), the union of the two windows."""
+    first, second = (a, b) if (a.has_sums, a.context.has_sums or a.generation.has_sums) >= \
+        (b.has_sums, b.context.has_sums or b.generation.has_sums) else (b, a)
+    origin: dict[str, str] = dict(first.merged) if first.merged else {}
+    origin.setdefault("name", first.name)
+
+    def pick(field: str, x: int | None, y: int | None, name_x: str, name_y: str) -> int | None:
+        if x is not None:
+            origin.setdefault(field, name_x)
+            return x
+        if y is not None:
+            origin[field] = name_y
+        return y
+
+    phases = []
+    for label, px, py in (("context", first.context, second.context),
+                          ("generation", first.generation, second.generation)):
+        origin.setdefault(f"{label}.requests", first.name)
+        origin.setdefault(f"{label}.sum_q", first.name)
+        phases.append(PhaseSums(px.requests, px.sum_q, *(
+            pick(f"{label}.{f}", getattr(px, f), getattr(py, f), first.name, second.name) for f in _PHASE_FIELDS)))
+    tokens = pick("tokens", first.tokens, second.tokens, first.name, second.name)
+    start = min(a.ts_us, b.ts_us)
+    end = max(a.ts_us + a.dur_us, b.ts_us + b.dur_us)
+    return replace(first, tokens=tokens, context=phases[0], generation=phases[1], ts_us=start, dur_us=end - start,
+                   merged=tuple(origin.items()))
+
+
+def merge_steps(steps: Sequence[StepAnnotation]) -> tuple[list[StepAnnotation], list[tuple[str, str, str]]]:
+    """Ranges that describe one step merged into one annotation (module docstring, "Two ranges, one step"): per
+    process, in start order, each annotation whose window overlaps the current step's (closed intervals) and agrees
+    with it joins it. Returns the steps (start order) and the overlapping pairs that disagree, as ``(name, name,
+    reason)``; those stay apart."""
+    out: list[StepAnnotation] = []
+    disagree: list[tuple[str, str, str]] = []
+    open_by_pid: dict[Any, int] = {}
+    for s in sorted(steps, key=lambda s: (s.ts_us, -s.dur_us)):
+        at = open_by_pid.get(s.pid)
+        if at is not None:
+            cur = out[at]
+            if s.ts_us <= cur.ts_us + cur.dur_us:
+                why = _disagreement(cur, s)
+                if why is None:
+                    out[at] = _merged(cur, s)
+                    continue
+                disagree.append((cur.name, s.name, why))
+        open_by_pid[s.pid] = len(out)
+        out.append(s)
+    return out, disagree
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -295,12 +381,16 @@ def attach_steps(trace: Trace, calls: Sequence[AttentionCall],
     Returns the calls (same order), the :class:`ServingStep` records, and warnings (malformed annotations, calls in
     two steps, calls whose q rows are fewer than their step's query tokens)."""
     warnings: list[TraceWarning] = []
-    if malformed:
-        shown = "; ".join(f"{m.name[:80]!r}: {m.reason}" for m in malformed[:3])
-        more = f"; and {len(malformed) - 3} more" if len(malformed) > 3 else ""
-        warnings.append(TraceWarning("step_annotation_malformed", len(malformed),
-                                     f"{len(malformed)} step annotation(s) could not be read, so no step ledger is "
-                                     f"attached for them: {shown}{more}"))
+    for code, listed, sep, head in (
+            ("step_annotations_disagree", [m for m in malformed if m.disagrees], " ",
+             "step annotation(s) overlap another step's range on the same process but state different counts, so they "
+             "are not merged"),
+            ("step_annotation_malformed", [m for m in malformed if not m.disagrees], ": ",
+             "step annotation(s) could not be read, so no step ledger is attached for them")):
+        if listed:
+            shown = "; ".join(f"{m.name[:80]!r}{sep}{m.reason}" for m in listed[:3])
+            more = f"; and {len(listed) - 3} more" if len(listed) > 3 else ""
+            warnings.append(TraceWarning(code, len(listed), f"{len(listed)} {head}: {shown}{more}"))
     out = list(calls)
     if not steps:
         return out, (), warnings

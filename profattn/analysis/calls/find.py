@@ -34,8 +34,10 @@ note that it may be training.
 **Kernels of a call.** Kernels whose launching runtime/driver call (``launch_ts_us``) falls inside the
 call op's ``[ts, ts + dur]`` on the same ``pid`` *and* ``tid`` (an aten op launches its kernels from its
 own thread; matching the thread keeps kernels that other threads launch meanwhile out); kernels without
-a recorded launcher join the call when their ``External id`` is one of the ops inside its window. The
-calls of one thread never overlap, so each kernel belongs to at most one call.
+a recorded launcher join the call when their ``External id`` is one of the ops inside its window; an attention
+kernel with neither is placed by stream order and time containment (:func:`_by_stream_order`: its stream's
+neighbours' launches bound when it was launched, and exactly one call window meets that interval and began before
+the kernel ran). The calls of one thread never overlap, so each kernel belongs to at most one call.
 
 **Engine calls and graph replays.** Serving engines' attention ops (:mod:`profattn.analysis.calls.engine_ops`) are calls
 too, read token-major; replayed kernels matched to capture-time launches inside a captured attention op become

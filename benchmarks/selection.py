@@ -4,7 +4,8 @@ phase) and each workload held out alone, the policy learnt from the rest and sco
 held-out workloads, beside constant baselines learnt from the same rest (the most frequent winner of the workload's
 regime, the best single backend, a fixed priority list like vLLM's).
 
-Prints the README's table (GitHub Markdown) and the leave-one-workload-out numbers per phase. A hit is a pick within
+Prints the README's tables (GitHub Markdown: the policy against the best constant; the headline and the drop-in pick
+against "always sdpa-cudnn" and "always flashinfer-decode-tc") and the leave-one-workload-out numbers per phase. A hit is a pick within
 3 % or within noise of the measured best; regret is t_pick / t_best − 1.
 
 Usage: ``python benchmarks/selection.py [--runs DIR ...] [--json FILE]`` (CPU; ~1 min on a loaded 2-core machine).
@@ -24,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from profattn.analysis.selection.policy import SliceResult, store_ceilings, validate, validation_dict  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
-from profattn.report.recommend import score_text, validation_table  # noqa: E402
+from profattn.report.recommend import score_text, two_scores_table, validation_table  # noqa: E402
 from profattn.store import import_runs, open_store  # noqa: E402
 
 
@@ -60,12 +61,15 @@ def main() -> int:
         return 2
     print(f"{len(runs)} runs, {len(cells):,} cells on {gpu}; validated in {took:.1f} s (CPU)\n")
     print(validation_table(v))
+    print("the headline and the drop-in pick (issue 34):\n")
+    print(two_scores_table(v))
     if v.lowo is not None:
         print("leave one workload out, by phase:")
         for phase in sorted({h.phase for h in v.lowo.held_out}):
             sl = SliceResult("workload", phase, tuple(h for h in v.lowo.held_out if h.phase == phase))
             b = sl.baseline(sl.best_baseline)
-            print(f"  {phase:<8} policy {score_text(sl.policy)}  |  best constant {score_text(b)}")
+            print(f"  {phase:<8} policy {score_text(sl.policy)}  |  drop-in {score_text(sl.drop_in)}  |  best constant "
+                  f"{score_text(b)}")
     if args.json is not None:
         args.json.write_text(json.dumps(validation_dict(v), indent=1) + "\n")
         print(f"json: {args.json}")

@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from profattn.analysis.selection.costmodel import Estimate
 from profattn.analysis.selection.policy import (
     BASELINES, Policy, Score, Validation, policy_to_dict, validation_dict,
 )
@@ -80,12 +81,36 @@ def _needs(rec: Recommendation, backend: str | None) -> str:
     return f" — not a drop-in for {INTERFACE_TEXT[rec.interface]}: {option_text(o)}"
 
 
+def loo_text(e: Estimate) -> str:
+    """``its model's leave-one-out error: median 1.9 %, worst 31 %`` (or ``not checked``)."""
+    if e.loo_median is None or e.loo_worst is None:
+        return "its model's leave-one-out error: not checked (fewer than 3 workloads)"
+    return f"its model's leave-one-out error: median {_pct(e.loo_median)}, worst {_pct(e.loo_worst)}"
+
+
+def _estimate_text(e: Estimate) -> str:
+    bound = f"; bound {fmt_us(e.bound_us)}" if e.bound_us is not None else ""
+    return (f"±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %; {loo_text(e)}{bound}"
+            + ("; extrapolated" if e.extrapolated else ""))
+
+
 def _time_text(o: Option) -> str:
     if o.measured is not None:
         return f"{fmt_us(o.measured.time.median_us)} measured"
     e = o.predicted.estimate  # type: ignore[union-attr]
-    return (f"{fmt_us(e.us)} predicted (±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %"
-            + (", extrapolated" if e.extrapolated else "") + ")")
+    return f"{fmt_us(e.us)} predicted ({_estimate_text(e)})"
+
+
+def _measure_line(w: Any, backend: str | None = None) -> str:
+    return f"profattn profile --workload {shlex.quote(workload_spec(w))}" + (f" --backend {backend}" if backend else "")
+
+
+def unmeasured_lines(rec: Recommendation) -> list[str]:
+    """One line per backend that cannot be picked here for want of measurements (``unmeasured here: … — measure it
+    with …``)."""
+    why = {o.backend: o.predicted.unmeasured for o in rec.options if o.predicted is not None and o.predicted.unmeasured}
+    return [f"  unmeasured here: {b} ({why.get(b) or 'no cell in this regime'}) — measure it with "
+            f"{_measure_line(rec.workload, b)}" for b in rec.unmeasured]
 
 
 def how_lines(o: Option, indent: str = "    ") -> list[str]:
@@ -121,23 +146,26 @@ def recommend_text(rec: Recommendation) -> str:
     elif rec.status is Status.PREDICTED:
         c = rec.choice
         assert c is not None
-        if c.estimate is None:
-            lines.append(f"predicted: {c.backend} — no cost model covers this workload; the default of the most similar "
-                         "measured workloads (extrapolated)")
-        else:
-            e = c.estimate
-            why = "the default of this regime (its model's own pick rests on too few workloads)" if c.kept_default else \
-                "the lowest predicted latency"
-            lines.append(f"predicted: {c.backend}, {fmt_us(e.us)} (±{fmt_sig(100 * (math.exp(e.sigma) - 1), 2)} %), "
-                         f"{why}" + ("; EXTRAPOLATED beyond the measured shapes" if e.extrapolated else "")
-                         + _needs(rec, c.backend))
+        assert c.estimate is not None
+        e = c.estimate
+        why = (f"a near tie with {', '.join(c.near_tie_with)} (within each other's bound), decided by the measured "
+               f"times at {', '.join(c.decided_on) or 'no shared measured shape: the least bound'}") \
+            if c.near_tie_with else "the least pessimistic bound"
+        lines.append(f"predicted: {c.backend}, {fmt_us(e.us)} ({_estimate_text(e)}), {why}" + _needs(rec, c.backend))
+    elif rec.choice is not None:
+        lines.append("unknown: no backend is measured in this workload's regime with a model checked on its own "
+                     "cells — nothing is picked (measure it)")
     else:
         lines.append("unknown: no measurement of this workload on this GPU and no cost model for its kind of call")
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
-        lines.append(f"  measure it: profattn profile --workload {shlex.quote(workload_spec(w))}")
+        lines.append(f"  measure it: {_measure_line(w)}")
     drop, fast = rec.best_drop_in, rec.fastest
     if drop is not None:
-        lines += ["", f"use (drop-in for {INTERFACE_TEXT[rec.interface]}): {drop.backend}, {_time_text(drop)}"]
+        tie = rec.drop_in_pick.near_tie_with if rec.drop_in_pick else ()
+        tie_text = (f" — a near tie with {', '.join(tie)}, decided by the measured times at "
+                    f"{', '.join(rec.drop_in_pick.decided_on) or 'no shared measured shape (the least bound)'}"
+                    if tie else "")  # type: ignore[union-attr]
+        lines += ["", f"use (drop-in for {INTERFACE_TEXT[rec.interface]}): {drop.backend}, {_time_text(drop)}{tie_text}"]
         lines += how_lines(drop)
     if fast is not None and fast is not drop and (drop is None or fast.total_us * (1 + NEAR_TIE_FRACTION) < drop.total_us):
         gain = f", {fmt_sig((drop.total_us / fast.total_us - 1) * 100, 2)} % faster than the drop-in" if drop else ""
@@ -148,13 +176,15 @@ def recommend_text(rec: Recommendation) -> str:
         lines.append(f"  {'#':>2} {'backend':<26} {'kernel':>11} {'with changes':>13} {'vs first':>9}  adoption")
         first = rec.options[0].total_us
         for i, o in enumerate(rec.options, 1):
-            kind = "" if o.measured is not None else ("†" if o.predicted.dominated else "*")
+            kind = "" if o.measured is not None else ("†" if o.predicted.dominated else "?" if o.predicted.unmeasured else "*")
             vs = "–" if i == 1 else f"{'+' if o.total_us >= first else ''}{fmt_sig((o.total_us / first - 1) * 100, 2)} %"
             lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {fmt_us(o.total_us):>13} {vs:>9}  "
                          f"{option_text(o)}")
         lines.append("  (drop-ins first; *: predicted, not measured on this workload; †: predicted, and measured slower than "
-                     "another on every workload of its regime, so never the pick; 'with changes': the kernel plus the "
-                     "per-call cost of the changes it needs, what your call would pay)")
+                     "another on every workload of its regime, so never the pick; ?: predicted by a model that cannot be "
+                     "bounded here, never the pick; 'with changes': the kernel plus the per-call cost of the changes it "
+                     "needs, what your call would pay)")
+    lines += unmeasured_lines(rec)
     if rec.ranked:
         lines.append("")
         lines.append(f"  measured: {'backend':<24} {'latency':>11} {'vs best':>8}  {'p10–p90':<22} {'n':>3}  timing       runs")
@@ -203,21 +233,29 @@ def _option_json(o: Option) -> dict[str, Any]:
                               "gbps": c.gbps, "gather_sdpa_measured_us": c.path_us} for c in o.costs],
             "kernel_us": o.kernel_us, "total_us": o.total_us, "measured": o.measured is not None,
             "sigma": e.sigma if e else None, "extrapolated": e.extrapolated if e else None,
+            "loo_error": {"median": e.loo_median, "worst": e.loo_worst} if e else None,
+            "bound_us": o.bound_us, "pickable": o.pickable,
+            "unmeasured": o.predicted.unmeasured if o.predicted is not None else None,
             "interface": o.adoption.interface.value if o.adoption else None,
             "reads": o.adoption.reads.value if o.adoption else None, "how": list(o.adoption.how) if o.adoption else []}
 
 
 def recommend_json(rec: Recommendation) -> dict[str, Any]:
-    """The ``--json`` document of ``profattn recommend`` (``schema`` ``profattn.recommend``, version 2; times µs,
-    ``ratio`` = latency / best latency, ``sigma`` a relative standard deviation; ``options`` drop-ins first)."""
+    """The ``--json`` document of ``profattn recommend`` (``schema`` ``profattn.recommend``, version 3; times µs,
+    ``ratio`` = latency / best latency, ``sigma`` a relative standard deviation; ``options`` drop-ins first, each
+    prediction with its model's ``loo_error`` and ``bound_us``; ``unmeasured_here``: the backends to measure).
+    Version 3 (issue 34): ``best`` and ``best_drop_in`` are measured or bounded picks (``best`` null when nothing
+    measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``."""
     e = rec.evidence
     c = rec.choice
     return {
-        "schema": "profattn.recommend", "version": 2, "gpu": rec.gpu, "workload": workload_spec(rec.workload),
+        "schema": "profattn.recommend", "version": 3, "gpu": rec.gpu, "workload": workload_spec(rec.workload),
         "workload_tag": rec.workload.tag, "status": rec.status.value, "interface": rec.interface.value,
         "best": rec.best, "best_drop_in": rec.best_drop_in.backend if rec.best_drop_in else None,
         "fastest": rec.fastest.backend if rec.fastest else None, "extrapolated": rec.extrapolated,
         "near_tie_with": list(rec.tied),
+        "drop_in_near_tie_with": list(rec.drop_in_pick.near_tie_with) if rec.drop_in_pick else [],
+        "unmeasured_here": [{"backend": b, "measure": _measure_line(rec.workload, b)} for b in rec.unmeasured],
         "options": [_option_json(o) for o in rec.options],
         "ranked": [{"backend": r.backend, "latency_us": r.time.median_us, "p10_us": r.time.p10_us, "p90_us": r.time.p90_us,
                     "ratio": r.ratio, "tie": r.tie, "samples": r.samples, "timing": r.timing_kind,
@@ -230,7 +268,9 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "prediction": None if c is None or rec.status is not Status.PREDICTED else {
             "backend": c.backend, "us": c.estimate.us if c.estimate else None,
             "sigma": c.estimate.sigma if c.estimate else None, "extrapolated": c.extrapolated, "modelled": c.modelled,
-            "kept_default": c.kept_default, "default": c.default},
+            "loo_error": {"median": c.estimate.loo_median, "worst": c.estimate.loo_worst} if c.estimate else None,
+            "bound_us": c.estimate.bound_us if c.estimate else None, "near_tie_with": list(c.near_tie_with),
+            "decided_on": list(c.decided_on), "default": c.default},
         "measure": f"profattn profile --workload {shlex.quote(workload_spec(rec.workload))}" if rec.status in (Status.PREDICTED, Status.UNKNOWN) else None,
         "runs": [{"run": r.run_id, "created_utc": r.created_utc, "preset": r.preset, "path": r.path, "torch": r.torch,
                   "cuda": r.cuda, "cudnn": r.cudnn, "triton": r.triton, "flashinfer": r.flashinfer} for r in rec.runs],
@@ -269,6 +309,21 @@ def validation_table(v: Validation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def two_scores_table(v: Validation) -> str:
+    """Issue 34's two scores per held-out slice as GitHub Markdown: the headline pick and the drop-in pick, each
+    beside the constants "always sdpa-cudnn" and "always flashinfer-decode-tc" (the headline and both constants against
+    the best measured, the drop-in pick against the best drop-in measured — FlashInfer's plan/run wrapper is no
+    drop-in for a block-table caller, so its constant is scored as a headline; a constant not measured there gives
+    no answer)."""
+    cu, tc = BASELINES.index("always sdpa-cudnn"), BASELINES.index("always flashinfer-decode-tc")
+    lines = ["| held out | workloads | headline pick | always sdpa-cudnn | drop-in pick | always flashinfer-decode-tc |",
+             "|---|---|---|---|---|---|"]
+    for sl in (*v.slices, *((v.lowo,) if v.lowo else ())):
+        lines.append(f"| {sl.field.replace('_', ' ')} = {sl.value} | {sl.policy.n} | {score_text(sl.policy)} | "
+                     f"{score_text(sl.baseline(cu))} | {score_text(sl.drop_in)} | {score_text(sl.baseline(tc))} |")
+    return "\n".join(lines) + "\n"
+
+
 def model_rows(p: Policy) -> list[dict[str, Any]]:
     """One row per cost model: backend, regime, cells/workloads, σ, and its coefficients as rates (µs per MB as
     GB/s, µs per GFLOP as TFLOP/s: the efficiency the fit found) and its launch floor. A rate above the GPU's
@@ -289,7 +344,8 @@ def model_rows(p: Policy) -> list[dict[str, Any]]:
         rows.append({"backend": m.backend, "regime": m.regime.key, "cells": m.cells, "workloads": m.workloads,
                      "sigma": f"{fmt_sig(100 * m.sigma, 2)} %", "launch": fmt_us(launch),
                      "gbps": rate(per_mb, read_roof, "GB/s"), "tflops": rate(per_gf, gemm_roof, "TFLOP/s"),
-                     "idle": "yes" if idle_mb > 0 or idle_gf > 0 else "no"})
+                     "idle": "yes" if idle_mb > 0 or idle_gf > 0 else "no",
+                     "loo": f"{_pct(m.loo_median)} / {_pct(m.loo_worst)}" if m.loo_median is not None else "not checked"})
     return rows
 
 
@@ -299,7 +355,7 @@ def policy_text(p: Policy) -> str:
              f"{len(p.models.models)} cost models"]
     for r in model_rows(p):
         lines.append(f"  {r['backend']:<26} {r['regime']:<46} {r['workloads']:>4} wl  σ {r['sigma']:>6}  launch "
-                     f"{r['launch']:>9}  {r['gbps']:>14}  {r['tflops']:>16}")
+                     f"{r['launch']:>9}  {r['gbps']:>14}  {r['tflops']:>16}  LOO median/worst {r['loo']}")
     lines.append("defaults (most workloads won): " + ", ".join(f"{k} → {b}" for k, b in sorted(p.defaults.items())))
     if p.dominated:
         lines.append("dominated (never a pick there): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(p.dominated.items())))

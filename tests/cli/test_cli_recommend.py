@@ -34,7 +34,7 @@ def test_import_list_recommend_forget(tmp_path: Path):
     assert "use (drop-in for a paged KV cache with a block table): triton-paged-decode, 252.3 µs measured" in res.output
     assert "grid [1,4,64] block [128,1,1], 256 CTAs (1.94 per SM)" in res.output
     doc = json.loads(invoke("recommend", "--workload", B64, "--gpu", "H200", "--json").output)
-    assert doc["schema"] == "profattn.recommend" and doc["version"] == 2 and doc["status"] == "measured winner"
+    assert doc["schema"] == "profattn.recommend" and doc["version"] == 3 and doc["status"] == "measured winner"
     assert doc["ranked"][0]["timing"] == "graph" and doc["ranked"][1]["ratio"] > 1.06
     assert doc["best_drop_in"] == "triton-paged-decode" and doc["options"][0]["drop_in"]
     res = invoke("recommend", "--workload", B64.replace("kv=8192", "kv=6000"), "--plan", "2")
@@ -43,7 +43,7 @@ def test_import_list_recommend_forget(tmp_path: Path):
     res = invoke("recommend", "--export", str(out))
     assert res.exit_code == 0 and "held out (leave one slice out" in res.output
     policy = json.loads(out.read_text())
-    assert policy["schema"] == "profattn.policy" and policy["version"] == 2
+    assert policy["schema"] == "profattn.policy" and policy["version"] == 3
     assert invoke("recommend", "--export", str(out)).exit_code == 0  # its own earlier export is replaced
     assert {s["field"] for s in policy["validation"]["slices"]} >= {"batch_decade", "kv_decade", "page_size"}
     assert invoke("db", "forget", "run-4c593dd77f72").output == "forgot 1 run(s)\n"

@@ -19,8 +19,8 @@ def test_seed_report_section_has_models_and_the_held_out_score():
     section = policy_section(analyze_run(seed).policy)
     assert section["workloads"] == 5 and section["gpu"] == "NVIDIA H200"
     rows = {(r["backend"], r["regime"]) for r in section["models"]}
-    assert ("sdpa-cudnn", "train/dense/none/full/uniform/square") in rows
-    assert ("triton-paged-decode", "decode/paged/none/full/uniform/square") in rows
+    assert ("sdpa-cudnn", "train/dense/none/full/uniform/square/bfloat16/d128") in rows
+    assert ("triton-paged-decode", "decode/paged/none/full/uniform/square/bfloat16/d128") in rows
     (lowo,) = section["slices"]
     assert lowo["field"] == "workload" and lowo["n"] == 5 and lowo["baseline"] in (
         "most frequent winner", "best single backend", "fixed priority (vLLM-like)")
@@ -42,9 +42,9 @@ def test_option_and_table_texts():
     assert option_text(o) == ("needs a contiguous cache (gather the pages per call, or keep a contiguous copy) — gather "
                               "≈ 62.6 µs per call (268.4 MB at 4,287 GB/s; gather + SDPA measured 117.6 µs)")
     assert option_text(Option("x", (), (), None)) == "drop-in" and "plugin" in option_text(Option("x", None, (), None))
-    from profattn.analysis.selection.policy import HeldOut, Scored, SliceResult, Validation
+    from profattn.analysis.selection.policy import BASELINES, HeldOut, Scored, SliceResult, Validation
 
-    h = HeldOut("k", "decode", "a", Scored("a", True, 0.0), False, (Scored("b", False, 0.1),) * 3)
+    h = HeldOut("k", "decode", "a", Scored("a", True, 0.0), False, (Scored("b", False, 0.1),) * len(BASELINES))
     table = validation_table(Validation((SliceResult("head_dim", "64", (h,)),), None))
     assert "| head dim = 64 | 1 | 1/1 hit, mean 0 %, worst 0 % | most frequent winner | 0/1 hit, mean 10 %, worst 10 % | yes |" in table
 

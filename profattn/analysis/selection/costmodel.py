@@ -37,13 +37,20 @@ outside the cells' span — a byte or FLOP count, batch, KV length or query leng
 in octaves), or a head_dim / GQA group the model never saw — is marked *extrapolated* and its σ grows with the
 distance (:data:`SIGMA_PER_OCTAVE`, :data:`UNSEEN_SIGMA`).
 
-Regimes (:class:`Regime`): a backend runs different kernels per phase and layout, so it gets one model per
-(phase, layout read, KV dtype, sliding window or not, per-sequence lengths or not, a chunk after a cached prefix or
-not). Ragged batches (lengths drawn
+Regimes (:class:`Regime`): a backend runs different kernels per phase, layout, dtype and head size, so it gets one
+model per (phase, layout read, KV dtype, sliding window or not, per-sequence lengths or not, a chunk after a cached
+prefix or not, compute dtype, head_dim class: ≤ 64, ≤ 128, larger). No model learnt in one regime prices another. Ragged batches (lengths drawn
 at random) are no regime: their lengths are not known without torch, so only an exact measurement answers them.
 
 A prediction is never below the roofline (:meth:`CostModels.floor_us`): the bytes at the GPU's measured read
 ceiling, the FLOPs at its measured GEMM rate (× :data:`ROOF_RATE_FACTOR`).
+
+Its own measured error (:attr:`BackendModel.loo_median`, :attr:`BackendModel.loo_worst`): every workload of the
+model left out in turn, the model fitted again on the rest (terms and local correction) and asked for the left-out
+workload; the error is ``|predicted / measured − 1|`` (the median over the workload's cells), summarised over the
+workloads by its median and its worst. Fewer than :data:`MIN_LOO_WORKLOADS` workloads: not checked (None). The
+pessimistic bound of an estimate (:attr:`Estimate.bound_us`) is its time × (1 + the worst leave-one-out error) ×
+``exp(SIGMA_PER_OCTAVE × octaves outside the span)``: what the model, judged on its own cells, could be wrong by.
 
 Torch-free; numpy and scipy only at fit.
 """
@@ -51,8 +58,9 @@ Torch-free; numpy and scipy only at fit.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from profattn.errors import WorkloadError
@@ -91,6 +99,14 @@ MAX_ANCHORS = 256
 ANCHOR_BIN_OCTAVES = 0.5
 #: SM count assumed when a measurement names none (the H200's).
 DEFAULT_SMS = 132
+#: Workloads a model needs before its leave-one-out error is measured (fit on two, predict the third).
+MIN_LOO_WORKLOADS = 3
+
+
+def head_dim_class(head_dim: int) -> str:
+    """The head-size class a model covers: ``d64`` (≤ 64), ``d128`` (≤ 128) or ``d256`` (larger) — kernels change
+    tiles with the head size, so one class never prices another."""
+    return "d64" if head_dim <= 64 else "d128" if head_dim <= 128 else "d256"
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,7 @@ class Regime:
     lengths (``varlen``: serving steps, packed documents), and for a many-query call whether its queries sit after
     earlier keys (``offset``: a prefill chunk over a cached prefix, ``q_len < kv_len``, whose bottom-right causal
     mask SDPA kernels take another path for) or cover them all (``square``; decode is never offset: one query row
-    sees every key)."""
+    sees every key), the compute ``dtype`` and the ``head_dim_class`` (:func:`head_dim_class`)."""
 
     phase: str
     reads: str
@@ -108,24 +124,28 @@ class Regime:
     window: bool
     varlen: bool
     offset: bool = False
+    dtype: str = "bfloat16"
+    head_dim_class: str = "d128"
 
     @property
     def key(self) -> str:
-        """``decode/dense/none/full/uniform/square``-style text (the exported policy's key)."""
+        """``decode/dense/none/full/uniform/square/bfloat16/d128``-style text (the exported policy's key)."""
         return "/".join((self.phase, self.reads, self.kv_dtype, "window" if self.window else "full",
-                         "varlen" if self.varlen else "uniform", "offset" if self.offset else "square"))
+                         "varlen" if self.varlen else "uniform", "offset" if self.offset else "square", self.dtype,
+                         self.head_dim_class))
 
     @classmethod
     def from_key(cls, key: str) -> "Regime":
         """Inverse of :attr:`key`.
 
         Raises:
-            ValueError: not six ``/``-separated parts.
+            ValueError: not eight ``/``-separated parts.
         """
         parts = key.split("/")
-        if len(parts) != 6:
+        if len(parts) != 8:
             raise ValueError(f"not a regime key: {key!r}")
-        return cls(parts[0], parts[1], parts[2], parts[3] == "window", parts[4] == "varlen", parts[5] == "offset")
+        return cls(parts[0], parts[1], parts[2], parts[3] == "window", parts[4] == "varlen", parts[5] == "offset",
+                   parts[6], parts[7])
 
 
 def regime_of(w: Workload, reads: Layout | str) -> Regime | None:
@@ -134,7 +154,8 @@ def regime_of(w: Workload, reads: Layout | str) -> Regime | None:
     if w.kv_len_dist.drawn or w.is_context_parallel:
         return None
     offset = w.phase is not Phase.DECODE and any(q < k for q, k in zip(w.q_lens, w.kv_lens))
-    return Regime(w.phase.value, str(reads), w.kv_dtype or "none", w.window is not None, bool(w.seqs), offset)
+    return Regime(w.phase.value, str(reads), w.kv_dtype or "none", w.window is not None, bool(w.seqs), offset,
+                  w.dtype, head_dim_class(w.head_dim))
 
 
 @dataclass(frozen=True)
@@ -186,12 +207,25 @@ def features(w: Workload, reads: Layout | str, num_sms: int | None, executed_pai
 class Estimate:
     """A predicted latency: ``us`` (µs), ``sigma`` (the relative uncertainty, as a standard deviation of
     ``log(measured / predicted)``), ``extrapolated`` (outside the model's span) and ``distance`` (octaves beyond the
-    span plus :data:`UNSEEN_SIGMA`-weighted unseen categories, 0 inside)."""
+    span plus unseen categories counted, 0 inside), ``octaves`` (the numeric part of that distance) and the model's
+    own leave-one-out error (``loo_median``, ``loo_worst``: fractions, None when the model was not checked; see the
+    module docstring)."""
 
     us: float
     sigma: float
     extrapolated: bool
     distance: float
+    octaves: float = 0.0
+    loo_median: float | None = None
+    loo_worst: float | None = None
+
+    @property
+    def bound_us(self) -> float | None:
+        """The pessimistic bound (µs): ``us × (1 + loo_worst) × exp(SIGMA_PER_OCTAVE × octaves)`` — the estimate
+        as wrong as the model ever was on its own cells, grown outside its span; None for an unchecked model."""
+        if self.loo_worst is None:
+            return None
+        return self.us * (1 + self.loo_worst) * math.exp(SIGMA_PER_OCTAVE * self.octaves)
 
     @property
     def low_us(self) -> float:
@@ -246,8 +280,10 @@ class Span:
 @dataclass(frozen=True)
 class BackendModel:
     """One backend's model in one regime: ``coef`` (µs per unit of each of :data:`FEATURES`), ``sigma`` (its
-    relative error, see the module docstring), ``cells`` and ``workloads`` it was fitted on, their ``span``, and the
-    ``anchors`` of the local correction: each cell's :attr:`Shape.coords` and residual ``log(measured / terms)``."""
+    relative error, see the module docstring), ``cells`` and ``workloads`` it was fitted on, their ``span``, the
+    ``anchors`` of the local correction (each cell's :attr:`Shape.coords` and residual ``log(measured / terms)``)
+    and its leave-one-out error over its workloads (``loo_median``, ``loo_worst``: fractions; None when it has fewer
+    than :data:`MIN_LOO_WORKLOADS`)."""
 
     backend: str
     regime: Regime
@@ -257,6 +293,8 @@ class BackendModel:
     workloads: int
     span: Span
     anchors: tuple[tuple[tuple[float, ...], float], ...] = ()
+    loo_median: float | None = None
+    loo_worst: float | None = None
 
     def terms_us(self, x: Sequence[float]) -> float:
         """The terms' prediction (µs), without the local correction."""
@@ -278,13 +316,14 @@ class BackendModel:
         us = max(self.terms_us(x) * math.exp(self.correction(shape)), floor_us)
         octaves, unseen = self.span.distance(shape)
         sigma = math.sqrt(self.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2 + (UNSEEN_SIGMA * unseen) ** 2)
-        return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen)
+        return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen, octaves, self.loo_median, self.loo_worst)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values (``coef`` by feature name)."""
         return {"backend": self.backend, "regime": self.regime.key, "coef_us": dict(zip(FEATURES, self.coef)),
                 "sigma": self.sigma, "cells": self.cells, "workloads": self.workloads, "span": self.span.to_dict(),
-                "anchors": [{"at": list(a), "log_residual": r} for a, r in self.anchors]}
+                "anchors": [{"at": list(a), "log_residual": r} for a, r in self.anchors],
+                "loo_error": {"median": self.loo_median, "worst": self.loo_worst}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BackendModel":
@@ -296,7 +335,8 @@ class BackendModel:
         coef = d["coef_us"]
         return cls(d["backend"], Regime.from_key(d["regime"]), tuple(float(coef[f]) for f in FEATURES),
                    float(d["sigma"]), int(d["cells"]), int(d["workloads"]), Span.from_dict(d["span"]),
-                   tuple((tuple(float(v) for v in a["at"]), float(a["log_residual"])) for a in d.get("anchors", ())))
+                   tuple((tuple(float(v) for v in a["at"]), float(a["log_residual"])) for a in d.get("anchors", ())),
+                   _opt_float(d["loo_error"]["median"]), _opt_float(d["loo_error"]["worst"]))
 
 
 @dataclass(frozen=True)
@@ -356,8 +396,13 @@ def _predict_us(coef: Sequence[float], x: Sequence[float]) -> float:
     return max(sum(c * v for c, v in zip(coef, x)), 1e-3)
 
 
-def fit(backend: str, regime: Regime, rows: Sequence[Sample]) -> BackendModel:
-    """The :class:`BackendModel` of ``backend`` in ``regime`` from its ``rows`` (at least one).
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def fit(backend: str, regime: Regime, rows: Sequence[Sample], *, loo: bool = True) -> BackendModel:
+    """The :class:`BackendModel` of ``backend`` in ``regime`` from its ``rows`` (at least one), with its
+    leave-one-out error when ``loo`` and it has at least :data:`MIN_LOO_WORKLOADS` workloads (module docstring).
 
     Raises:
         ValueError: no rows.
@@ -370,8 +415,31 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample]) -> BackendModel:
     sigma = math.sqrt(sum(r * r for r in resid) / n * n / max(n - k, 1))
     workloads = len({s.key for s in rows})
     sigma = max(sigma, MIN_SIGMA, FEW_CELLS_SIGMA if workloads < FEW_CELLS else 0.0)
-    return BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]),
-                        _anchors(rows, resid))
+    model = BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]),
+                         _anchors(rows, resid))
+    if not loo or workloads < MIN_LOO_WORKLOADS:
+        return model
+    errs = loo_errors(backend, regime, rows)
+    return replace(model, loo_median=statistics.median(errs.values()), loo_worst=max(errs.values()))
+
+
+def loo_errors(backend: str, regime: Regime, rows: Sequence[Sample]) -> dict[str, float]:
+    """Each workload of ``rows`` left out in turn: ``|predicted / measured − 1|`` of the model fitted on the rest
+    (terms and local correction, no roofline), the median over the workload's cells — by workload key. Workloads
+    of ``rows`` must number at least two.
+
+    Raises:
+        ValueError: fewer than two workloads.
+    """
+    keys = sorted({s.key for s in rows})
+    if len(keys) < 2:
+        raise ValueError("a leave-one-out error needs two workloads")
+    out = {}
+    for k in keys:
+        rest = [s for s in rows if s.key != k]
+        m = fit(backend, regime, rest, loo=False)
+        out[k] = statistics.median(abs(m.predict(s.x, s.shape).us / s.latency_us - 1.0) for s in rows if s.key == k)
+    return out
 
 
 def _anchors(rows: Sequence[Sample], resid: Sequence[float]) -> tuple[tuple[tuple[float, ...], float], ...]:
@@ -451,5 +519,5 @@ def fit_all(samples: Iterable[Sample], num_sms: int | None, *, read_gbps: float 
                       matmul_tflops)
 
 
-__all__ = ["BackendModel", "CostModels", "Estimate", "FEATURES", "FEATURE_DOC", "Regime", "Sample", "Shape", "Span",
-           "features", "fit", "fit_all", "regime_of", "sample"]
+__all__ = ["BackendModel", "CostModels", "Estimate", "FEATURES", "FEATURE_DOC", "MIN_LOO_WORKLOADS", "Regime", "Sample",
+           "Shape", "Span", "features", "fit", "fit_all", "head_dim_class", "loo_errors", "regime_of", "sample"]

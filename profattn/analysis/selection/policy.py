@@ -5,17 +5,17 @@ fitted to. Typed records only; :mod:`profattn.report.recommend` words them.
 The pick (:meth:`Policy.choose`):
 
 1. **Candidates**: every backend with a model in the regime the workload would be read in by that backend (a dense
-   backend reads a paged workload's contiguous copy: :func:`~profattn.interfaces.layout_read`), minus those the store
-   saw refuse the same kind of call (:func:`refusal_key`: same phase, layout, head_dim, GQA group, dtype, KV dtype,
-   window and length kind, and never ran one) and those **dominated** in that regime — slower beyond noise than one
-   other candidate on every one (at least :data:`MIN_DOMINANCE`) of the regime's measured workloads where both ran. So importing fewer runs can
-   remove answers, never make a backend the store measured slower on every plain workload of a phase the answer.
-2. **Lowest predicted latency** (:class:`~profattn.analysis.selection.costmodel.Estimate`), except that a model taught by
-   fewer than :data:`WEAK_WORKLOADS` workloads does not overrule the regime's **default** — the backend that won
-   most of the regime's measured workloads (the best constant choice there). Without any candidate model (a regime
-   no cell taught, a ragged batch) the default answers, else the defaults of regimes of the same phase and layout,
-   then of the same phase, then the backend that won most workloads overall — marked as not modelled.
-3. An answer whose chosen estimate lies outside its model's span is marked **extrapolated**.
+   backend reads a paged workload's contiguous copy: :func:`~profattn.interfaces.layout_read`; a regime includes
+   phase, layout, KV dtype, dtype and head_dim class, so no model learnt in one prices another), minus those the
+   store saw refuse the same kind of call (:func:`refusal_key`) and those **dominated** in that regime — slower
+   beyond noise than one other candidate on every one (at least :data:`MIN_DOMINANCE`) of the regime's measured
+   workloads where both ran. The backends with no model in the regime are listed as unmeasured (``unmodelled``).
+2. **Bounded only** (issue 34): a candidate makes a pick only when its model's own leave-one-out error is known
+   (≥ 3 workloads), its median at most :data:`MAX_LOO_ERROR`, and the shape lies within :data:`MAX_OUTSIDE_OCTAVES`
+   of its cells; the others are listed, with why, as unmeasured here. Among the rest, the least **pessimistic bound**
+   (estimate × (1 + worst leave-one-out error), grown outside the span). None left: no pick (measure it).
+3. **Near ties** (:meth:`Policy.pick`): candidates within each other's bound are decided by the measurements on the
+   nearest measured shapes of the same kind and head_dim, and the answer says it is a near tie.
 
 Validation (:func:`validate`): whole slices are held out — every value of head_dim, GQA group, batch decade, kv
 decade, page size and phase in turn — the policy is learnt from the rest and scored on the slice against what was
@@ -23,7 +23,10 @@ measured there, beside constant baselines learnt from the same rest (:data:`BASE
 of the workload's regime, the best single backend, and a fixed priority list like vLLM's), plus leave one workload
 out. A pick *hits* when it is within :data:`HIT_FRACTION` of the measured best or within noise of it
 (:func:`~profattn.analysis.common.margins.judged_margin`); regret is ``t_pick / t_best − 1``. Only backends measured on a
-held-out workload can be scored, so picks are made among those (for the policy and the baselines alike).
+held-out workload can be scored, so picks are made among those (for the policy and the baselines alike). Two scores:
+the headline pick against the best measured, and the drop-in pick (the same rule among the backends of the
+workload's own interface) against the best drop-in measured; the baselines include the constants "always
+sdpa-cudnn" and "always flashinfer-decode-tc" (a vLLM FlashInfer deployment's paged decode).
 """
 
 from __future__ import annotations
@@ -41,19 +44,20 @@ from profattn.analysis.selection.costmodel import (
     regime_of, sample,
 )
 from profattn.errors import ProfattnWarning, WorkloadError
-from profattn.interfaces import Adoption, Layout, adoption_of, layout_read
+from profattn.interfaces import Adoption, Layout, adoption_of, caller_interface, changes, layout_read
 from profattn.store import Measurement
 from profattn.workload import Workload
 
 #: ``schema`` and ``version`` of the exported policy (``profattn recommend --export``).
 POLICY_SCHEMA = "profattn.policy"
-POLICY_VERSION = 2
-#: A model taught by fewer workloads than this does not overrule the regime's default (it can only rescale the one
-#: or two shapes it saw).
-WEAK_WORKLOADS = 3
-#: An estimate less certain than this (σ of log time: 0.5 ≈ a factor 1.65 either way) carries no information for the
-#: pick: the lowest estimate among the more certain candidates wins (among all, when none is more certain).
-MAX_SIGMA = 0.5
+POLICY_VERSION = 3
+#: A model whose median leave-one-out error on its own workloads exceeds this never makes a pick (issue 34).
+MAX_LOO_ERROR = 0.25
+#: A shape more octaves than this beyond a model's cells (summed over bytes, FLOPs, batch, kv, q) is not bounded by
+#: the model's own error: unmeasured there, never a pick.
+MAX_OUTSIDE_OCTAVES = 1.0
+#: Measured workloads a near tie is decided on.
+NEAREST_SHAPES = 3
 #: Workloads two backends must share before "slower on every one" makes one dominated.
 MIN_DOMINANCE = 3
 #: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
@@ -65,8 +69,10 @@ UNRUNNABLE_COST = 10.0
 VLLM_PRIORITY = ("sdpa-flash", "flashinfer-decode-tc", "flashinfer-decode", "flashinfer-prefill-paged",
                  "flashinfer-prefill-ragged", "triton-paged-decode", "triton-paged-prefill", "flex-paged-decode",
                  "sdpa-cudnn", "sdpa-efficient", "flex", "sdpa-nested", "torch-paged-reference", "sdpa-math", "eager")
-#: The constant baselines every slice is scored for.
-BASELINES = ("most frequent winner", "best single backend", "fixed priority (vLLM-like)")
+#: The constant baselines every slice is scored for: three learnt from the rest, two fixed (issue 34: a vLLM
+#: FlashInfer deployment's paged decode, and cuDNN SDPA).
+BASELINES = ("most frequent winner", "best single backend", "fixed priority (vLLM-like)", "always sdpa-cudnn",
+             "always flashinfer-decode-tc")
 
 
 def pooled_time(cells: Sequence[Measurement]) -> JudgedTime:
@@ -121,16 +127,23 @@ class WorkloadTimes:
             return 0.0
         return t.median_us / self.best.median_us - 1.0
 
-    def hits(self, backend: str) -> bool:
-        """Whether ``backend`` is within :data:`HIT_FRACTION` or within noise of the best here."""
-        t = self.time_of(backend)
-        return t is not None and (t.median_us <= self.best.median_us * (1 + HIT_FRACTION)
-                                  or judged_margin(self.best, t).tie)
+    def best_of(self, among: Iterable[str] | None = None) -> JudgedTime:
+        """The fastest backend's time among ``among`` (None: all; at least one of them measured here)."""
+        if among is None:
+            return self.best
+        names = set(among)
+        return next(t for t in self.times if t.backend in names)
 
-    def regret(self, backend: str) -> float | None:
-        """``t_backend / t_best − 1`` (None: no eligible cell)."""
+    def hits(self, backend: str, among: Iterable[str] | None = None) -> bool:
+        """Whether ``backend`` is within :data:`HIT_FRACTION` or within noise of the best here (of ``among``)."""
         t = self.time_of(backend)
-        return None if t is None else t.median_us / self.best.median_us - 1.0
+        best = self.best_of(among)
+        return t is not None and (t.median_us <= best.median_us * (1 + HIT_FRACTION) or judged_margin(best, t).tie)
+
+    def regret(self, backend: str, among: Iterable[str] | None = None) -> float | None:
+        """``t_backend / t_best − 1`` (None: no eligible cell), the best of ``among`` (None: all)."""
+        t = self.time_of(backend)
+        return None if t is None else t.median_us / self.best_of(among).median_us - 1.0
 
 
 def workload_times(cells: Iterable[Measurement]) -> tuple[WorkloadTimes, ...]:
@@ -185,39 +198,90 @@ def refusal_key(w: Workload) -> tuple:
 
 @dataclass(frozen=True)
 class Predicted:
-    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, and
-    whether it is ``dominated`` in its regime (estimated and shown, never the pick)."""
+    """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, whether
+    it is ``dominated`` in its regime (estimated and shown, never the pick) and, when its model cannot bound the
+    estimate, why (``unmeasured``: too few workloads to check its error, a leave-one-out error above
+    :data:`MAX_LOO_ERROR`, or a shape beyond :data:`MAX_OUTSIDE_OCTAVES` of its cells; never the pick)."""
 
     backend: str
     reads: Layout
     estimate: Estimate
     dominated: bool = False
+    unmeasured: str | None = None
+
+    @property
+    def pickable(self) -> bool:
+        """Neither dominated nor unmeasured: its bound may be the pick."""
+        return not self.dominated and self.unmeasured is None
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One backend a pick compares: its time ``us`` and pessimistic ``bound_us`` (µs; equal for a measured time)."""
+
+    backend: str
+    us: float
+    bound_us: float
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The outcome of :meth:`Policy.pick`: the ``backend``, the others within each other's bound (``near_tie_with``;
+    empty: a clear pick by the bound) and the measured workloads (tags) that decided a near tie (``decided_on``)."""
+
+    backend: str
+    near_tie_with: tuple[str, ...] = ()
+    decided_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MeasuredShape:
+    """One measured workload as a near tie reads it: its ``tag``, ``kind`` (phase, KV dtype, window, per-sequence
+    lengths, offset, dtype, head_dim), :attr:`~profattn.analysis.selection.costmodel.Shape.coords` (``coords``,
+    head_dim left out) and each backend's pooled median (``times``, µs)."""
+
+    tag: str
+    kind: tuple
+    coords: tuple[float, ...]
+    times: dict[str, float]
+
+
+def shape_kind(w: Workload) -> tuple:
+    """What two workloads share for one to stand in for the other in a near tie: phase, KV dtype, window or not,
+    per-sequence lengths or not, a chunk after a prefix or not, dtype and head_dim (the same head size)."""
+    reg = regime_of(w, w.kv_layout.value)
+    return (w.phase.value, w.kv_dtype or "none", w.window is not None, bool(w.seqs),
+            bool(reg and reg.offset), w.dtype, w.head_dim)
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The policy's answer for one workload: the chosen ``backend`` with its estimate (None: no model covered the
-    workload, the default or fallback answered), every candidate (fastest predicted first), the ``regime`` of the
-    workload as read in its own layout, its ``default`` backend, whether the default decided (``kept_default``), and
-    the candidates left out as ``dominated`` or ``refused``."""
+    """The policy's answer for one workload: the chosen ``backend`` with its estimate (both None: no candidate is
+    measured in the workload's regime and bounded — the answer is to measure), every candidate (lowest bound first,
+    then the unbounded ones), the ``regime`` of the workload as read in its own layout, its ``default`` backend (the
+    regime's most frequent measured winner, for reference), the candidates left out as ``dominated`` or ``refused``,
+    the backends the policy knows with no model in this regime (``unmodelled``: to measure), and the near tie of the
+    pick (:class:`Pick`)."""
 
-    backend: str
+    backend: str | None
     estimate: Estimate | None
     candidates: tuple[Predicted, ...]
     regime: Regime | None
     default: str | None
-    kept_default: bool
     dominated: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
+    unmodelled: tuple[str, ...] = ()
+    near_tie_with: tuple[str, ...] = ()
+    decided_on: tuple[str, ...] = ()
 
     @property
     def modelled(self) -> bool:
-        """Whether a cost model made the choice (False: the default or fallback, no model covered the workload)."""
+        """Whether a bounded cost model made the choice (False: nothing measured here could)."""
         return self.estimate is not None
 
     @property
     def extrapolated(self) -> bool:
-        """The chosen estimate lies outside its model's span, or no model covered the workload."""
+        """The chosen estimate lies outside its model's span (within :data:`MAX_OUTSIDE_OCTAVES`), or no pick."""
         return self.estimate is None or self.estimate.extrapolated
 
     def estimate_of(self, backend: str) -> Predicted | None:
@@ -229,7 +293,8 @@ class Choice:
 class Policy:
     """A selection policy for one GPU: its cost ``models``, each backend's ``adoptions``, the regimes' ``defaults``
     and ``dominated`` backends, the calls the store saw refused (``refused``: backend → refusal keys), where it came
-    from (``workloads``, ``cells``, ``runs``) and its ``validation`` when computed."""
+    from (``workloads``, ``cells``, ``runs``), the ``measured`` shapes a near tie reads, and its ``validation`` when
+    computed."""
 
     gpu: str
     num_sms: int | None
@@ -243,6 +308,7 @@ class Policy:
     cells: int = 0
     runs: tuple[str, ...] = ()
     validation: "Validation | None" = None
+    measured: tuple[MeasuredShape, ...] = ()
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -258,65 +324,99 @@ class Policy:
         """Whether some backend has a model for ``w`` (in the layout it would read it)."""
         return bool(self._candidates(w, None)[0])
 
-    def _candidates(self, w: Workload, among: Iterable[str] | None) -> tuple[list[Predicted], list[str], list[str]]:
+    def _candidates(self, w: Workload, among: Iterable[str] | None
+                    ) -> tuple[list[Predicted], list[str], list[str], list[str]]:
         names = sorted(set(among) if among is not None else {b for b, _ in self.models.models})
         out: list[Predicted] = []
         dominated: list[str] = []
         refused: list[str] = []
+        unmodelled: list[str] = []
         rk = refusal_key(w)
         for b in names:
             adoption = self.adoptions.get(b) or adoption_of(b)
             reads = layout_read(adoption, w.kv_layout.value, packed=w.is_packed)
             reg = regime_of(w, reads)
             model = self.models.model(b, reg) if reg is not None else None
-            if model is None:
-                continue
             if rk in self.refused.get(b, frozenset()):
                 refused.append(b)
+                continue
+            if model is None:
+                if reg is not None:
+                    unmodelled.append(b)
                 continue
             beaten = b in self.dominated.get(reg.key, ())  # type: ignore[union-attr]
             if beaten:
                 dominated.append(b)
             x, shape = features(w, reads, self.num_sms)
-            out.append(Predicted(b, reads, model.predict(x, shape, self.models.floor_us(x)), beaten))
-        out.sort(key=lambda p: (p.estimate.us, p.backend))
-        return out, dominated, refused
+            est = model.predict(x, shape, self.models.floor_us(x))
+            out.append(Predicted(b, reads, est, beaten, unbounded_reason(est, model.workloads)))
+        out.sort(key=lambda p: (not p.pickable, p.estimate.bound_us or math.inf, p.estimate.us, p.backend))
+        return out, dominated, refused, unmodelled
 
     def choose(self, w: Workload, among: Iterable[str] | None = None) -> Choice | None:
         """The :class:`Choice` for ``w`` among ``among`` (default: every backend the policy knows), or None when
-        it knows none of them or ``w`` is context-parallel. Dominated candidates are estimated but never picked; an
-        estimate with σ above :data:`MAX_SIGMA` is picked only when no candidate's is more certain (the held-out slices
-        score worse when such a workload falls back to the default instead: NOTES). Without a candidate model (a regime
-        no cell taught, a batch of drawn lengths) the answer is the regime's default or a nearby regime's
-        (:meth:`fallback_order`), with no estimate (``Choice.estimate`` None; any dominated candidates still listed)."""
+        it knows none of them or ``w`` is context-parallel. The pick (:meth:`pick`) is among the candidates measured in
+        the regime and bounded (:attr:`Predicted.pickable`), by their pessimistic bound
+        (:attr:`~profattn.analysis.selection.costmodel.Estimate.bound_us`); with none, no backend is chosen
+        (``Choice.backend`` None: measure it)."""
         if w.is_context_parallel:  # a question of its own (communication): no single-process model answers it
             return None
         names = set(among) if among is not None else None
-        cands, dominated, refused = self._candidates(w, names)
+        cands, dominated, refused, unmodelled = self._candidates(w, names)
+        if not cands and not unmodelled:
+            return None
         reg = regime_of(w, w.kv_layout.value)
         default = self.defaults.get(reg.key) if reg is not None else None
-        eligible = [c for c in cands if not c.dominated]
-        if not eligible:  # no model (or only dominated ones): the default of the nearest regime, not a guess
-            pick = next((b for b in self.fallback_order(w, default) if names is None or b in names), None)
-            if pick is None:
-                return None
-            return Choice(pick, None, tuple(cands), reg, default, True, tuple(dominated), tuple(refused))
-        pool = [c for c in eligible if c.estimate.sigma <= MAX_SIGMA] or eligible
-        fastest = pool[0]
-        pick, kept = fastest, False
-        d = next((c for c in eligible if c.backend == default), None)
-        model = self.models.model(fastest.backend, regime_of(w, fastest.reads))  # type: ignore[arg-type]
-        if d is not None and d is not fastest and model is not None and model.workloads < WEAK_WORKLOADS:
-            pick, kept = d, True
-        return Choice(pick.backend, pick.estimate, tuple(cands), reg, default, kept, tuple(dominated), tuple(refused))
+        pickable = [c for c in cands if c.pickable]
+        p = self.pick(w, [Contender(c.backend, c.estimate.us, c.estimate.bound_us) for c in pickable])  # type: ignore[arg-type]
+        if p is None:
+            return Choice(None, None, tuple(cands), reg, default, tuple(dominated), tuple(refused), tuple(unmodelled))
+        chosen = next(c for c in pickable if c.backend == p.backend)
+        return Choice(p.backend, chosen.estimate, tuple(cands), reg, default, tuple(dominated), tuple(refused),
+                      tuple(unmodelled), p.near_tie_with, p.decided_on)
 
-    def fallback_order(self, w: Workload, default: str | None) -> list[str]:
-        """Without a candidate model: the regime's default, then the defaults of the regimes of the same phase and
-        layout, then of the same phase, then :attr:`fallback` (most workloads won overall)."""
-        phase, layout = w.phase.value, w.kv_layout.value
-        same = [b for k, b in sorted(self.defaults.items()) if k.split("/")[:2] == [phase, layout]]
-        phased = [b for k, b in sorted(self.defaults.items()) if k.split("/")[0] == phase]
-        return list(dict.fromkeys(([default] if default else []) + same + phased + list(self.fallback)))
+    def pick(self, w: Workload, contenders: Sequence[Contender]) -> Pick | None:
+        """The pick among ``contenders`` for ``w`` (None: no contender): the least bound; when others lie within each
+        other's bound of it (``a.us ≤ b.bound_us`` and ``b.us ≤ a.bound_us``), a **near tie**, decided by the
+        measurements: the one measured faster on the :data:`NEAREST_SHAPES` nearest measured workloads of the same
+        kind and head_dim where all the tied backends ran (:func:`shape_kind`; nearest by
+        :attr:`~profattn.analysis.selection.costmodel.Shape.coords`), by the geometric mean of each one's time over
+        the fastest's there — kept as the least bound when no such workload was measured."""
+        if not contenders:
+            return None
+        first = min(contenders, key=lambda c: (c.bound_us, c.us, c.backend))
+        tied = [c for c in contenders if c is not first and c.us <= first.bound_us and first.us <= c.bound_us]
+        if not tied:
+            return Pick(first.backend)
+        group = [first, *tied]
+        names = {c.backend for c in group}
+        kind = shape_kind(w)
+        _, shape = features(w, w.kv_layout.value, self.num_sms)
+        here = shape.coords[:-1]
+        near = sorted((m for m in self.measured if m.kind == kind and names <= m.times.keys()),
+                      key=lambda m: (math.dist(m.coords, here), m.tag))[:NEAREST_SHAPES]
+        others = tuple(sorted(names - {first.backend}))
+        if not near:
+            return Pick(first.backend, others)
+
+        def score(b: str) -> float:
+            return sum(math.log(m.times[b] / min(m.times[n] for n in names)) for m in near)
+
+        win = min(sorted(names), key=score)
+        return Pick(win, tuple(sorted(names - {win})), tuple(m.tag for m in near))
+
+
+def unbounded_reason(e: Estimate, workloads: int) -> str | None:
+    """Why an estimate cannot be bounded (None: it can): its model has fewer than
+    :data:`~profattn.analysis.selection.costmodel.MIN_LOO_WORKLOADS` workloads, its leave-one-out median error is
+    above :data:`MAX_LOO_ERROR`, or the shape lies more than :data:`MAX_OUTSIDE_OCTAVES` beyond its cells."""
+    if e.loo_median is None:
+        return f"{workloads} measured workload{'s' * (workloads != 1)} in this regime: too few to check its model"
+    if e.loo_median > MAX_LOO_ERROR:
+        return f"its model's leave-one-out error {100 * e.loo_median:.0f} % > {100 * MAX_LOO_ERROR:.0f} %"
+    if e.octaves > MAX_OUTSIDE_OCTAVES:
+        return f"{e.octaves:.1f} octaves beyond the shapes it was measured on"
+    return None
 
 
 def _defaults(ws: Sequence[WorkloadTimes]) -> dict[str, str]:
@@ -418,7 +518,20 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
     fallback = tuple(sorted(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in ws), b)))
     models = fit_all(samples, sms, read_gbps=ceilings[0], matmul_tflops=ceilings[1])
     return Policy(gpu, sms, models, adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
-                  fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})))
+                  fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})),
+                  measured=_measured_shapes(ws, sms))
+
+
+def _measured_shapes(ws: Sequence[WorkloadTimes], sms: int | None) -> tuple[MeasuredShape, ...]:
+    """The measured workloads a near tie reads (:class:`MeasuredShape`; ragged batches left out)."""
+    out = []
+    for w in ws:
+        if w.regime is None:
+            continue
+        _, shape = features(w.workload, w.workload.kv_layout.value, sms)
+        out.append(MeasuredShape(w.workload.tag, shape_kind(w.workload), shape.coords[:-1],
+                                 {t.backend: t.median_us for t in w.times}))
+    return tuple(out)
 
 
 # ---- validation -------------------------------------------------------------------------------------------------
@@ -434,7 +547,9 @@ class Scored:
 @dataclass(frozen=True)
 class HeldOut:
     """One held-out workload: its ``key`` and ``phase``, the measured ``best``, the policy's score (``policy``)
-    and whether its answer was ``extrapolated``, and each baseline's score (:data:`BASELINES` order)."""
+    and whether its answer was ``extrapolated``, and each baseline's score (:data:`BASELINES` order); the same for
+    the drop-in pick (``drop_in``, ``drop_in_baselines``: scored against the best measured backend of the
+    workload's own interface; a baseline that is no drop-in there gives no answer)."""
 
     key: str
     phase: str
@@ -442,6 +557,8 @@ class HeldOut:
     policy: Scored
     extrapolated: bool
     baselines: tuple[Scored, ...]
+    drop_in: Scored = Scored(None, False, None)
+    drop_in_baselines: tuple[Scored, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -480,6 +597,15 @@ class SliceResult:
     def policy(self) -> Score:
         """The policy's :class:`Score` on the slice."""
         return Score.of([h.policy for h in self.held_out])
+
+    @property
+    def drop_in(self) -> Score:
+        """The drop-in pick's :class:`Score` on the slice."""
+        return Score.of([h.drop_in for h in self.held_out])
+
+    def drop_in_baseline(self, i: int) -> Score:
+        """Baseline ``i``'s drop-in :class:`Score` (:data:`BASELINES` order)."""
+        return Score.of([h.drop_in_baselines[i] for h in self.held_out])
 
     def baseline(self, i: int) -> Score:
         """Baseline ``i``'s :class:`Score` (:data:`BASELINES` order)."""
@@ -550,24 +676,43 @@ def _baseline_picks(train: Sequence[WorkloadTimes]) -> tuple[dict[str, list[str]
     return per, overall
 
 
-def _score(w: WorkloadTimes, pick: str | None) -> Scored:
-    if pick is None:
+def _score(w: WorkloadTimes, pick: str | None, among: Sequence[str] | None = None) -> Scored:
+    if pick is None or (among is not None and pick not in among):
         return Scored(None, False, None)
-    return Scored(pick, w.hits(pick), w.regret(pick))
+    return Scored(pick, w.hits(pick, among), w.regret(pick, among))
 
 
 def _first(order: Sequence[str], measured: Sequence[str]) -> str | None:
     return next((b for b in order if b in measured), None) or (measured[0] if measured else None)
 
 
+def drop_ins(policy: Policy | None, w: Workload, backends: Iterable[str]) -> list[str]:
+    """The ``backends`` that are drop-ins for a caller of ``w``'s own interface
+    (:func:`~profattn.interfaces.caller_interface`), by their adoption in ``policy`` (else the built-in one)."""
+    caller = caller_interface(w.kv_layout.value, packed=w.is_packed)
+    adoptions = policy.adoptions if policy is not None else {}
+    return [b for b in backends if changes(caller, adoption_of(b, adoptions.get(b))) == ()]
+
+
 def _held_out(policy: Policy | None, w: WorkloadTimes, per: Mapping[str, list[str]], overall: Sequence[str]) -> HeldOut:
     measured = [t.backend for t in w.times]
     choice = policy.choose(w.workload, among=measured) if policy is not None else None
     reg = w.regime.key if w.regime else "ragged"
-    freq = _first(per.get(reg, overall), measured)
-    return HeldOut(w.key, w.workload.phase.value, w.best.backend, _score(w, choice.backend if choice else None),
-                   bool(choice is None or choice.extrapolated),
-                   (_score(w, freq), _score(w, _first(overall, measured)), _score(w, _first(VLLM_PRIORITY, measured))))
+    fixed = ["sdpa-cudnn", "flashinfer-decode-tc"]
+    picks = [_first(per.get(reg, overall), measured), _first(overall, measured), _first(VLLM_PRIORITY, measured),
+             *(b if b in measured else None for b in fixed)]
+    drops = drop_ins(policy, w.workload, measured)
+    drop_pick = None
+    if policy is not None and drops:
+        dc = policy.choose(w.workload, among=drops)
+        drop_pick = dc.backend if dc is not None else None
+    dpicks = [_first(per.get(reg, overall), drops) if drops else None, _first(overall, drops) if drops else None,
+              _first(VLLM_PRIORITY, drops) if drops else None, *(b if b in drops else None for b in fixed)]
+    return HeldOut(w.key, w.workload.phase.value, w.best.backend,
+                   _score(w, choice.backend if choice else None), bool(choice is None or choice.extrapolated),
+                   tuple(_score(w, b) for b in picks),
+                   _score(w, drop_pick, drops) if drops else Scored(None, False, None),
+                   tuple(_score(w, b, drops) if drops else Scored(None, False, None) for b in dpicks))
 
 
 #: Most folds of the workload-held-out validation: up to this many workloads each is held out alone; beyond, the
@@ -634,7 +779,8 @@ def _score_dict(s: Score) -> dict[str, Any]:
 def _slice_dict(s: SliceResult) -> dict[str, Any]:
     return {"field": s.field, "value": s.value, "policy": _score_dict(s.policy), "extrapolated": s.extrapolated,
             "baselines": {name: _score_dict(s.baseline(i)) for i, name in enumerate(BASELINES)},
-            "best_baseline": BASELINES[s.best_baseline]}
+            "best_baseline": BASELINES[s.best_baseline], "drop_in": _score_dict(s.drop_in),
+            "drop_in_baselines": {name: _score_dict(s.drop_in_baseline(i)) for i, name in enumerate(BASELINES)}}
 
 
 def validation_dict(v: Validation | None) -> dict[str, Any] | None:
@@ -649,21 +795,27 @@ def validation_dict(v: Validation | None) -> dict[str, Any] | None:
 def policy_to_dict(p: Policy) -> dict[str, Any]:
     """The exported, versioned policy (``schema`` :data:`POLICY_SCHEMA`, ``version`` :data:`POLICY_VERSION`)::
 
-        {"schema": "profattn.policy", "version": 2, "gpu": "NVIDIA H200", "num_sms": 132,
+        {"schema": "profattn.policy", "version": 3, "gpu": "NVIDIA H200", "num_sms": 132,
          "features": {name: meaning},                  # the terms, in the order of every model's coef_us
          "correction": {"bandwidth_octaves", "shrink"}, # the local residual correction
          "models": [{"backend", "regime", "coef_us": {feature: µs per unit}, "sigma", "cells", "workloads",
-                     "span": {...}, "anchors": [{"at": [coords], "log_residual"}]}],
+                     "span": {...}, "anchors": [{"at": [coords], "log_residual"}],
+                     "loo_error": {"median", "worst"}}],  # fractions; null: fewer than 3 workloads
          "defaults": {regime: backend}, "dominated": {regime: [backend]}, "refused": {backend: [[refusal key]]},
          "adoptions": {backend: {"interface", "reads", "plan_run", "how"}},
-         "fallback": [backend], "selection": {"weak_workloads", "hit_fraction"},
+         "fallback": [backend],
+         "selection": {"max_loo_error", "max_outside_octaves", "nearest_shapes", "hit_fraction"},
+         "measured": [{"tag", "kind", "coords", "times_us": {backend: µs}}],  # what a near tie is decided on
          "derived_from": {"workloads", "cells", "runs"},
          "validation": {...} | null}
 
-    To apply it without profattn: a candidate is a backend with a model in the regime of the workload as that
-    backend reads it; its time is ``Σ coef · feature`` times the correction, σ grown outside its span as
-    :mod:`profattn.analysis.selection.costmodel` says; take the lowest, unless its model has fewer than ``weak_workloads``
-    workloads and the regime's default is a candidate."""
+    Version 3 (issue 34): regime keys have eight parts (dtype and head_dim class added), models carry their
+    leave-one-out error, and the pick is by the pessimistic bound. To apply it without profattn: a candidate is a
+    backend with a model in the regime of the workload as that backend reads it; its time is ``Σ coef · feature``
+    times the correction; it may be picked when its ``loo_error.median`` ≤ ``max_loo_error`` and the shape lies
+    within ``max_outside_octaves`` of its span; take the least ``time × (1 + loo_error.worst) × exp(0.15 ×
+    octaves outside)``, and decide candidates within each other's bound on the ``nearest_shapes`` nearest
+    ``measured`` workloads of the same kind."""
     return {
         "schema": POLICY_SCHEMA, "version": POLICY_VERSION, "gpu": p.gpu, "num_sms": p.num_sms,
         "features": {f: FEATURE_DOC[f] for f in FEATURES},
@@ -675,7 +827,10 @@ def policy_to_dict(p: Policy) -> dict[str, Any]:
         "refused": {b: sorted([list(k) for k in ks], key=str) for b, ks in sorted(p.refused.items())},
         "adoptions": {b: a.to_dict() for b, a in sorted(p.adoptions.items())},
         "fallback": list(p.fallback),
-        "selection": {"weak_workloads": WEAK_WORKLOADS, "max_sigma": MAX_SIGMA, "hit_fraction": HIT_FRACTION},
+        "selection": {"max_loo_error": MAX_LOO_ERROR, "max_outside_octaves": MAX_OUTSIDE_OCTAVES,
+                      "nearest_shapes": NEAREST_SHAPES, "hit_fraction": HIT_FRACTION},
+        "measured": [{"tag": m.tag, "kind": list(m.kind), "coords": list(m.coords), "times_us": m.times}
+                     for m in p.measured],
         "derived_from": {"workloads": p.workloads, "cells": p.cells, "runs": list(p.runs)},
         "validation": validation_dict(p.validation),
     }
@@ -697,12 +852,15 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
             {b: Adoption.from_dict(a) for b, a in d.get("adoptions", {}).items()}, dict(d.get("defaults", {})),
             {k: tuple(v) for k, v in d.get("dominated", {}).items()},
             {b: frozenset(tuple(k) for k in ks) for b, ks in d.get("refused", {}).items()},
-            tuple(d.get("fallback", ())), int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]))
+            tuple(d.get("fallback", ())), int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]),
+            measured=tuple(MeasuredShape(m["tag"], tuple(m["kind"]), tuple(float(c) for c in m["coords"]),
+                                         {b: float(t) for b, t in m["times_us"].items()}) for m in d.get("measured", ())))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {POLICY_SCHEMA} document: {exc}") from None
 
 
-__all__ = ["BASELINES", "HIT_FRACTION", "MAX_SIGMA", "WEAK_WORKLOADS", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice",
+__all__ = ["BASELINES", "HIT_FRACTION", "MAX_LOO_ERROR", "MAX_OUTSIDE_OCTAVES", "NEAREST_SHAPES", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice", "Contender", "MeasuredShape", "Pick", "drop_ins", "shape_kind",
+           "unbounded_reason",
            "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
            "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "store_ceilings", "validate",
            "validation_dict",

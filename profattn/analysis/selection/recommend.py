@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from profattn.analysis.common.margins import JudgedTime, judged_margin
 from profattn.analysis.selection.policy import (
-    MAX_SIGMA, Choice, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
+    Choice, Contender, Pick, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
 )
 from profattn.errors import ProfattnError
 from profattn.interfaces import Adoption, Change, Interface, adoption_of, caller_interface, changes
@@ -127,6 +127,29 @@ class Option:
         """:attr:`kernel_us` plus every known per-call change cost (µs)."""
         return self.kernel_us + sum(c.us for c in self.costs if c.us is not None)
 
+    @property
+    def pickable(self) -> bool:
+        """Measured on the workload, or predicted by a bounded model (:attr:`Predicted.pickable`)."""
+        return self.measured is not None or self.predicted.pickable  # type: ignore[union-attr]
+
+    @property
+    def bound_us(self) -> float | None:
+        """The kernel's pessimistic time (µs): measured, else the prediction's bound (None: unbounded)."""
+        if self.measured is not None:
+            return self.measured.time.median_us
+        return self.predicted.estimate.bound_us if self.predicted.pickable else None  # type: ignore[union-attr]
+
+    def contender(self) -> Contender:
+        """This option as :meth:`Policy.pick` compares it (its kernel time and bound plus its change costs).
+
+        Raises:
+            ValueError: not pickable.
+        """
+        if self.bound_us is None:
+            raise ValueError(f"{self.backend} is not bounded here")
+        extra = self.total_us - self.kernel_us
+        return Contender(self.backend, self.total_us, self.bound_us + extra)
+
 
 @dataclass(frozen=True)
 class Excluded:
@@ -176,26 +199,36 @@ class Recommendation:
     choice: Choice | None = None
     policy: Policy | None = None
     runs: tuple[StoredRun, ...] = ()
+    drop_in_pick: Pick | None = None
 
     @property
     def best(self) -> str | None:
-        """The fastest backend (measured, else predicted), or None when unknown."""
+        """The fastest backend (measured, else the bounded prediction), or None when unknown or unmeasured here."""
         if self.ranked:
             return self.ranked[0].backend
         return self.choice.backend if self.choice else None
 
     @property
     def best_drop_in(self) -> Option | None:
-        """The fastest option with the caller's interface (None: none measured or predicted)."""
-        return next((o for o in self.options if o.drop_in), None)
+        """The drop-in pick (:attr:`drop_in_pick`: measured, or bounded, by the pick rule of
+        :meth:`~profattn.analysis.selection.policy.Policy.pick`); None: no drop-in measured or bounded here."""
+        if self.drop_in_pick is None:
+            return None
+        return next(o for o in self.options if o.backend == self.drop_in_pick.backend)
+
+    @property
+    def unmeasured(self) -> tuple[str, ...]:
+        """The backends that cannot be picked here for want of measurements: predicted by an unbounded model, or
+        known to the policy with no model in this regime (each is a `profattn profile` line to run)."""
+        out = [o.backend for o in self.options if o.predicted is not None and o.predicted.unmeasured is not None]
+        return tuple(out) + (self.choice.unmodelled if self.choice is not None else ())
 
     @property
     def fastest(self) -> Option | None:
-        """The option of least :attr:`Option.total_us`, changes included, among the measured ones and the informed
-        predictions (σ ≤ :data:`~profattn.analysis.selection.policy.MAX_SIGMA`, not dominated); None: no such option."""
-        usable = [o for o in self.options if o.measured is not None
-                  or (not o.predicted.dominated and o.predicted.estimate.sigma <= MAX_SIGMA)]  # type: ignore[union-attr]
-        return min(usable, key=lambda o: o.total_us, default=None)
+        """The option of least pessimistic time (its bound, or measured time, plus its change costs), among the
+        measured ones and the bounded, undominated predictions; None: no such option."""
+        usable = [o for o in self.options if o.pickable]
+        return min(usable, key=lambda o: o.contender().bound_us, default=None)
 
     @property
     def extrapolated(self) -> bool:
@@ -311,10 +344,20 @@ def _adoptions(cells: Sequence[Measurement]) -> dict[str, Adoption]:
 
 
 def _order(options: Sequence[Option]) -> tuple[Option, ...]:
-    """Drop-ins first, then the rest, each by :attr:`Option.total_us` (then name) — a dominated prediction after the
-    others of its group (it is never the pick; its estimate is shown for what it is)."""
-    return tuple(sorted(options, key=lambda o: (not o.drop_in, o.predicted is not None and o.predicted.dominated,
-                                                o.total_us, o.backend)))
+    """Drop-ins first, then the rest, each by pessimistic time (measured, else the bound, plus the change costs;
+    then name) — a prediction that is dominated or unbounded after the others of its group (it is never the pick;
+    its estimate is shown for what it is)."""
+    return tuple(sorted(options, key=lambda o: (not o.drop_in, not o.pickable,
+                                                o.contender().bound_us if o.pickable else o.total_us, o.backend)))
+
+
+def _drop_in_pick(policy: Policy | None, w: Workload, options: Sequence[Option]) -> Pick | None:
+    """The drop-in pick among ``options`` (the measured and bounded drop-ins) by :meth:`Policy.pick`; without a
+    policy the fastest measured drop-in."""
+    cands = [o.contender() for o in options if o.drop_in and o.pickable]
+    if policy is not None:
+        return policy.pick(w, cands)
+    return Pick(min(cands, key=lambda c: c.us).backend) if cands else None
 
 
 def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Policy | None = None,
@@ -351,10 +394,11 @@ def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Poli
         used = tuple(runs[i] for i in sorted({c.run_id for r in ranked for c in r.cells}) if i in runs)
         tied = tuple(r.backend for r in ranked if r.tie)
         return Recommendation(workload, gpu, Status.NEAR_TIE if tied else Status.MEASURED_WINNER, caller, ranked, tied,
-                              excluded, _evidence(ranked[0], runs), _order(options), choice, policy, used)
-    status = Status.UNKNOWN if choice is None else Status.PREDICTED
+                              excluded, _evidence(ranked[0], runs), _order(options), choice, policy, used,
+                              _drop_in_pick(policy, w, options))
+    status = Status.UNKNOWN if choice is None or choice.backend is None else Status.PREDICTED
     return Recommendation(workload, gpu, status, caller, excluded=excluded, options=_order(options), choice=choice,
-                          policy=policy)
+                          policy=policy, drop_in_pick=_drop_in_pick(policy, w, options))
 
 
 # ---- what to measure next ---------------------------------------------------------------------------------------
@@ -370,13 +414,13 @@ def expected_regret(choice: Choice | None) -> float:
     """The regret a choice risks (a fraction, 0.05 = 5 % slower than the best): with each candidate's latency
     lognormal around its estimate (σ from its model), ``E[max(0, log t_pick − log t_c)]`` for the closest
     competitor ``c`` — ``m Φ(m/s) + s φ(m/s)`` with ``m = log(μ_pick / μ_c)``, ``s = √(σ_pick² + σ_c²)`` (the mean of a
-    normal's positive part), over the competitors whose estimate informs (σ ≤ :data:`~profattn.analysis.selection.policy.MAX_SIGMA`).
-    1.0 for a choice no model made (the default's guess) or none at all."""
+    normal's positive part), over the bounded competitors (:attr:`Predicted.pickable`).
+    1.0 for no choice (nothing bounded here: measuring is what answers it)."""
     if choice is None or choice.estimate is None:
         return 1.0
     pick = choice.estimate
     worst = 0.0
-    rivals = [c for c in choice.candidates if c.backend != choice.backend and c.estimate.sigma <= MAX_SIGMA]
+    rivals = [c for c in choice.candidates if c.backend != choice.backend and c.pickable]
     for c in rivals:
         m = math.log(pick.us / c.estimate.us)
         s = math.hypot(pick.sigma, c.estimate.sigma)
@@ -545,7 +589,8 @@ def advise_trace(store: ResultsStore, calls: TraceCalls, gpu: str | None, *, pla
             w = by_kv[kv][0].workload
             rec = recommend(store, w, gpu, policy=policy, interface=caller)  # type: ignore[arg-type]
             adoptions = {o.backend: o.adoption for o in rec.options if o.adoption is not None}
-            per_kv.append((kv, rec.status, (rec.best_drop_in or rec.fastest).backend if rec.options else rec.best))
+            pick = rec.best_drop_in or rec.fastest
+            per_kv.append((kv, rec.status, pick.backend if pick is not None else rec.best))
             gpu_us = sum(c.gpu_time_us for c in by_kv[kv])
             asked.append((w, gpu_us))  # type: ignore[arg-type]
             family = TRACE_FAMILY.get(ran, ran)

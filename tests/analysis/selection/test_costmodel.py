@@ -44,7 +44,7 @@ def test_executed_pairs_are_what_a_padding_kernel_pays():
 
 
 def test_regimes():
-    assert regime_of(Workload(batch=8, kv_len=512, **DECODE), "dense").key == "decode/dense/none/full/uniform/square"
+    assert regime_of(Workload(batch=8, kv_len=512, **DECODE), "dense").key == "decode/dense/none/full/uniform/square/bfloat16/d128"
     chunk = Workload(phase="prefill", batch=2, q_len=512, kv_len=4096, num_q_heads=8, num_kv_heads=2, head_dim=64,
                      kv_layout="paged", page_size=16)
     assert regime_of(chunk, "paged").offset and not regime_of(chunk.with_(kv_len=512, q_len=512), "paged").offset

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import re
 import sys
-import time
 from itertools import product
 from pathlib import Path
 
@@ -154,16 +153,38 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
     return gpu_name, cells, ceil, memory, sources, rest, shapes
 
 
+def _validate(run_dir: str, simulation_path: str | None) -> None:
+    """``--validate RUN``: the priced parts of the simulation.json against RUN's cells, printed as Markdown."""
+    import json
+
+    from profattn.analysis.simulation.validate import check_prices
+    from profattn.report.simulate import validation_lines
+    from profattn.results import read_results
+
+    sim = Path(simulation_path) if simulation_path else Path(run_dir).resolve().parent / "simulation.json"
+    try:
+        doc = json.loads(sim.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ProfattnError(f"--simulation {sim}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    run = read_results(run_dir)
+    try:
+        check = check_prices(doc, run.cells)
+    except ProfattnError as exc:
+        raise ProfattnError(f"{sim}: {exc}") from None
+    click.echo("\n".join(validation_lines(check)))
+
+
 @main.command()
-@click.option("--requests", "requests_path", required=True, metavar="FILE|poisson:...",
-              help="Request trace CSV (arrived_at,num_prefill_tokens,num_decode_tokens; or Azure's TIMESTAMP,ContextTokens,"
-                   "GeneratedTokens), or a Poisson load: poisson:rate=R,n=N,prompt=MEDIAN[:SIGMA],output=MEDIAN[:SIGMA][,seed=S].")
+@click.option("--requests", "requests_path", default=None, metavar="FILE|poisson:...",
+              help="Request trace: CSV (arrived_at,num_prefill_tokens,num_decode_tokens; or Azure's TIMESTAMP,ContextTokens,"
+                   "GeneratedTokens), Mooncake's JSONL (timestamp,input_length,output_length,hash_ids: block ids for "
+                   "prefix caching), or a Poisson load: poisson:rate=R,n=N,prompt=MEDIAN[:SIGMA],output=MEDIAN[:SIGMA][,seed=S].")
 @click.option("--rate-scale", type=float, default=None, metavar="X", help="Multiply the trace's arrival rate by X (default 1).")
 @click.option("--rate", type=float, default=None, metavar="R", help="Replay the trace at R requests/s (instead of --rate-scale).")
-@click.option("--model", "model_spec", required=True, metavar="NAME|FIELDS",
+@click.option("--model", "model_spec", default=None, metavar="NAME|FIELDS",
               help="llama-3-8b, llama-3.1-8b, llama-3-70b, qwen2.5-7b, qwen2.5-72b, mistral-7b, with tp=N (llama-3-70b,tp=8), "
                    "or fields: layers=,hq=,hkv=,d=,hidden=,intermediate=,vocab=.")
-@click.option("--backend", "backends", multiple=True, required=True, metavar="DECODE[+PREFILL]",
+@click.option("--backend", "backends", multiple=True, metavar="DECODE[+PREFILL]",
               help="A decode backend, optionally paired with the prefill backend that takes the prompt chunks (repeatable).")
 @click.option("--prefill-backend", default=DEFAULT_PREFILL, show_default=True, metavar="NAME",
               help="Prefill backend paired with every --backend that names none.")
@@ -175,10 +196,17 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
 @click.option("--kv-budget-tokens", type=int, default=None, metavar="N", help="KV cache size in tokens (instead of the memory budget).")
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True, metavar="N", help="Tokens one step may schedule.")
 @click.option("--max-num-seqs", type=int, default=1024, show_default=True, metavar="N", help="Requests running at once.")
+@click.option("--prefix-caching", "prefix_caching", type=click.Choice(["on", "off", "both"]), default="on", show_default=True,
+              help="Automatic prefix caching over a trace's block ids (the Mooncake JSONL's hash_ids; vLLM V1's default "
+                   "is on); both: every deployment with and without it. A CSV trace carries no ids: nothing to hit.")
 @click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True, help="Split prompts longer than the budget left.")
 @click.option("--slo", "slo_text", default="ttft=500,tpot=50,attainment=90%", show_default=True, metavar="ttft=MS,tpot=MS[,attainment=P%]",
               help="Latency targets and the share of requests that must meet both.")
-@click.option("--search/--no-search", default=True, show_default=True, help="Search the highest rate scale that meets the SLO.")
+@click.option("--search", "search_axes", is_flag=False, flag_value="", default="", metavar="[KNOBS]",
+              help="Search the highest rate scale that meets the SLO (the default); with KNOBS (max_num_batched_tokens,"
+                   "max_num_seqs[,chunked_prefill][,page_size][,kv_dtype]) also the scheduler setting that serves the "
+                   "most per deployment, one knob at a time from vLLM's defaults (tokens 512–16,384, seqs 32–1,024).")
+@click.option("--no-search", is_flag=True, default=False, help="Only the trace's rate: no rate search.")
 @click.option("--search-resolution", type=float, default=0.05, show_default=True, metavar="F", help="Stop the rate search within this relative bracket.")
 @click.option("--gpu", default=None, metavar="NAME", help="GPU as the store names it (default: the store's only GPU).")
 @click.option("--db", default=None, metavar="PATH", help=_DB_HELP)
@@ -189,14 +217,29 @@ def simulation_inputs(db: str | None, gpu: str | None, model, kv_dtypes, max_num
 @click.option("--steps", "n_steps", type=int, default=12, show_default=True, metavar="N", help="Step shapes to sample for a measured replay.")
 @click.option("--export-steps", "steps_path", default=None, metavar="FILE",
               help="Write the sampled step shapes as `profattn profile --workload` lines (step, decode and prefill calls) to FILE.")
-def simulate(requests_path: str, rate_scale: float | None, rate: float | None, model_spec: str, backends: tuple[str, ...],
+@click.option("--validate", "validate_run", default=None, metavar="RUN",
+              help="Check a simulation's step prices against RUN, a `profattn profile` of its --export-steps shapes (the "
+                   "GPU replay): priced vs measured per part and per step, flagged beyond each price's band. Reads "
+                   "--simulation FILE (default: simulation.json beside RUN, in its parent directory); simulates nothing.")
+@click.option("--simulation", "simulation_path", default=None, metavar="FILE",
+              help="The simulation.json --validate checks.")
+def simulate(requests_path: str | None, rate_scale: float | None, rate: float | None, model_spec: str, backends: tuple[str, ...],
              prefill_backend: str, page_sizes: tuple[int, ...], kv_dtypes: tuple[str, ...], gpu_memory: float | None,
              gpu_memory_utilization: float, kv_budget_tokens: int | None, max_num_batched_tokens: int, max_num_seqs: int,
-             chunked_prefill: bool, slo_text: str, search: bool, search_resolution: float, gpu: str | None, db: str | None,
+             prefix_caching: str, chunked_prefill: bool, slo_text: str, search_axes: str, no_search: bool, search_resolution: float, gpu: str | None, db: str | None,
              out_dir: str | None, json_path: str | None, md_path: str | None, html_path: str | None, n_steps: int,
-             steps_path: str | None) -> None:
+             steps_path: str | None, validate_run: str | None, simulation_path: str | None) -> None:
     """Serve a request trace with each attention backend through a continuous-batching scheduler and say which
     serves the most load within the SLO, and why."""
+    if validate_run is not None:
+        _validate(validate_run, simulation_path)
+        return
+    if simulation_path is not None:
+        raise ProfattnError("--simulation is read by --validate RUN only")
+    for flag, v in (("--requests", requests_path), ("--model", model_spec), ("--backend", backends)):
+        if not v:
+            raise ProfattnError(f"give {flag} (or --validate RUN to check a simulation's prices)")
+    assert requests_path is not None and model_spec is not None
     from profattn.analysis.simulation.replay import SLO, Deployment
     from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
     from profattn.analysis.simulation.simulate import simulate as run
@@ -205,6 +248,12 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     from profattn.workload.models import parse_model_spec
     from profattn.workload.requests import MAX_RATE_PER_S, load_requests, parse_synthetic_spec
 
+    from profattn.analysis.simulation.operating import DEFAULT_GRID, parse_axes
+
+    search = not no_search
+    if no_search and search_axes:
+        raise ProfattnError("give --search KNOBS or --no-search, not both")
+    knob_axes = parse_axes(search_axes) if search_axes else ()
     if rate is not None and rate_scale is not None:
         raise ProfattnError("give --rate or --rate-scale, not both")
     for name, v, top in (("--rate", rate, MAX_RATE_PER_S), ("--rate-scale", rate_scale, MAX_RATE_SCALE),
@@ -257,31 +306,43 @@ def simulate(requests_path: str, rate_scale: float | None, rate: float | None, m
     pages = list(dict.fromkeys(page_sizes or (16,)))
     pairs = list(dict.fromkeys(_pairs(backends, prefill_backend)))
 
-    inputs_ = simulation_inputs(db, gpu, model, kv_list, max_num_batched_tokens, max_num_seqs)
+    source_kv = list(kv_list)
+    if "kv_dtype" in knob_axes:  # the axis tries the model's dtype and FP8 whatever --kv-dtype gave
+        source_kv += [k for k in DEFAULT_GRID["kv_dtype"] if k not in source_kv]
+    top_tokens = max([max_num_batched_tokens, *(DEFAULT_GRID["max_num_batched_tokens"] if knob_axes else ())])
+    top_seqs = max([max_num_seqs, *(DEFAULT_GRID["max_num_seqs"] if knob_axes else ())])
+    inputs_ = simulation_inputs(db, gpu, model, source_kv, top_tokens, top_seqs)
     gpu_name, cells, ceil, memory, source_by_kv, rest, shapes = inputs_
     mem = int(gpu_memory * GIB) if gpu_memory is not None else memory
     deployments = []
-    for kv, page, pair in product(kv_list, pages, pairs):
+    with_ids = trace.block_ids is not None
+    caching = [False] if not with_ids else {"on": [True], "off": [False], "both": [True, False]}[prefix_caching]
+    for kv, page, pair, apc in product(kv_list, pages, pairs, caching):
         cap = kv_capacity(model, block_size=page, kv_dtype=kv, gpu_memory_bytes=mem,
                           gpu_memory_utilization=gpu_memory_utilization, kv_budget_tokens=kv_budget_tokens,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
         cfg = SchedulerConfig(num_gpu_blocks=cap.num_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                              max_num_seqs=max_num_seqs, enable_chunked_prefill=chunked_prefill, block_size=page)
+                              max_num_seqs=max_num_seqs, enable_chunked_prefill=chunked_prefill, block_size=page,
+                              enable_prefix_caching=apc)
         deployments.append(Deployment(pair, cfg, cap, kv))
 
-    t0 = time.perf_counter()
-    last = [0.0]
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("simulate: {task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f} %"),
+                   TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task("", total=1.0)
 
     def progress(label: str, fraction: float) -> None:
-        now = time.perf_counter()
-        if now - last[0] >= 2.0:
-            last[0] = now
-            done = f": {100 * fraction:.0f} % of requests done" if fraction else ""
-            click.echo(f"simulate: {label}{done} ({now - t0:.0f} s)", err=True)
+        """A label (a deployment, a rate probe or a knob setting) and its share done (requests, or settings)."""
+        bar.update(task, description=escape(label), completed=fraction)
 
-    report = run(trace.scaled(scale) if scale != 1.0 else trace, deployments, source_by_kv, model, rest=rest, shapes=shapes,
-                 slo=slo, cells=cells, gpu=gpu_name, ceilings=ceil, search=search, resolution=search_resolution,
-                 sample=n_steps, progress=progress)
+    with bar:
+        report = run(trace.scaled(scale) if scale != 1.0 else trace, deployments, source_by_kv, model, rest=rest,
+                     shapes=shapes, slo=slo, cells=cells, gpu=gpu_name, ceilings=ceil, search=search,
+                     resolution=search_resolution, sample=n_steps, progress=progress, knob_axes=knob_axes)
     click.echo(out.text_report(report))
     written = []
     if files:

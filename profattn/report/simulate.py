@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from profattn.analysis.simulation.operating import Binding, Knobs, OperatingPoint, SettingResult
 from profattn.analysis.simulation.rates import LatencySummary, RatePoint
 from profattn.analysis.simulation.replay import StepKind, StepLog
 from profattn.analysis.simulation.simulate import DeploymentResult, Findings, ShapeClass, SimulationReport
 from profattn.analysis.simulation.stepcost import Provenance
+from profattn.analysis.simulation.validate import PriceCheck
 from profattn.files import write_text_atomic
 from profattn.report.format import MISSING, chart_text, fmt_latency_s, fmt_us, md_text, safe_chart
 from profattn.report.markdown import fit, md_table
@@ -28,8 +30,9 @@ from profattn.report.render import render, write_html_file
 
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "batch_chart", "breakdown_chart", "class_text", "deployment_rows", "export_lines",
-    "latency_chart", "provenance_rows", "rate_rows", "render_html", "shape_table", "simulation_markdown",
-    "simulation_to_dict", "text_report", "verdict_sentences", "write_html", "write_json", "write_markdown",
+    "latency_chart", "knobs_text", "operating_rows", "operating_sentences", "provenance_rows", "rate_rows",
+    "render_html", "shape_table", "simulation_markdown",
+    "simulation_to_dict", "text_report", "validation_lines", "verdict_sentences", "write_html", "write_json", "write_markdown",
 ]
 
 SCHEMA = "profattn.simulation"
@@ -71,6 +74,113 @@ def _label_short(report: SimulationReport) -> dict[str, str]:
 
 
 # ---- rows ---------------------------------------------------------------------------------------------------
+
+
+def knobs_text(k: Knobs) -> str:
+    """``tokens 2,048, seqs 512`` plus chunked prefill off, the page size and the KV dtype where they are not vLLM's
+    defaults."""
+    parts = [f"tokens {k.max_num_batched_tokens:,}", f"seqs {k.max_num_seqs:,}"]
+    if not k.chunked_prefill:
+        parts.append("no chunked prefill")
+    if k.page_size != 16:
+        parts.append(f"page {k.page_size}")
+    if k.kv_dtype:
+        parts.append("fp8 KV" if "float8" in k.kv_dtype else f"{k.kv_dtype} KV")
+    return ", ".join(parts)
+
+
+_BINDING_WORDS = {Binding.KV_CAPACITY: "KV capacity (the cache fills or preempts)",
+                  Binding.STALLED_DECODE: "a stalled decode (TPOT: decodes wait behind the prefill chunks in their steps)",
+                  Binding.MAX_NUM_SEQS: "max_num_seqs (the running count reaches it)",
+                  Binding.COMPUTE: "compute (requests queue past their TTFT)",
+                  Binding.NONE: "nothing up to the highest rate tried"}
+
+
+def _best_text(r: SettingResult) -> str:
+    if r.refused:
+        return "cannot serve the trace"
+    if r.best_scale is not None:
+        return f"{r.best_scale:.3g}×"
+    return f"< {r.below_scale:.3g}×" if r.below_scale is not None else "none"
+
+
+def operating_rows(report: SimulationReport) -> list[dict[str, Any]]:
+    """One row per setting tried per searched deployment (``--search KNOBS``): its role (vLLM's defaults, the best
+    found, tried), the knobs, the highest rate scale within the SLO (``< X`` when it failed the probe at X), TTFT /
+    TPOT p90 there, the binding constraint above it, and for the defaults and the best their share within the SLO,
+    goodput and TTFT / TPOT p90 at the trace's rate."""
+    rows = []
+    for op in report.operating:
+        for r in op.tried:
+            role = "vLLM defaults" if r is op.defaults else ("best" if r is op.best else "tried")
+            at1 = op.at_trace_defaults if r is op.defaults else (op.at_trace_best if r is op.best else None)
+            b = r.at_best
+            rows.append(dict(
+                deployment=op.label, role=role, knobs=knobs_text(r.knobs),
+                kv=f"{r.deployment.capacity.tokens:,}" if r.deployment else MISSING, best=_best_text(r),
+                best_rate=_rate(r.best_scale * report.trace_rate_per_s) if r.best_scale is not None else MISSING,
+                at_best=(f"{fmt_latency_s(b.ttft_p90_s)} / {fmt_latency_s(b.tpot_p90_s)}" if b is not None else MISSING),
+                binding=str(r.binding) if r.binding is not None else (r.refused or MISSING),
+                at_trace=_pct(at1.attainment, 1) if at1 else MISSING,
+                goodput=f"{at1.goodput_per_s:.3g} req/s" if at1 else MISSING,
+                at_trace_lat=(f"{fmt_latency_s(at1.ttft_p90_s)} / {fmt_latency_s(at1.tpot_p90_s)}" if at1 else MISSING)))
+    return rows
+
+
+def operating_sentences(report: SimulationReport) -> list[str]:
+    """The operating-point verdict: per searched deployment its defaults against the best setting found (rates,
+    the binding constraints, the trace's rate), then whether the faster kernel moves the operating point."""
+    out = []
+    for op in report.operating:
+        d, b = op.defaults, op.best
+        a1, b1 = op.at_trace_defaults, op.at_trace_best
+        s = (f"{op.label}: vLLM's defaults ({knobs_text(d.knobs)}) serve {_best_text(d)} the trace within the SLO "
+             f"(at 1×: {_pct(a1.attainment, 1)} within, TTFT p90 {fmt_latency_s(a1.ttft_p90_s)}, TPOT p90 "
+             f"{fmt_latency_s(a1.tpot_p90_s)}), bound above it by {_BINDING_WORDS[d.binding or Binding.NONE]}")
+        if b is d:
+            s += f"; no other setting of {', '.join(op.axes)} serves more ({len(op.tried)} settings tried)."
+        else:
+            g = report.operating_verdict.gain.get(op.label) if report.operating_verdict else None
+            s += (f"; the best of {len(op.tried)} settings, {knobs_text(b.knobs)}, serves {_best_text(b)} "
+                  f"({_x(g)} the defaults), bound above it by {_BINDING_WORDS[b.binding or Binding.NONE]}; at 1× it "
+                  f"holds {_pct(b1.attainment, 1)} within (TTFT p90 {fmt_latency_s(b1.ttft_p90_s)}, TPOT p90 "
+                  f"{fmt_latency_s(b1.tpot_p90_s)}).")
+        s += f" Search: {op.runs} simulations, {op.wall_s:.1f} s."
+        out.append(s)
+    v = report.operating_verdict
+    if v is not None and v.runner_up is not None:
+        ops = {op.label: op for op in report.operating}
+        top = ops[v.winner] if v.winner else max(report.operating, key=lambda o: o.best.best_scale or 0.0)
+        run = ops[v.runner_up]
+        if v.tie:
+            same = (f"at the same setting ({knobs_text(top.best.knobs)})" if v.same_knobs
+                    else f"at {knobs_text(top.best.knobs)} and {knobs_text(run.best.knobs)}")
+            out.append(f"The faster kernel does not move the operating point: {top.label} and {run.label} serve "
+                       f"{_best_text(top.best)} and {_best_text(run.best)} the trace at their best {same}, within the "
+                       "search's resolution of each other.")
+        else:
+            out.append(f"The operating point moves with the kernel: {top.label} serves {_best_text(top.best)} the trace "
+                       f"at {knobs_text(top.best.knobs)} against {_best_text(run.best)} for {run.label} at "
+                       f"{knobs_text(run.best.knobs)} ({_x(v.best_ratio)}; with vLLM's defaults "
+                       f"{_x(v.defaults_ratio)}).")
+    return out
+
+
+def _operating_dict(op: OperatingPoint) -> dict[str, Any]:
+    def point(p: RatePoint | None) -> dict[str, Any] | None:
+        return None if p is None else _point_dict(p)
+
+    def setting(r: SettingResult) -> dict[str, Any]:
+        k = r.knobs
+        return {"max_num_batched_tokens": k.max_num_batched_tokens, "max_num_seqs": k.max_num_seqs,
+                "enable_chunked_prefill": k.chunked_prefill, "block_size": k.page_size, "kv_dtype": k.kv_dtype,
+                "kv_tokens": r.deployment.capacity.tokens if r.deployment else None, "best_scale": r.best_scale,
+                "below_scale": r.below_scale, "binding": None if r.binding is None else r.binding.value,
+                "refused": r.refused, "points": [_point_dict(p) for p in r.points]}
+
+    return {"deployment": op.label, "axes": list(op.axes), "defaults": setting(op.defaults), "best": setting(op.best),
+            "tried": [setting(r) for r in op.tried], "at_trace_defaults": point(op.at_trace_defaults),
+            "at_trace_best": point(op.at_trace_best), "runs": op.runs, "wall_s": op.wall_s}
 
 
 def deployment_rows(report: SimulationReport) -> list[dict[str, Any]]:
@@ -265,6 +375,13 @@ def verdict_sentences(report: SimulationReport) -> list[str]:
                         "no preemption)")
     if caps:
         out.append("KV capacity — " + "; ".join(caps) + ".")
+    pcs = [(r.deployment.label, r.run.prefix) for r in report.results if r.run.prefix is not None]
+    if pcs:
+        out.append("Prefix caching at the trace's rate — " + "; ".join(
+            f"{lb}: {_pct(p.hit_rate, 1)} of the full prompt blocks looked up were cached, {p.hit_tokens:,} prefill "
+            f"tokens saved ({_pct(p.saved_share, 1)} of the tokens asked at admission; first admissions "
+            f"{_pct(p.first_hit_tokens / p.first_queried_tokens if p.first_queried_tokens else None, 1)}), "
+            f"{p.evicted_blocks:,} cached blocks of {p.block_tokens} tokens evicted" for lb, p in pcs) + ".")
     if f.fp8_capacity_ratio:
         out.append(f"The FP8 cache holds {f.fp8_capacity_ratio:.2f}× the tokens of the bf16 cache in the same memory.")
     ext = [(r.deployment.label, r.extrapolated) for r in report.results if r.extrapolated.get("any", 0) > 0.005]
@@ -408,6 +525,15 @@ def _prov(p: Provenance) -> dict[str, Any]:
             "fp8_factor": p.fp8_factor, "fp8_cells": p.fp8_cells, "notes": list(p.notes)}
 
 
+def _point_dict(p: RatePoint) -> dict[str, Any]:
+    return {"scale": p.scale, "rate_per_s": p.rate_per_s, "attainment": p.attainment, "meets": p.meets,
+            "stopped": p.stopped, "ttft_p90_s": p.ttft_p90_s, "ttft_p99_s": p.ttft_p99_s,
+            "tpot_p90_s": p.tpot_p90_s, "tpot_p99_s": p.tpot_p99_s, "goodput_per_s": p.goodput_per_s,
+            "steps": p.steps, "wall_s": p.wall_s, "preemptions": p.preemptions, "peak_pages": p.peak_pages,
+            "attention_s": p.attention_s, "rest_s": p.rest_s, "ttft_failed": p.ttft_failed,
+            "tpot_failed": p.tpot_failed, "peak_running": p.peak_running}
+
+
 def _result_dict(r: DeploymentResult) -> dict[str, Any]:
     d = r.deployment
     c = d.capacity
@@ -416,7 +542,8 @@ def _result_dict(r: DeploymentResult) -> dict[str, Any]:
         "kv_dtype": d.kv_dtype, "page_size": d.scheduler.block_size,
         "scheduler": {"max_num_batched_tokens": d.scheduler.max_num_batched_tokens, "max_num_seqs": d.scheduler.max_num_seqs,
                       "enable_chunked_prefill": d.scheduler.enable_chunked_prefill, "block_size": d.scheduler.block_size,
-                      "num_gpu_blocks": d.scheduler.num_gpu_blocks},
+                      "num_gpu_blocks": d.scheduler.num_gpu_blocks,
+                      "enable_prefix_caching": d.scheduler.enable_prefix_caching},
         "kv_capacity": {"tokens": c.tokens, "pages": c.num_blocks, "bytes_per_token": c.bytes_per_token,
                         "kv_budget_bytes": c.kv_budget_bytes, "weight_bytes": c.weight_bytes,
                         "activation_bytes": c.activation_bytes, "gpu_memory_bytes": c.gpu_memory_bytes,
@@ -430,15 +557,16 @@ def _result_dict(r: DeploymentResult) -> dict[str, Any]:
         "time_s": {"attention_decode": r.attention_decode_s, "attention_prefill": r.attention_prefill_s,
                    "rest_estimate": r.rest_s},
         "extrapolated_attention_share": r.extrapolated,
+        "prefix_caching": None if r.run.prefix is None else {
+            "block_tokens": r.run.prefix.block_tokens, "queried_blocks": r.run.prefix.queried_blocks,
+            "hit_blocks": r.run.prefix.hit_blocks, "hit_rate": r.run.prefix.hit_rate,
+            "queried_tokens": r.run.prefix.queried_tokens, "saved_prefill_tokens": r.run.prefix.hit_tokens,
+            "saved_share": r.run.prefix.saved_share, "first_queried_tokens": r.run.prefix.first_queried_tokens,
+            "first_saved_tokens": r.run.prefix.first_hit_tokens, "evicted_blocks": r.run.prefix.evicted_blocks},
         "rate_search": None if r.search is None else {
             "best_scale": r.search.best_scale, "best_rate_per_s": r.search.best_rate_per_s,
             "resolution": r.search.resolution, "ceiling": r.search.ceiling,
-            "points": [{"scale": p.scale, "rate_per_s": p.rate_per_s, "attainment": p.attainment, "meets": p.meets,
-                        "stopped": p.stopped, "ttft_p90_s": p.ttft_p90_s, "ttft_p99_s": p.ttft_p99_s,
-                        "tpot_p90_s": p.tpot_p90_s, "tpot_p99_s": p.tpot_p99_s, "goodput_per_s": p.goodput_per_s,
-                        "steps": p.steps, "wall_s": p.wall_s, "preemptions": p.preemptions, "peak_pages": p.peak_pages,
-                        "attention_s": p.attention_s, "rest_s": p.rest_s}
-                       for p in r.search.points]},
+            "points": [_point_dict(p) for p in r.search.points]},
         "priced_from": [_prov(p) for p in r.provenance],
         "series": _series(r.run.steps),
     }
@@ -490,6 +618,8 @@ def simulation_to_dict(report: SimulationReport) -> dict[str, Any]:
                             for r in f.shapes],
         },
         "verdict": verdict_sentences(report),
+        "operating_point": [_operating_dict(op) for op in report.operating],
+        "operating_verdict": operating_sentences(report),
         "sampled_steps": [{"index": s.index, "start_s": s.start_s, "kind": s.kind.value,
                            "decode_seqs": len(s.decode_kv), "prefill_chunks": [list(c) for c in s.chunks],
                            "workloads": s.specs(shape, page),  # type: ignore[arg-type]
@@ -522,7 +652,8 @@ def _context(report: SimulationReport) -> dict[str, Any]:
     m = report.model
     return dict(
         title=f"profattn simulate — {m.label} on {report.gpu}", report=report, verdict=verdict_sentences(report),
-        deployments=deployment_rows(report), rates=rate_rows(report), shape_head=head, shape_rows=shapes,
+        deployments=deployment_rows(report), rates=rate_rows(report), operating=operating_rows(report),
+        operating_verdict=operating_sentences(report), shape_head=head, shape_rows=shapes,
         provenance=provenance_rows(report), inputs=_inputs(report),
         latency_chart=latency_chart(report), breakdown_chart=breakdown_chart(report), batch_chart=batch_chart(report),
         steps=[dict(kind=s.kind.value, index=f"{s.index:,}", start=f"{s.start_s:,.2f} s", decode=len(s.decode_kv),
@@ -593,6 +724,14 @@ def simulation_markdown(report: SimulationReport) -> str:
                            [[r["deployment"], r["kv"], r["ttft"], r["tpot"], r["itl_p99"], r["tokens_per_s"], r["attainment"],
                              r["best_rate"], r["preemptions"], r["attn_decode"], r["attn_prefill"], r["rest"],
                              r["extrapolated"]] for r in dep]), ""]
+        ops = operating_rows(report)
+        if ops:
+            parts += ["### Operating point (scheduler knobs)", ""]
+            parts += [f"- {md_text(x)}" for x in operating_sentences(report)]
+            parts += ["", md_table(["deployment", "setting", "role", "KV tokens", "max rate within SLO", "TTFT/TPOT p90 there",
+                                    "binding above it", "within SLO at 1×", "goodput at 1×", "TTFT/TPOT p90 at 1×"],
+                                   [[r["deployment"], r["knobs"], r["role"], r["kv"], r["best"], r["at_best"], r["binding"],
+                                     r["at_trace"], r["goodput"], r["at_trace_lat"]] for r in ops], cap), ""]
         if rates:
             parts += ["### Rate search", "", md_table(["deployment", "scale", "rate", "within SLO", "meets", "TTFT p90/p99",
                                                        "TPOT p90/p99", "preemptions"],
@@ -630,4 +769,52 @@ def text_report(report: SimulationReport) -> str:
                      f"{res.attention_decode_s + res.attention_prefill_s:>8,.1f} s  {res.rest_s:>8,.1f} s")
     lines.append("")
     lines += verdict_sentences(report)
+    ops = [r for r in operating_rows(report) if r["role"] != "tried"]
+    if ops:
+        w = max(len(r["deployment"]) for r in ops)
+        k = max(len(r["knobs"]) for r in ops)
+        lines += ["", f"operating point (--search {','.join(report.operating[0].axes)})", "",
+                  f"{'deployment':<{w}}  {'setting':<{k}}  {'role':<13}  {'max within SLO':>14}  {'binding above it':<16}  "
+                  f"{'at 1×: within':>13}  {'goodput':>11}  {'TTFT/TPOT p90':>19}"]
+        for r in ops:
+            lines.append(f"{r['deployment']:<{w}}  {r['knobs']:<{k}}  {r['role']:<13}  {r['best']:>14}  {r['binding']:<16}  "
+                         f"{r['at_trace']:>13}  {r['goodput']:>11}  {r['at_trace_lat']:>19}")
+        lines += [""] + operating_sentences(report)
     return "\n".join(lines)
+
+
+# ---- the price checked (``simulate --validate RUN``) ---------------------------------------------------------
+
+
+def validation_lines(check: PriceCheck) -> list[str]:
+    """The check as Markdown: one row per priced part (priced, measured with its samples, measured / priced, kernels
+    read, off its band), one per step and deployment (Σ of parts, and the whole step as one call where measured),
+    then the summary: median and worst ratio, how many within 10 % and 25 %, how many off their band."""
+    out = ["| step | part | backend | priced µs | measured µs (samples) | measured / priced | kernels read | band |",
+           "|---|---|---|---:|---:|---:|---|---|"]
+    for p in check.parts:
+        band = MISSING if p.band is None else f"±{100 * p.band:.0f} %" + (" **off**" if p.off_band else "")
+        if p.measured_us is None:
+            out.append(f"| {p.step:,} {p.kind} | {p.part} | {p.backend} | {p.priced_us:.1f} | not measured "
+                       f"({p.status}) | — | — | {band} |")
+            continue
+        out.append(f"| {p.step:,} {p.kind} | {p.part} | {p.backend} | {p.priced_us:.1f} | {p.measured_us:.1f} "
+                   f"({p.samples}) | {p.ratio:.2f} | {'yes' if p.traced else 'no (timed only)'} | {band} |")
+    out += ["", "| step | deployment | priced µs (Σ parts) | measured µs (Σ parts) | measured / priced | whole step, one call |",
+            "|---|---|---:|---:|---:|---|"]
+    for s in check.steps:
+        one = MISSING if s.one_call_us is None else f"{s.one_call_us:.1f} µs ({s.one_call_backend})"
+        m = "not measured" if s.measured_us is None else f"{s.measured_us:.1f}"
+        r = MISSING if s.ratio is None else f"{s.ratio:.2f}"
+        out.append(f"| {s.step:,} {s.kind} | {s.deployment} | {s.priced_us:.1f} | {m} | {r} | {one} |")
+    out.append("")
+    if check.measured:
+        out.append(f"{check.measured} priced parts measured ({check.unmeasured} not): measured / priced median "
+                   f"{check.median_ratio:.3f}, min {check.min_ratio:.2f}, max {check.max_ratio:.2f}; "
+                   f"{check.within_10} within 10 %, {check.within_25} within 25 %; {check.off_band} off their band "
+                   f"(the held-out p90 error of that backend's part)"
+                   + (f"; per step (Σ parts) median {check.step_median_ratio:.3f}, worst {check.step_worst_ratio:.2f}"
+                      if check.step_median_ratio is not None else ""))
+    else:
+        out.append(f"no priced part was measured ({check.unmeasured} not)")
+    return out

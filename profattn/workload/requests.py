@@ -8,6 +8,11 @@ Torch-free. A trace is read from CSV in one of two layouts:
 * ``TIMESTAMP, ContextTokens, GeneratedTokens`` — the Azure public dataset's native columns
   (``AzureLLMInferenceTrace_conv.csv``; timestamps such as ``2023-11-16 18:15:46.6805900``, taken relative to the first).
 
+or from JSON lines in the Mooncake trace release's layout (``kvcache-ai/Mooncake``, ``FAST25-release/traces``):
+``timestamp`` (ms from the first request), ``input_length``, ``output_length`` and ``hash_ids`` — the prompt's KV
+blocks of :data:`MOONCAKE_BLOCK_TOKENS` tokens as ids, equal ids meaning the same cached prefix block (the last
+block may be partial) — which a prefix-caching simulation hits (:attr:`RequestTrace.block_ids`);
+
 or drawn as a synthetic Poisson load (:func:`synthetic_trace`; ``--requests poisson:rate=5.5,n=2000,prompt=1020,
 output=129``): exponential inter-arrival times, lognormal prompt and output lengths given by their medians.
 
@@ -27,7 +32,7 @@ import numpy as np
 
 from profattn.errors import ProfattnError
 
-__all__ = ["MAX_RATE_PER_S", "MAX_TOKENS", "RequestError", "RequestTrace", "load_requests", "parse_synthetic_spec", "synthetic_trace"]
+__all__ = ["MAX_RATE_PER_S", "MAX_TOKENS", "MOONCAKE_BLOCK_TOKENS", "RequestError", "RequestTrace", "load_requests", "parse_synthetic_spec", "synthetic_trace"]
 
 #: Longest prompt or output a trace may give (the workload layer's bound on one sequence's length, 2**28).
 MAX_TOKENS = 1 << 28
@@ -35,6 +40,8 @@ MAX_ARRIVAL_S = 1e9  # ~32 years: beyond it float64 seconds no longer resolve a 
 #: Arrival rates a load may have, req/s: within [1 / MAX_RATE_PER_S, MAX_RATE_PER_S] (past these, arrival times lose a
 #: step's µs in float64).
 MAX_RATE_PER_S = 1e6
+#: Tokens per ``hash_ids`` block of the Mooncake traces.
+MOONCAKE_BLOCK_TOKENS = 512
 _NATIVE = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -49,7 +56,9 @@ class RequestTrace:
     (0 for a trace read from CSV); ``prompt_tokens`` / ``output_tokens``: int64 ``[n]``, ≥ 1 each; ``rows``: int64
     ``[n]``, the CSV line of each request (the header is line 1; for a synthetic trace the request's index + 1), so an
     error about a request can name its row; ``source``: the file or the synthetic spec; ``rate_scale``: the factor the
-    arrival rate was multiplied by (:meth:`scaled`)."""
+    arrival rate was multiplied by (:meth:`scaled`); ``block_ids``: per request its prompt's KV blocks of
+    ``block_tokens`` tokens as ids (int64 arrays, ⌈prompt / block_tokens⌉ each; equal ids at the same position after
+    equal ids are the same prefix), None when the trace carries none."""
 
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
@@ -57,6 +66,8 @@ class RequestTrace:
     rows: np.ndarray
     source: str
     rate_scale: float = 1.0
+    block_ids: tuple[np.ndarray, ...] | None = None
+    block_tokens: int = 0
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -80,12 +91,13 @@ class RequestTrace:
         if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
             raise RequestError(f"rate scale must be a positive number, got {factor!r}")
         return RequestTrace(self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.rows, self.source,
-                            self.rate_scale * factor)
+                            self.rate_scale * factor, self.block_ids, self.block_tokens)
 
     def head(self, n: int) -> "RequestTrace":
         """The first ``n`` requests."""
         return RequestTrace(self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.rows[:n],
-                            self.source, self.rate_scale)
+                            self.source, self.rate_scale, None if self.block_ids is None else self.block_ids[:n],
+                            self.block_tokens)
 
 
 def _bad(path: Path, line: int, field: str, raw: str, why: str) -> RequestError:
@@ -109,6 +121,8 @@ def load_requests(path: str | Path) -> RequestTrace:
         raise RequestError(f"--requests {path}: is a directory; give a CSV file")
     if not path.is_file():
         raise RequestError(f"--requests {path}: " + ("not a regular file" if path.exists() else "no such file"))
+    if path.suffix.lower() in (".jsonl", ".json"):
+        return _load_jsonl(path)
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -182,6 +196,55 @@ def load_requests(path: str | Path) -> RequestTrace:
     order = np.argsort(t, kind="stable")
     t = t[order]
     return RequestTrace(t - t[0], counts[0][order], counts[1][order], lines[order], str(path))
+
+
+def _load_jsonl(path: Path) -> RequestTrace:
+    """The Mooncake layout (module docstring), one JSON object a line (blank lines skipped).
+
+    Raises:
+        RequestError: a line that is not a JSON object with the four fields, a timestamp not a finite number ≥ 0, a
+            length not an integer in [1, 2**28], ``hash_ids`` not ⌈input_length / 512⌉ non-negative integers.
+    """
+    import json
+
+    times, prompts, outputs, lines, blocks = [], [], [], [], []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line_no, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                d = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise RequestError(f"{path.name} line {line_no}: not JSON ({exc.msg})") from None
+            if not isinstance(d, dict) or any(k not in d for k in ("timestamp", "input_length", "output_length", "hash_ids")):
+                raise RequestError(f"{path.name} line {line_no}: expected an object with timestamp, input_length, "
+                                   "output_length and hash_ids")
+            t = d["timestamp"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t <= MAX_ARRIVAL_S * 1e3:
+                raise _bad(path, line_no, "timestamp", str(t), "is not a time in ms ≥ 0")
+            for f in ("input_length", "output_length"):
+                v = d[f]
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+                    raise _bad(path, line_no, f, str(v), f"is not an integer in [1, {MAX_TOKENS:,}]")
+            ids = d["hash_ids"]
+            want = -(-d["input_length"] // MOONCAKE_BLOCK_TOKENS)
+            if (not isinstance(ids, list) or len(ids) != want
+                    or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 62 for i in ids)):
+                raise _bad(path, line_no, "hash_ids", str(ids)[:40], f"is not {want} block ids (⌈input_length / "
+                           f"{MOONCAKE_BLOCK_TOKENS}⌉ non-negative integers)")
+            times.append(float(t) / 1e3)
+            prompts.append(d["input_length"])
+            outputs.append(d["output_length"])
+            lines.append(line_no)
+            blocks.append(np.asarray(ids, dtype=np.int64))
+    if not times:
+        raise RequestError(f"--requests {path.name}: no requests")
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    return RequestTrace(t - t[0], np.asarray(prompts, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order],
+                        np.asarray(lines, dtype=np.int64)[order], str(path), 1.0,
+                        tuple(blocks[i] for i in order), MOONCAKE_BLOCK_TOKENS)
 
 
 def synthetic_trace(*, rate_per_s: float, n: int, prompt_median: float, output_median: float,

@@ -158,3 +158,16 @@ def test_a_store_of_cpu_runs_only_is_one_line(tmp_path: Path):
                  "--db", str(store), "--no-search")
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert "are CPU runs: simulate prices a GPU's serving steps from its measured cells and ceilings" in res.output
+
+
+def test_validate_reproduces_the_committed_replay_check():
+    from click.testing import CliRunner
+
+    from profattn.cli.main import main as cli
+
+    ex = Path(__file__).resolve().parents[2] / "examples" / "simulate-azure-llama3-8b"
+    res = CliRunner().invoke(cli, ["simulate", "--validate", str(ex / "replay")])
+    assert res.exit_code == 0, res.output
+    assert ("28 priced parts measured (0 not): measured / priced median 1.016, min 0.33, max 1.28; 18 within 10 %, "
+            "25 within 25 %; 5 off their band") in res.output
+    assert "| 0 prefill | prefill | flashinfer-prefill-paged | 46.7 | 17.0 (3) | 0.36 | yes | ±12 % **off** |" in res.output

@@ -17,7 +17,7 @@ import numpy as np
 from profattn.analysis.simulation.replay import SLO, SimulationRun
 from profattn.workload.requests import RequestTrace
 
-__all__ = ["LatencySummary", "RatePoint", "RateSearch", "search_rate", "weighted_quantiles"]
+__all__ = ["LatencySummary", "RatePoint", "RateSearch", "rate_point", "search_rate", "weighted_quantiles"]
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray | None, qs: Sequence[float]) -> list[float | None]:
@@ -53,7 +53,9 @@ class RatePoint:
     """A deployment at one rate scale: the arrival ``rate_per_s``, the share of requests meeting the SLO (a lower
     bound when ``stopped``), ``meets``, TTFT / TPOT p90 (None when stopped), ``goodput_per_s`` (requests meeting
     the SLO per second of arrivals), the simulation's ``steps`` and ``wall_s``, its preemptions and peak pages, and
-    its steps' attention and rest time (seconds)."""
+    its steps' attention and rest time (seconds); ``ttft_failed`` / ``tpot_failed``: requests that missed each target
+    (a stopped run: as counted until it stopped, the requests still waiting past their TTFT included); ``peak_running``:
+    the most requests in one step (decoding plus prefilling)."""
 
     scale: float
     rate_per_s: float
@@ -71,6 +73,9 @@ class RatePoint:
     peak_pages: int
     attention_s: float = 0.0
     rest_s: float = 0.0
+    ttft_failed: int = 0
+    tpot_failed: int = 0
+    peak_running: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,9 @@ class RateSearch:
     best_run: SimulationRun | None = field(default=None, repr=False, compare=False)
 
 
-def _rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
+def rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
+    """``run`` (of ``trace`` at its scale) judged against ``slo``: attainment, latency quantiles (None when stopped),
+    goodput per second of the trace's arrivals, the failures by target and the step counts."""
     att = run.attainment(slo)
     meets = not run.stopped and att >= slo.attainment - 1e-12
     ttft = LatencySummary.of(run.ttft_s) if not run.stopped else LatencySummary(None, None, None)
@@ -96,9 +103,15 @@ def _rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
     span = trace.duration_s or 1.0
     st = run.steps
     attn = float(st.attn_decode_us.sum() + st.attn_prefill_us.sum()) * 1e-6
+    if run.stopped:
+        ttft_f, tpot_f = run.ttft_failures, run.tpot_failures
+    else:
+        ttft_f = int((~(run.ttft_s <= slo.ttft_s)).sum())
+        tpot_f = int((run.tpot_s > slo.tpot_s).sum())
+    running = int((st.num_decode + st.prefill_seqs).max()) if len(st) else 0
     return RatePoint(run.rate_scale, run.rate_per_s, att, meets, run.stopped, ttft.p90, tpot.p90, ttft.p99, tpot.p99,
                      float(run.meets(slo).sum()) / span, len(run.steps), run.wall_s, run.num_preemptions, run.peak_pages,
-                     attn, float(st.rest_us.sum()) * 1e-6)
+                     attn, float(st.rest_us.sum()) * 1e-6, ttft_f, tpot_f, running)
 
 
 def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTrace, slo: SLO, *, start: float = 1.0,
@@ -115,7 +128,7 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
 
     def at(scale: float) -> bool:
         run = first if (first is not None and scale == start) else simulate_at(scale)
-        p = _rate_point(run, slo, trace.scaled(scale))
+        p = rate_point(run, slo, trace.scaled(scale))
         points.append(p)
         if p.meets and (not best or scale > next(iter(best))):
             best.clear()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profattn.analysis.simulation.prefix import PrefixStats
 from profattn.analysis.simulation.scheduler import KVCapacity, Scheduler, SchedulerConfig, StepPlan
 from profattn.analysis.simulation.stepcost import AttentionShape, CallPart, CallSums, RestOfStep, StepCostSource
 from profattn.errors import ProfattnError
@@ -72,6 +73,8 @@ class Deployment:
             extra.append("fp8 KV" if "float8" in self.kv_dtype else f"{self.kv_dtype} KV")
         if self.scheduler.block_size != 16:
             extra.append(f"page {self.scheduler.block_size}")
+        if self.scheduler.enable_prefix_caching:
+            extra.append("prefix caching")
         return self.pair.label + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -289,6 +292,12 @@ class SimulationRun:
     stopped: bool
     slo_failures: int
     wall_s: float
+    #: requests that missed the TTFT target (a request still waiting past it when the run stopped included) and the
+    #: TPOT target, as counted while the run went (0 without an SLO; a request missing both counts in the first found)
+    ttft_failures: int = 0
+    tpot_failures: int = 0
+    #: what the prefix cache did (None without prefix caching or block ids)
+    prefix: PrefixStats | None = None
 
     def meets(self, slo: SLO) -> np.ndarray:
         """Per request: met both targets (False for one that never got its first token)."""
@@ -326,6 +335,8 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
     if slo is not None and stop_on_failure:
         allowed = math.floor((1.0 - slo.attainment) * len(trace) + 1e-9)
     failed = 0
+    failed_tpot = 0
+    overdue = 0
     fail_mark = [False] * len(trace)
     arrival = sched.arrival
     now = float(trace.arrival_s[0]) if len(trace) else 0.0
@@ -333,7 +344,7 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
     loops = 0
 
     def tpot_fail(done: list[int]) -> int:
-        nonlocal failed
+        nonlocal failed, failed_tpot
         if slo is None:
             return 0
         for r in done:
@@ -342,6 +353,7 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                 if tpot > slo.tpot_s:
                     fail_mark[r] = True
                     failed += 1
+                    failed_tpot += 1
         return failed
 
     while not sched.done:
@@ -424,7 +436,8 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
     return SimulationRun(deployment, trace.rate_scale, trace.rate_per_s, len(trace), ttft, tpot, finish - arr,
                          np.asarray(sched.preemptions, dtype=np.int64), out, itl, itl_w, steps, tuple(snaps), makespan,
                          sched.peak_pages, sched.pages_in_use, sched.tokens_scheduled, sched.tokens_discarded,
-                         sched.num_preemptions, stopped, failed, time.perf_counter() - t0)
+                         sched.num_preemptions, stopped, failed, time.perf_counter() - t0,
+                         failed - failed_tpot + (overdue if stopped else 0), failed_tpot, sched.prefix_stats)
 
 
 def _decode_lengths(sched: Scheduler, step: int) -> tuple[np.ndarray, np.ndarray]:

@@ -23,8 +23,10 @@ named as vLLM names them (:class:`SchedulerConfig`):
 
 KV capacity (:func:`kv_capacity`) follows vLLM's memory profiling: ``gpu_memory_utilization`` × the GPU's memory,
 less the weights and the activation peak of a ``max_num_batched_tokens`` step, divided by the bytes of one page
-(``block_size`` tokens × every layer's K and V at the KV dtype). Not modelled: prefix caching (every prompt is new),
-``long_prefill_token_threshold`` (0, vLLM's default), speculative decoding, async scheduling, the null block.
+(``block_size`` tokens × every layer's K and V at the KV dtype). Prefix caching (``enable_prefix_caching``, on a
+trace that carries block ids) is :mod:`~profattn.analysis.simulation.prefix`'s: a waiting request's cached leading
+blocks are not prefilled and their pages are shared, counted once; without block ids every prompt is new. Not
+modelled: ``long_prefill_token_threshold`` (0, vLLM's default), speculative decoding, async scheduling, the null block.
 
 The engine keeps every quantity a step's cost needs as running sums (decoding sequences, their K/V tokens, the
 longest one, pages needed per step by residue of the sequence lengths modulo the page size), so a run of
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profattn.analysis.simulation.prefix import PrefixCache, PrefixStats, chain_keys
 from profattn.errors import ProfattnError
 from profattn.workload.models import ModelConfig
 from profattn.workload.requests import RequestTrace
@@ -64,7 +67,8 @@ class SchedulerConfig:
     ``max_num_batched_tokens``: new tokens one step may schedule, decode and prefill together (8192);
     ``max_num_seqs``: requests running at once (1024); ``enable_chunked_prefill``: a prompt longer than the budget
     left is split over steps (True; V1 always chunks); ``block_size``: tokens per KV page (16); ``num_gpu_blocks``:
-    pages in the pool (:func:`kv_capacity`).
+    pages in the pool (:func:`kv_capacity`); ``enable_prefix_caching``: automatic prefix caching over the trace's block
+    ids (vLLM V1's default is on; a trace without block ids has nothing to hit).
 
     Raises:
         SchedulerError: a non-positive value, one beyond its bound (page size 65,536 tokens, 2**24 batched tokens,
@@ -77,6 +81,7 @@ class SchedulerConfig:
     max_num_seqs: int = 1024
     enable_chunked_prefill: bool = True
     block_size: int = 16
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         for f in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size"):
@@ -239,6 +244,18 @@ class Scheduler:
         self.tokens_discarded = 0  # computed tokens thrown away by preemptions
         self.num_preemptions = 0
         self.peak_pages = 0
+        # prefix caching: per request the keys of its full prompt blocks and of the cached blocks it references
+        self.cache: PrefixCache | None = None
+        self.keys: list[list[int]] = []
+        self.shared: list[int] = [0] * n  # how many of its leading blocks it references in the cache
+        self.admitted: list[bool] = [False] * n
+        self._hit_memo: tuple[int, int, int, int] | None = None  # (request, cache version, blocks, pinned)
+        if config.enable_prefix_caching and trace.block_ids is not None:
+            try:
+                self.cache = PrefixCache(trace.block_tokens, self.page)
+            except ValueError as exc:
+                raise SchedulerError(f"prefix caching: {exc}") from None
+            self.keys = chain_keys(trace.block_ids, trace.prompt_tokens, trace.block_tokens)
 
     # ---- queues -------------------------------------------------------------------------------------------
     def arrive(self, now: float) -> None:
@@ -291,6 +308,38 @@ class Scheduler:
             return None
         return r, self.prompt[r] + self.generated[r]
 
+    def _hit(self, r: int) -> tuple[int, int]:
+        """``(cached leading blocks, pages they pin)`` for waiting request ``r`` (0, 0 without prefix caching)."""
+        c = self.cache
+        if c is None:
+            return 0, 0
+        m = self._hit_memo
+        if m is not None and m[0] == r and m[1] == c.version:
+            return m[2], m[3]
+        h, pinned = c.hit(self.keys[r], self.prompt[r])
+        self._hit_memo = (r, c.version, h, pinned)
+        return h, pinned
+
+    def _shared_pages(self, r: int) -> int:
+        return self.shared[r] * self.cache.pages_per_block if self.cache is not None else 0
+
+    def _release(self, r: int) -> int:
+        """Drop ``r``'s references to cached blocks; the pages that became free."""
+        if self.cache is None or not self.shared[r]:
+            return 0
+        freed = self.cache.release(self.keys[r][:self.shared[r]])
+        self.shared[r] = 0
+        return freed
+
+    def _evict(self) -> None:
+        if self.cache is not None:
+            self.cache.evict_to(self.free)
+
+    @property
+    def prefix_stats(self) -> PrefixStats | None:
+        """What the prefix cache did (None without one)."""
+        return self.cache.stats() if self.cache is not None else None
+
     def admission_blocked(self, s: int) -> bool:
         """Would the waiting head stay out of step ``s`` (and of every decode-only step after it until a request
         finishes: the pool only shrinks while they decode)? False when nothing waits (the caller then cuts a
@@ -303,10 +352,13 @@ class Scheduler:
         budget = self.cfg.max_num_batched_tokens - len(self.base)
         if budget <= 0:
             return True
-        _, tokens = head
-        if not self.cfg.enable_chunked_prefill and tokens > budget:
+        r, tokens = head
+        h, pinned = self._hit(r)
+        hit = h * self.cache.block_tokens if h else 0  # type: ignore[union-attr]
+        if not self.cfg.enable_chunked_prefill and tokens - hit > budget:
             return True
-        return -(-min(tokens, budget) // self.page) > self.free - self._decode_need(s)
+        new = min(tokens - hit, budget)
+        return self._pages(hit + new) - self._pages(hit) + pinned > self.free - self._decode_need(s)
 
     # ---- decoding set -------------------------------------------------------------------------------------
     def _join(self, r: int, s: int) -> None:
@@ -338,7 +390,7 @@ class Scheduler:
         if r in self.base:
             b = self._leave(r)
             kv_before = b + s - 1  # tokens it holds after step s − 1
-            freed = self._pages(kv_before)
+            freed = self._pages(kv_before) - self._shared_pages(r)
             need = 1 if kv_before % self.page == 0 else 0
             self.computed[r] = kv_before
             self.generated[r] = kv_before - self.prompt[r] + 1  # its last sampled token is not in the cache yet
@@ -350,7 +402,7 @@ class Scheduler:
         self.tokens_discarded += self.computed[r]
         self.computed[r] = 0
         self.held[r] = 0
-        self.free += freed
+        self.free += freed + self._release(r)
         self.preemptions[r] += 1
         self.num_preemptions += 1
         self.resumed.appendleft(r)
@@ -369,7 +421,7 @@ class Scheduler:
         x_new = 0
         if x is not None:
             x_new = min(self.prompt[x] + self.generated[x] - self.computed[x], budget - len(self.base))
-            need_x = self._pages(self.computed[x] + x_new) - self.held[x]
+            need_x = self._pages(self.computed[x] + x_new) - self.held[x] - self._shared_pages(x)
         else:
             need_x = 0
         while need + need_x > self.free and self.running:
@@ -381,6 +433,7 @@ class Scheduler:
                 need -= self._preempt_tail(s, now)
             preempted.append(tail)
         self.free -= need + need_x
+        self._evict()
         self._note_peak()
         budget -= len(self.base)
         chunks: list[tuple[int, int, int]] = []
@@ -394,23 +447,31 @@ class Scheduler:
                 if head is None:
                     break
                 r, tokens = head
-                if not cfg.enable_chunked_prefill and tokens > budget:
+                h, pinned = self._hit(r)
+                hit = h * self.cache.block_tokens if h else 0  # type: ignore[union-attr]
+                if not cfg.enable_chunked_prefill and tokens - hit > budget:
                     break
-                new = min(tokens, budget)
-                pages = self._pages(new)
-                if pages > self.free:
+                new = min(tokens - hit, budget)
+                pages = self._pages(hit + new) - self._pages(hit)
+                if pages + pinned > self.free:
                     break
                 if self.resumed:
                     self.resumed.popleft()
                 else:
                     self.fresh += 1
-                self.free -= pages
+                if self.cache is not None:
+                    self.cache.acquire(self.keys[r], h, self.prompt[r], tokens, not self.admitted[r])
+                    self.shared[r] = h
+                    self.admitted[r] = True
+                self.computed[r] = hit
+                self.free -= pages + pinned
+                self._evict()
                 self._note_peak()
                 self.held[r] = pages
                 self.running.append(r)
-                chunks.append((r, new, new))
+                chunks.append((r, new, hit + new))
                 budget -= new
-                if new < tokens:
+                if new < tokens - hit:
                     self.prefilling = r
         if not self.base and not chunks and not preempted:
             return None
@@ -425,6 +486,8 @@ class Scheduler:
         done = self._finish_decoders(s, end)
         for r, new, kv in plan.chunks:
             self.computed[r] = kv
+            if self.cache is not None:
+                self._cache_blocks(r, kv)
             if kv < self.prompt[r] + self.generated[r]:
                 continue  # a chunk: more prompt to go
             if r == self.prefilling:
@@ -443,6 +506,16 @@ class Scheduler:
         self._end_step(s)
         return done
 
+    def _cache_blocks(self, r: int, kv: int) -> None:
+        """``r`` has computed ``kv`` tokens: its full prompt blocks beyond those it references become cached (their
+        pages move from its own to the cache's), up to the first one another request cached already."""
+        c = self.cache
+        keys = self.keys[r]
+        top = min(len(keys), kv // c.block_tokens)  # type: ignore[union-attr]
+        while self.shared[r] < top and c.insert(keys[self.shared[r]]):  # type: ignore[union-attr]
+            self.shared[r] += 1
+            self.held[r] -= c.pages_per_block  # type: ignore[union-attr]
+
     def _finish_decoders(self, s: int, end: float) -> list[int]:
         """Decoders whose last token was step ``s``: retired at ``end`` (their pages freed)."""
         h = self.finish_heap
@@ -454,13 +527,15 @@ class Scheduler:
             b = self._leave(r)
             self.generated[r] = self.output[r]
             self.computed[r] = b + s
-            self._retire(r, end, self._pages(b + s))
+            self._retire(r, end, self._pages(b + s) - self._shared_pages(r))
             done.append(r)
         return done
 
     def _retire(self, r: int, end: float, pages: int) -> None:
+        """``r`` finished at ``end``: its ``pages`` (those it does not share through the cache) and its cached
+        blocks' references are freed."""
         self.running.remove(r)
-        self.free += pages
+        self.free += pages + self._release(r)
         self.held[r] = 0
         self.finish_s[r] = end
         self.finished += 1
@@ -483,11 +558,17 @@ class Scheduler:
         """
         total = 0
         for r in self.running:
+            own = self._shared_pages(r)
             if r in self.base:
-                total += self._pages(self.base[r] + s)
+                total += self._pages(self.base[r] + s) - own
             else:
-                total += self._pages(self.computed[r])
-                assert self.held[r] == self._pages(self.computed[r]), (r, self.held[r], self.computed[r])
+                total += self._pages(self.computed[r]) - own
+                assert self.held[r] == self._pages(self.computed[r]) - own, (r, self.held[r], self.computed[r])
+        if self.cache is not None:  # the cached blocks running requests reference, once each
+            total += sum(1 for v in self.cache.ref.values() if v > 0) * self.cache.pages_per_block
+            assert self.cache.evictable_pages <= self.free, "a cached free block is counted as in use"
+            for r in self.running:
+                assert all(self.cache.ref.get(k, 0) > 0 for k in self.keys[r][:self.shared[r]]), r
         used = self.cfg.num_gpu_blocks - self.free
         assert used == total, f"step {s}: {used} pages in use, Σ ⌈len / page⌉ = {total}"
 
@@ -532,6 +613,7 @@ class Scheduler:
         allocations (before they left)."""
         s = self.step
         self.free -= self._run_pages(s, k)
+        self._evict()
         self._note_peak()
         used = self.cfg.num_gpu_blocks - self.free
         self.tokens_scheduled += k * len(self.base)

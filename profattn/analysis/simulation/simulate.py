@@ -26,6 +26,9 @@ import numpy as np
 
 from profattn.analysis.common.margins import judged_margin
 from profattn.analysis.selection.policy import pooled_time
+from profattn.analysis.simulation.operating import (
+    OperatingPoint, OperatingVerdict, compare_operating, search_operating_point,
+)
 from profattn.analysis.simulation.rates import LatencySummary, RateSearch, search_rate
 from profattn.analysis.simulation.replay import (
     SLO, Deployment, SimulationError, SimulationRun, StepKind, StepLog, StepShape, run_simulation,
@@ -307,6 +310,9 @@ class SimulationReport:
     #: calls: what a measured replay of :attr:`steps` checks
     step_prices: tuple[dict[str, dict[str, float]], ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    #: ``--search``: per deployment its operating-point search over the scheduler's knobs, and the verdict across them
+    operating: tuple[OperatingPoint, ...] = field(default=())
+    operating_verdict: OperatingVerdict | None = None
 
 
 def _result(run: SimulationRun, slo: SLO, trace: RequestTrace, search: RateSearch | None,
@@ -334,13 +340,17 @@ def _result(run: SimulationRun, slo: SLO, trace: RequestTrace, search: RateSearc
 def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],
              model: ModelConfig, *, rest: dict[str | None, RestOfStep], shapes: dict[str | None, AttentionShape], slo: SLO,
              cells: Sequence[Measurement] = (), gpu: str = "", ceilings=None, search: bool = True,
-             resolution: float = 0.05, sample: int = 8, progress: Callable[[str, float], None] | None = None) -> SimulationReport:
+             resolution: float = 0.05, sample: int = 8, progress: Callable[[str, float], None] | None = None,
+             knob_axes: Sequence[str] = (), knob_grid: dict[str, tuple] | None = None) -> SimulationReport:
     """Every deployment at ``trace``'s rate (its ``rate_scale`` already applied), then (``search``) the highest rate
     scale meeting ``slo`` per deployment, the cross-costed step-shape table and the :class:`Findings`.
 
     ``sources`` / ``rest`` / ``shapes``: the step-cost source (built for that cache's dtype), the rest-of-step
     estimate and the attention shape per KV dtype of the deployments; ``cells``: the store's cells
-    on the GPU (for the per-call head-to-head); ``progress(label, fraction)`` for long simulations.
+    on the GPU (for the per-call head-to-head); ``progress(label, fraction)`` for long simulations; ``knob_axes``:
+    the scheduler knobs to search per deployment for its operating point
+    (:func:`~profattn.analysis.simulation.operating.search_operating_point`, over ``knob_grid``; the trace at its own
+    rate).
 
     Raises:
         StepCostError, SchedulerError: as :func:`run_simulation`; SimulationError: no deployment.
@@ -370,6 +380,14 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
             found = search_rate(at, base, slo, start=base_scale, resolution=resolution, first=run, hint=hint)
             hint = found.best_scale if found.best_scale and not found.ceiling else hint
         results.append(_result(run, slo, trace, found, prov))
+    operating = []
+    for r in results if knob_axes else ():
+        d = r.deployment
+        at_one = r.run if base_scale == 1.0 else None
+        reuse = r.search if base_scale == 1.0 else None
+        operating.append(search_operating_point(base, d, knob_axes, sources, rest, shapes, model, slo,
+                                                resolution=resolution, grid=knob_grid, defaults_search=reuse,
+                                                defaults_at_trace=at_one, progress=progress))
     findings = _findings(results, cells, sources, model, shapes, slo)
     best_runs = [r.search.best_run for r in results if r.search is not None and r.search.best_run is not None]
     steps = sample_steps([r.run for r in results] + best_runs, sample)  # the trace's rate and the busiest served
@@ -382,7 +400,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
     name = next(iter(sources.values())).name
     return SimulationReport(trace.source, len(trace), base.rate_per_s, base.duration_s, base_scale, q3(p), q3(o), model,
                             slo, gpu, name, bw, tf, tuple(results), findings, steps, dict(shapes),
-                            time.perf_counter() - t0, prices)
+                            time.perf_counter() - t0, prices, operating=tuple(operating),
+                            operating_verdict=compare_operating(operating, resolution))
 
 
 def _step_prices(step: StepShape, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],

@@ -43,7 +43,7 @@ def test_weighted_quantiles():
 
 
 class NoSteps:
-    attn_decode_us = attn_prefill_us = rest_us = np.zeros(0)
+    attn_decode_us = attn_prefill_us = rest_us = num_decode = prefill_seqs = np.zeros(0)
 
     def __len__(self) -> int:
         return 0
@@ -61,6 +61,7 @@ def test_rate_search_brackets_a_known_threshold():
             self.ttft_s = np.full(len(tr), 0.1 if ok else 9.0)
             self.tpot_s = np.full(len(tr), 0.01)
             self.stopped, self.steps, self.wall_s, self.num_preemptions, self.peak_pages = not ok, NoSteps(), 0.0, 0, 0
+            self.ttft_failures, self.tpot_failures = (0, 0) if ok else (len(tr), 0)
 
         def meets(self, slo: SLO) -> np.ndarray:
             return (self.ttft_s <= slo.ttft_s) & (self.tpot_s <= slo.tpot_s)

@@ -1,0 +1,47 @@
+"""Prefix caching (vLLM's automatic prefix caching) by hand: chained keys, the prompt − 1 cap on a hit, pinned pages,
+references released tail first, LRU eviction, and the scheduler's page audit with shared blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from profattn.analysis.simulation.prefix import PrefixCache, chain_keys
+from profattn.analysis.simulation.scheduler import Scheduler, SchedulerConfig
+from profattn.workload.requests import RequestTrace
+
+
+def test_chained_keys_hit_only_after_the_same_prefix():
+    # ids (0, 1) then (2, 1): block 1 of the second follows another parent, so its key differs
+    keys = chain_keys([np.array([0, 1, 5]), np.array([2, 1]), np.array([0, 1])], np.array([1100, 1024, 1024]), 512)
+    assert keys == [[0, 1], [2, 3], [0, 1]]  # the 76-token tail block of the first is not full: no key
+
+
+def test_hit_pins_releases_and_evicts_lru():
+    c = PrefixCache(512, 16)  # 32 pages a block
+    assert c.insert(10) and c.insert(11) and not c.insert(10)
+    assert c.hit([10, 11], 1024) == (1, 0)  # 1,024 tokens: at most 1,023 hit, one block
+    assert c.hit([10, 11], 1025) == (2, 0)  # both referenced (ref 1): nothing pinned
+    assert c.release([10, 11]) == 64 and list(c.evictable) == [11, 10]  # the tail block first in line
+    assert c.hit([10, 11], 2000) == (2, 64)  # nobody references them: admitting pins 64 pages
+    c.evict_to(32)  # 32 free pages hold only one cached block: 11 goes
+    assert list(c.ref) == [10] and c.evicted_blocks == 1 and c.hit([10, 11], 2000) == (1, 32)
+
+
+def test_scheduler_shares_a_prefix_once_and_saves_its_prefill():
+    # two requests with the same 2-block prefix; the second arrives after the first's prompt is computed
+    tr = RequestTrace(np.array([0.0, 1.0]), np.array([1100, 1100]), np.array([50, 50]), np.array([2, 3]), "t",
+                      block_ids=(np.array([7, 8, 9]), np.array([7, 8, 4])), block_tokens=512)
+    s = Scheduler(tr, SchedulerConfig(num_gpu_blocks=400, enable_prefix_caching=True), audit=True)
+    now, chunks = 0.0, []
+    while not s.done:
+        s.arrive(now)
+        p = s.schedule(now)
+        if p is None:
+            now = s.next_arrival()
+            continue
+        chunks += [(r, new, kv) for r, new, kv in p.chunks]
+        s.complete(p, now + 0.01)
+        now += 0.01
+    assert chunks == [(0, 1100, 1100), (1, 76, 1100)]  # 1,024 tokens hit: only the tail is prefilled
+    st = s.prefix_stats
+    assert (st.hit_blocks, st.queried_blocks, st.hit_tokens) == (2, 4, 1024) and s.pages_in_use == 0

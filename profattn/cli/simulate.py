@@ -161,12 +161,19 @@ def _validate(run_dir: str, simulation_path: str | None) -> None:
     from profattn.report.simulate import validation_lines
     from profattn.results import read_results
 
+    run = read_results(run_dir)  # the run first: a directory without results.json is named as such
     sim = Path(simulation_path) if simulation_path else Path(run_dir).resolve().parent / "simulation.json"
+    where = str(sim) if simulation_path else f"{sim} (the simulation.json beside RUN; give --simulation FILE)"
+    if sim.is_dir():
+        raise ProfattnError(f"{where}: a directory, not a simulation.json")
     try:
         doc = json.loads(sim.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ProfattnError(f"--simulation {sim}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    run = read_results(run_dir)
+    except FileNotFoundError:
+        raise ProfattnError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfattnError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})".splitlines()[0]) from None
+    except ValueError:
+        raise ProfattnError(f"{where}: not JSON (write one with profattn simulate --out DIR)") from None
     try:
         check = check_prices(doc, run.cells)
     except ProfattnError as exc:

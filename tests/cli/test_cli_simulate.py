@@ -171,3 +171,33 @@ def test_validate_reproduces_the_committed_replay_check():
     assert ("28 priced parts measured (0 not): measured / priced median 1.016, min 0.33, max 1.28; 18 within 10 %, "
             "25 within 25 %; 5 off their band") in res.output
     assert "| 0 prefill | prefill | flashinfer-prefill-paged | 46.7 | 17.0 (3) | 0.36 | yes | ±12 % **off** |" in res.output
+
+
+def test_validate_bad_inputs_one_line_each(tmp_path: Path):
+    """--validate: a directory without results.json is named as such; a bad simulation.json says what is wrong."""
+    from click.testing import CliRunner
+
+    from profattn.cli.main import main as cli
+
+    replay = Path(__file__).resolve().parents[2] / "examples" / "simulate-azure-llama3-8b" / "replay"
+    empty = tmp_path / "emptydir"
+    empty.mkdir()
+    res = CliRunner().invoke(cli, ["simulate", "--validate", str(empty)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "results.json" in res.output, res.output
+    assert "simulation.json" not in res.output
+    (tmp_path / "bad.json").write_text("", encoding="utf-8")
+    for sim, said in ((tmp_path / "bad.json", "not JSON"), (tmp_path, "a directory"), (tmp_path / "none.json", "no such file")):
+        res = CliRunner().invoke(cli, ["simulate", "--validate", str(replay), "--simulation", str(sim)])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and said in res.output, res.output
+        assert "Error]" not in res.output and "Errno" not in res.output
+
+
+def test_search_names_an_unknown_knob():
+    from profattn.analysis.simulation.operating import parse_axes
+    from profattn.errors import ProfattnError
+
+    assert parse_axes("max-num-seqs,max_num_batched_tokens") == ("max_num_seqs", "max_num_batched_tokens")
+    with pytest.raises(ProfattnError, match="unknown knob"):
+        parse_axes("bogus_knob")
+    with pytest.raises(ProfattnError, match="given twice"):
+        parse_axes("max_num_seqs,max-num-seqs")

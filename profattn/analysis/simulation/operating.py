@@ -133,8 +133,10 @@ def parse_axes(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for raw in (s.strip() for s in text.split(",") if s.strip()):
         a = raw.replace("-", "_")
-        if a not in AXES or a in out:
-            raise SimulationError(f"--search {raw!r}: give each of {', '.join(AXES)} at most once")
+        if a not in AXES:
+            raise SimulationError(f"--search {raw!r}: unknown knob; the knobs are {', '.join(AXES)}")
+        if a in out:
+            raise SimulationError(f"--search {raw!r}: given twice; give each of {', '.join(AXES)} at most once")
         out.append(a)
     if not out:
         raise SimulationError(f"--search: name at least one of {', '.join(AXES)}")

@@ -157,7 +157,8 @@ def test_a_missing_dependency_is_one_line_and_the_import_kept(tmp_path: Path, mo
     (["recommend", "--gpu", "A", "--gpu", "B", "--workload", "phase=decode,b=1,q=1,kv=64,hq=4,hkv=2,d=16"], "--gpu"),
     (["recommend", "--interface=paged", "--interface", "sdpa"], "--interface"),
     (["simulate", "--model", "llama-3-8b", "--model", "qwen2.5-7b", "--requests", "x", "--backend", "b"], "--model"),
-    (["simulate", "--search", "--no-search", "--model", "m", "--requests", "x", "--backend", "b"], "--search"),
+    (["simulate", "--search", "max_num_seqs", "--search", "page_size", "--model", "m", "--requests", "x", "--backend", "b"],
+     "--search"),
     (["db", "forget", "--before", "2026-01-01", "--before", "2026-01-02"], "--before"),
     (["profile", "--out", "a", "--out", "b"], "--out"),
 ])

@@ -60,7 +60,8 @@ def test_json_document(faster_a, tmp_path: Path):
     assert doc["trace"]["requests"] == 400 and doc["trace"]["rate_scale"] == 2.0
     d = doc["deployments"][0]
     assert d["scheduler"] == {"max_num_batched_tokens": 2048, "max_num_seqs": 64, "enable_chunked_prefill": True,
-                              "block_size": 16, "num_gpu_blocks": 3000}
+                              "block_size": 16, "num_gpu_blocks": 3000,
+                              "enable_prefix_caching": False}
     assert d["time_s"]["attention_decode"] > 0 and len(d["series"]["t_s"]) <= out.SERIES_POINTS
     assert d["rate_search"]["points"][0]["scale"] == 2.0
     assert doc["findings"]["deployment_winner"] == "A + P" and doc["verdict"] == out.verdict_sentences(faster_a)

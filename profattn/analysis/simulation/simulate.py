@@ -464,8 +464,12 @@ def _findings(results: Sequence[DeploymentResult], cells: Sequence[Measurement],
     by_time = sorted(shared, key=lambda label: shared[label])
     dominant = share = delta = None
     fast = slow = None
-    if len(by_time) >= 2:
-        fast, slow = by_time[0], by_time[1]
+    pair_of = {d.label: (d.pair, d.kv_dtype) for d in deps}
+    # the next-cheapest deployment that prices attention differently (another kernel pair or KV dtype): two
+    # deployments of one pair (prefix caching on and off) are priced alike on the same steps, nothing to compare
+    other = [label for label in by_time[1:] if pair_of[label] != pair_of[by_time[0]]] if by_time else []
+    if other:
+        fast, slow = by_time[0], other[0]
         diffs = [(r.attention_us[slow] - r.attention_us[fast], r) for r in rows]
         total = sum(d for d, _ in diffs)
         delta = total * 1e-6

@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path
 
 import pytest  # noqa: E402
@@ -103,3 +104,26 @@ def script_module(path: Path, name: str):
         yield module
     finally:
         sys.modules.pop(name, None)
+
+
+@dataclass(frozen=True)
+class CpuRun:
+    """A ``profattn profile`` made once for the session: its run directory and what it printed."""
+
+    out: Path
+    output: str
+
+
+@pytest.fixture(scope="session")
+def small_cpu_run(tmp_path_factory, _private_store_for_the_session) -> CpuRun:
+    """``profattn profile --regime all --preset small --device cpu`` (the default backends), once for the whole
+    session (about a minute and a half on two cores; tests read it, never write into it)."""
+    from click.testing import CliRunner
+
+    from profattn.cli import main
+
+    out = tmp_path_factory.mktemp("run") / "small"
+    res = CliRunner().invoke(main, ["profile", "--regime", "all", "--preset", "small", "--device", "cpu",
+                                    "--out", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return CpuRun(out, res.output)

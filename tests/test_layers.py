@@ -4,7 +4,7 @@ workload -> backends -> harness; trace -> analysis -> report -> cli. trace, anal
 import torch, triton, the harness or the backends; the backends never import the report, the harness or
 the cli; the results store (``store``) imports none of trace, analysis, report, cli, harness, backends, torch;
 the workload imports only :mod:`profattn.errors` and itself (the paged cache may import torch);
-only the cli imports the cli; no module imports another module's ``_private`` name; ``__init__`` files
+only the cli (and ``profattn.__main__``, its entry point) imports the cli; no module imports another module's ``_private`` name; ``__init__`` files
 only re-export; the module graph has no cycle. Inside analysis, every module lives in one of :data:`ROOMS`, and a
 room imports only rooms below it (common -> calls -> selection -> run, simulation -> comparison): never one above, never
 one of its own rank, so the rooms have no circle either. A self-test feeds the checker bad modules it must catch.
@@ -60,6 +60,8 @@ ROOMS: dict[str, int] = {
     "simulation": 3,  # a request trace served through the scheduler (uses pooled times)
     "comparison": 4,  # two runs compared (uses the verdict and noise findings)
 }
+#: ``python -m profattn``: the package's entry point, which only starts the command line.
+CLI_ENTRY = "profattn.__main__"
 #: What the workload layer may import of profattn; and its one module that may import torch.
 WORKLOAD_ALLOWED = ("profattn.errors", "profattn.workload")
 WORKLOAD_TORCH = "profattn.workload.paged"
@@ -259,7 +261,8 @@ def violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
                 out.append(f"{where}: profattn.workload imports {imp.target} (only profattn.errors and itself)")
             if any(_within(imp.target, t) for t in ("torch", "triton")) and imp.importer != WORKLOAD_TORCH:
                 out.append(f"{where}: profattn.workload imports {imp.target} (only {WORKLOAD_TORCH} may)")
-        if _within(imp.target, "profattn.cli") and not _within(imp.importer, "profattn.cli"):
+        if (_within(imp.target, "profattn.cli") and not _within(imp.importer, "profattn.cli")
+                and imp.importer != CLI_ENTRY):
             out.append(f"{where}: {imp.importer} imports the command line ({imp.target})")
         if imp.target != imp.importer:
             for name in imp.names:

@@ -20,13 +20,10 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory) -> Path:
-    """`profattn profile --regime all --preset small --device cpu`, once for the module (compiles Flex)."""
-    out = tmp_path_factory.mktemp("run") / "small"
-    res = invoke("profile", "--regime", "all", "--preset", "small", "--device", "cpu", "--out", str(out))
-    assert res.exit_code == 0, res.output
-    return out
+@pytest.fixture
+def small_run(small_cpu_run) -> Path:
+    """`profattn profile --regime all --preset small --device cpu`, once for the session (compiles Flex)."""
+    return small_cpu_run.out
 
 
 def test_profile_end_to_end(small_run: Path):

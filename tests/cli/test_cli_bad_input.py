@@ -77,12 +77,10 @@ def test_backend_all_is_given_alone(tmp_path: Path):
     assert not (tmp_path / "r").exists()  # refused before the run directory is made
 
 
-def test_default_run_names_what_it_leaves_out(tmp_path: Path):
+def test_default_run_names_what_it_leaves_out(small_cpu_run):
     from profattn.backends.registry import left_out_of_default
 
-    res = CliRunner().invoke(main, ["profile", "--device", "cpu", "--preset", "small", "--regime", "decode", "--no-counters",
-                                    "--out", str(tmp_path / "r")])
-    assert res.exit_code == 0, res.output
+    res = small_cpu_run  # the default backends on the small preset, every regime: what it printed
     # On a CPU the left-out FlashInfer backends could not run anyway: the line is printed on a CUDA device only.
     assert not any(l.startswith("default backends:") for l in res.output.splitlines())
     assert set(left_out_of_default()) == {"flashinfer-decode", "flashinfer-prefill-paged", "flashinfer-prefill-ragged",

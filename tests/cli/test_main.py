@@ -181,3 +181,14 @@ def test_repeatable_options_still_repeat(tmp_path: Path):
     assert repeated_option(main, ["recommend", "--db", "a", "--db", "b", "--help"]) is None  # click shows the help
     assert repeated_option(main, ["profile", "--counters", "--no-counters"]) == (
         "option --counters given more than once; give it once")  # the two spellings contradict each other
+
+
+def test_python_dash_m_profattn_is_the_command_line():
+    """``python -m profattn`` runs the same command line as the ``profattn`` script (a bad command: exit 2)."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "profattn", "--help"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "Usage: python -m profattn" in ok.stdout and "simulate" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "profattn", "no-such-command"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-command" in bad.stderr

@@ -148,6 +148,7 @@ def decode_series(run: RunResult, win: dict[str, CellResult | None], v: Verdict)
     rows = {r.workload_tag: r for r in v.rows}
     series: dict[tuple[int, int, int, CacheLayout | None], dict[int, SeriesPoint]] = {}
     order = {None: 0, CacheLayout.PAGED: 1, CacheLayout.CONTIGUOUS: 2, CacheLayout.PACKED: 3}
+    by_tag = _by_tag(run)
     for c in run.cells:
         w = c.workload
         if w.phase is not Phase.DECODE or w.is_ragged or w.shared_prefix_len or w.is_varlen or w.window is not None:
@@ -160,7 +161,7 @@ def decode_series(run: RunResult, win: dict[str, CellResult | None], v: Verdict)
             continue
         best = win.get(w.tag)
         series.setdefault((w.batch, w.page_size or 0, 0, None), {})[w.kv_len] = SeriesPoint(
-            w.kv_len, best.backend if best else None, best.latency_us if best else None, _ties(run, w.tag, best))
+            w.kv_len, best.backend if best else None, best.latency_us if best else None, _ties(by_tag[w.tag], best))
     out = []
     for (batch, page, _, layout), by_kv in sorted(series.items(), key=lambda kv: kv[0][:3]):
         pts = tuple(p for _, p in sorted(by_kv.items()))
@@ -177,10 +178,18 @@ def decode_series(run: RunResult, win: dict[str, CellResult | None], v: Verdict)
     return tuple(out)
 
 
-def _ties(run: RunResult, tag: str, best: CellResult | None) -> tuple[str, ...]:
+def _by_tag(run: RunResult) -> dict[str, list[CellResult]]:
+    out: dict[str, list[CellResult]] = {}
+    for c in run.cells:
+        out.setdefault(c.workload.tag, []).append(c)
+    return out
+
+
+def _ties(cells: Sequence[CellResult], best: CellResult | None) -> tuple[str, ...]:
+    """The backends among ``cells`` (one workload's) tied with ``best`` within noise, fastest first."""
     if best is None:
         return ()
-    others = sorted((c for c in run.cells if c.workload.tag == tag and c.eligible and c.backend != best.backend),
+    others = sorted((c for c in cells if c.eligible and c.backend != best.backend),
                     key=lambda c: c.latency_us)  # type: ignore[arg-type, return-value]
     return tuple(c.backend for c in others if margin(best, c).tie)
 
@@ -263,7 +272,8 @@ def analyze_run(run: RunResult, *, traces: Sequence[TraceProblem] = ()) -> RunAn
     order = workload_order(run.cells)
     backends = tuple(dict.fromkeys(c.backend for c in run.cells))
     win = winners(run)
-    ties = {w.tag: _ties(run, w.tag, win.get(w.tag)) for w in order}
+    by_tag = _by_tag(run)
+    ties = {w.tag: _ties(by_tag[w.tag], win.get(w.tag)) for w in order}
     pos = {w.tag: i for i, w in enumerate(order)}
     bpos = {b: i for i, b in enumerate(backends)}
     matrix = []

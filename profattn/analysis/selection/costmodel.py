@@ -61,6 +61,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from profattn.errors import WorkloadError
@@ -171,12 +172,18 @@ class Shape:
     head_dim: int
     group: int
 
-    @property
+    @cached_property
     def coords(self) -> tuple[float, ...]:
         """Where the shape sits for the local correction: log2 of batch, kv_len, q_len, GQA group and bytes, and
-        :data:`HEAD_DIM_WEIGHT` × log2 head_dim."""
+        :data:`HEAD_DIM_WEIGHT` × log2 head_dim (computed once per shape: a leave-one-out error reads it per fit)."""
         return (math.log2(self.batch), math.log2(self.kv_len), math.log2(self.q_len), math.log2(max(self.group, 1)),
                 math.log2(max(self.bytes_mb, 1e-9)), HEAD_DIM_WEIGHT * math.log2(self.head_dim))
+
+    @cached_property
+    def span_logs(self) -> tuple[float, ...]:
+        """log2 of ``bytes_mb``, ``gflop``, ``batch``, ``kv_len``, ``q_len`` (each at least 1e-9): the numbers a
+        :class:`Span` bounds (computed once per shape)."""
+        return tuple(math.log2(max(v, 1e-9)) for v in (self.bytes_mb, self.gflop, self.batch, self.kv_len, self.q_len))
 
 
 def features(w: Workload, reads: Layout | str, num_sms: int | None, executed_pairs: int | None = None
@@ -250,7 +257,7 @@ class Span:
 
     @staticmethod
     def _logs(s: Shape) -> tuple[float, ...]:
-        return tuple(math.log2(max(v, 1e-9)) for v in (s.bytes_mb, s.gflop, s.batch, s.kv_len, s.q_len))
+        return s.span_logs
 
     @classmethod
     def of(cls, shapes: Sequence[Shape]) -> "Span":
@@ -300,15 +307,24 @@ class BackendModel:
         """The terms' prediction (µs), without the local correction."""
         return _predict_us(self.coef, x)
 
+    @cached_property
+    def _anchor_arrays(self) -> tuple[Any, Any]:
+        import numpy as np
+
+        return (np.array([a for a, _ in self.anchors], dtype=float).reshape(len(self.anchors), -1),
+                np.array([r for _, r in self.anchors], dtype=float))
+
     def correction(self, shape: Shape) -> float:
-        """The local correction's log factor at ``shape`` (0 without anchors)."""
-        c = shape.coords
-        num = den = 0.0
-        for a, r in self.anchors:
-            w = math.exp(-sum((u - v) ** 2 for u, v in zip(a, c)) / (2 * BANDWIDTH_OCTAVES ** 2))
-            num += w * r
-            den += w
-        return num / (den + SHRINK) if den else 0.0
+        """The local correction's log factor at ``shape`` (0 without anchors): the anchors' residuals weighted by
+        a Gaussian of their distance (:data:`BANDWIDTH_OCTAVES`), shrunk toward 0 by :data:`SHRINK`."""
+        if not self.anchors:
+            return 0.0
+        import numpy as np
+
+        at, resid = self._anchor_arrays
+        w = np.exp(-((at - np.asarray(shape.coords)) ** 2).sum(axis=1) / (2 * BANDWIDTH_OCTAVES ** 2))
+        den = float(w.sum())
+        return float(w @ resid) / (den + SHRINK) if den else 0.0
 
     def predict(self, x: Sequence[float], shape: Shape, floor_us: float = 0.0) -> Estimate:
         """The :class:`Estimate` for terms ``x`` (:func:`features`) of a workload of ``shape``, never below
@@ -377,18 +393,26 @@ def sample(m: Measurement, workload: Workload | None = None, memo: dict | None =
     return Sample(m.backend, reg, x, shape, float(m.latency_us), m.workload_key)
 
 
-def _solve(rows: Sequence[Sample]) -> tuple[float, ...]:
-    """Bounded least squares of the relative error over ``rows`` (see the module docstring)."""
+def _design(rows: Sequence[Sample]) -> tuple[Any, Any]:
+    """The terms ``[n, len(FEATURES)]`` and measured µs ``[n]`` of ``rows`` as float64 arrays."""
     import numpy as np
-    from scipy.optimize import lsq_linear
 
-    a = np.array([s.x for s in rows], dtype=float) / np.array([s.latency_us for s in rows])[:, None]
+    return np.array([s.x for s in rows], dtype=float).reshape(len(rows), len(FEATURES)), \
+        np.array([s.latency_us for s in rows], dtype=float)
+
+
+def _solve(x: Any, y: Any) -> tuple[float, ...]:
+    """Bounded least squares of the relative error over terms ``x`` ``[n, len(FEATURES)]`` and measured µs ``y``
+    ``[n]`` (see the module docstring)."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    a = x / y[:, None]
     # an all-zero column (e.g. no idle term in these cells) stays 0: no information, no coefficient
     used = np.abs(a).sum(axis=0) > 0
     coef = np.zeros(len(FEATURES))
-    if used.any():
-        res = lsq_linear(a[:, used], np.ones(len(rows)), bounds=(0.0, np.inf), method="bvls")
-        coef[used] = res.x
+    if used.any():  # non-negative least squares (Lawson–Hanson): the bounds (0, ∞) of a bounded least squares
+        coef[used] = nnls(a[:, used], np.ones(len(y)))[0]
     return tuple(float(c) for c in coef)
 
 
@@ -409,8 +433,16 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample], *, loo: bool = Tru
     """
     if not rows:
         raise ValueError(f"no cells to fit {backend} in {regime.key}")
-    coef = _solve(rows)
-    resid = [math.log(s.latency_us / _predict_us(coef, s.x)) for s in rows]
+    x, y = _design(rows)
+    return _fit(backend, regime, rows, x, y, loo)
+
+
+def _fit(backend: str, regime: Regime, rows: Sequence[Sample], x: Any, y: Any, loo: bool) -> BackendModel:
+    """:func:`fit` over ``rows`` whose :func:`_design` arrays are ``x``, ``y`` (a leave-one-out refit slices them)."""
+    import numpy as np
+
+    coef = _solve(x, y)
+    resid = np.log(y / np.maximum(x @ np.array(coef), 1e-3)).tolist()
     n, k = len(rows), sum(1 for c in coef if c != 0.0)
     sigma = math.sqrt(sum(r * r for r in resid) / n * n / max(n - k, 1))
     workloads = len({s.key for s in rows})
@@ -419,7 +451,7 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample], *, loo: bool = Tru
                          _anchors(rows, resid))
     if not loo or workloads < MIN_LOO_WORKLOADS:
         return model
-    errs = loo_errors(backend, regime, rows)
+    errs = _loo_errors(backend, regime, rows, x, y)
     return replace(model, loo_median=statistics.median(errs.values()), loo_worst=max(errs.values()))
 
 
@@ -431,13 +463,24 @@ def loo_errors(backend: str, regime: Regime, rows: Sequence[Sample]) -> dict[str
     Raises:
         ValueError: fewer than two workloads.
     """
+    x, y = _design(rows)
+    return _loo_errors(backend, regime, rows, x, y)
+
+
+def _loo_errors(backend: str, regime: Regime, rows: Sequence[Sample], x: Any, y: Any) -> dict[str, float]:
+    """:func:`loo_errors` over ``rows`` whose :func:`_design` arrays are ``x``, ``y`` (built once, sliced per
+    workload left out)."""
+    import numpy as np
+
     keys = sorted({s.key for s in rows})
     if len(keys) < 2:
         raise ValueError("a leave-one-out error needs two workloads")
+    of = np.array([s.key for s in rows], dtype=object)
     out = {}
     for k in keys:
-        rest = [s for s in rows if s.key != k]
-        m = fit(backend, regime, rest, loo=False)
+        keep = of != k
+        rest = [s for s, kept in zip(rows, keep) if kept]
+        m = _fit(backend, regime, rest, x[keep], y[keep], False)
         out[k] = statistics.median(abs(m.predict(s.x, s.shape).us / s.latency_us - 1.0) for s in rows if s.key == k)
     return out
 

@@ -43,7 +43,7 @@ from profattn.workload.models import Gemm, ModelConfig
 
 __all__ = [
     "ROWS_PER_TILE", "AttentionEstimate", "AttentionShape", "CallPart", "CallSums", "CellPoint", "Extrapolation",
-    "FloorRule", "MeasuredCells", "Provenance", "RestOfStep", "StepCostError", "StepCostSource", "Validation",
+    "FloorRule", "MeasuredCells", "ONE_LAUNCH_MIXED", "Provenance", "RestOfStep", "StepCostError", "StepCostSource", "Validation",
     "call_physics", "causal_pairs_array", "median_ceilings", "small_call_floor",
 ]
 
@@ -51,6 +51,10 @@ __all__ = [
 _MEMO_CALLS = 1 << 17
 #: Calls priced one by one in plain floats (fewer numpy calls than a vector's fixed cost); more go as arrays.
 _SCALAR_CALLS = 3
+#: Prefill backends that take a mixed step's decode rows and prefill chunks in one launch (our Triton paged prefill
+#: kernel: one varlen grid over every sequence, a decode row a sequence of one query). A mixed step on them is one
+#: :attr:`CallPart.MIXED` call; on any other pairing it is two calls, the decode and the prefill part, times added.
+ONE_LAUNCH_MIXED: frozenset[str] = frozenset({"triton-paged-prefill"})
 #: Query rows per work item of a prefill call: a 128-row query tile of one KV head's group (our prefill kernel's
 #: tile; FlashAttention and FlashInfer use 64–128). A decode sequence (≤ 128 query heads per KV head) is one item.
 ROWS_PER_TILE = 128
@@ -66,6 +70,9 @@ class CallPart(str, enum.Enum):
 
     DECODE = "decode"
     PREFILL = "prefill"
+    #: a mixed step's decode rows and prefill chunks in one launch (:data:`ONE_LAUNCH_MIXED`), priced from the
+    #: backend's prefill and mixed cells together
+    MIXED = "mixed"
 
     def __str__(self) -> str:
         return self.value
@@ -257,6 +264,20 @@ class CallSums:
         """The calls where the boolean ``mask`` ``[k]`` holds (``sequences`` and ``run`` dropped)."""
         pick = lambda v: v[mask] if isinstance(v, np.ndarray) else v  # noqa: E731
         return CallSums(int(np.count_nonzero(mask)), *(pick(getattr(self, f)) for f in _SUM_FIELDS), self.group)
+
+    def joined(self, other: "CallSums") -> "CallSums":
+        """One call per step over this call's sequences and ``other``'s (equal ``k`` and group): the sums added,
+        the longest the one with more pairs (``sequences`` and ``run`` dropped).
+
+        Raises:
+            ValueError: different ``k`` or group.
+        """
+        if other.k != self.k or other.group != self.group:
+            raise ValueError("CallSums.joined needs calls of equal k and group")
+        mine = causal_pairs_array(self.top_q, self.top_kv) >= causal_pairs_array(other.top_q, other.top_kv)
+        pick = lambda a, b: np.where(mine, a, b) if isinstance(mine, np.ndarray) else (a if mine else b)  # noqa: E731
+        return CallSums(self.k, *(getattr(self, f) + getattr(other, f) for f in _SUM_FIELDS[:5]),
+                        pick(self.top_q, other.top_q), pick(self.top_kv, other.top_kv), self.group)
 
     def longest(self) -> "CallSums":
         """Each call's longest sequence alone, as calls of one sequence."""
@@ -566,6 +587,8 @@ def _part_of(w: Workload) -> CallPart | None:
         return CallPart.DECODE
     if w.phase is Phase.PREFILL:
         return CallPart.PREFILL
+    if w.phase is Phase.MIXED:
+        return CallPart.MIXED
     return None
 
 
@@ -617,7 +640,8 @@ class MeasuredCells:
         fp8 = int(Extrapolation.KV_DTYPE) if shape.kv_dtype else 0
         prefill_shape = AttentionShape(shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.dtype, None)
         self._coef = {CallPart.DECODE: (*_coefficients(shape, ceilings), shape.num_kv_heads, fp8),
-                      CallPart.PREFILL: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8)}
+                      CallPart.PREFILL: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8),
+                      CallPart.MIXED: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8)}
 
     def other_phases_us(self, backend: str, part: CallPart) -> float | None:
         """The fastest usable cell of ``backend`` in a phase other than ``part`` at the compute dtype's cache (µs;
@@ -635,7 +659,7 @@ class MeasuredCells:
         key = (backend, part)
         if key in self._surfaces:
             return self._surfaces[key]
-        pts = self.points.get((backend, part, None))
+        pts = self._part_points(backend, part)
         if not pts:
             have = sorted({p.value for b, p, k in self.points if b == backend and k is None})
             hint = (" (measured only in " + ", ".join(have) + ")") if have else " (no usable cell at all)"
@@ -657,6 +681,13 @@ class MeasuredCells:
             n8 = len(fp8)
         self._surfaces[key] = (surf, unc, factor, n8, val)
         return self._surfaces[key]
+
+    def _part_points(self, backend: str, part: CallPart) -> list[CellPoint]:
+        """The points a part is interpolated through: a one-launch mixed call's are the backend's prefill cells and
+        its mixed cells (the same kernel over the same coordinates), every other part's its own cells."""
+        if part is CallPart.MIXED:
+            return self.points.get((backend, CallPart.PREFILL, None), []) + self.points.get((backend, part, None), [])
+        return self.points.get((backend, part, None), [])
 
     def attention_us(self, backend: str, part: CallPart, calls: CallSums) -> AttentionEstimate:
         """One layer's attention of each call of ``calls`` on ``backend`` (:class:`StepCostSource`): the larger of
@@ -735,8 +766,11 @@ class MeasuredCells:
             StepCostError: as :meth:`attention_us`.
         """
         surf, unc, factor, n8, val = self._surface(backend, part)
-        pts = self.points[(backend, part, None)]
+        pts = self._part_points(backend, part)
         notes = []
+        if part is CallPart.MIXED:
+            n_mixed = len(self.points.get((backend, part, None), []))
+            notes.append(f"mixed steps in one launch: {len(pts) - n_mixed} prefill and {n_mixed} mixed cells")
         groups = self.groups.get((backend, part), set())
         if self.shape.group not in groups:
             notes.append(f"GQA group {self.shape.group} not among its cells' ({', '.join(map(str, sorted(groups)))})")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from factories import cell, run
 from profattn.analysis.simulation.stepcost import (
-    AttentionShape, CallPart, CallSums, Extrapolation, FloorRule, MeasuredCells, RestOfStep, StepCostError,
+    AttentionShape, CallPart, CallSums, Extrapolation, FloorRule, MeasuredCells, ONE_LAUNCH_MIXED, RestOfStep, StepCostError,
     call_physics, median_ceilings, small_call_floor,
 )
 from profattn.results import Ceilings
@@ -114,6 +114,29 @@ def test_a_small_prefill_is_priced_from_its_backends_small_cells_not_its_fastest
     assert float(e.us[0]) == pytest.approx((t0 + 30) / 2) and int(e.flags()[0]) == Extrapolation.BELOW
     p = src.provenance("P", CallPart.PREFILL)
     assert p.floor_us == pytest.approx(t0) and p.floor_rule is FloorRule.SMALL_CELLS
+
+
+def test_a_one_launch_mixed_step_is_one_call_through_prefill_and_mixed_cells():
+    # triton-paged-prefill: prefill cells (128 new tokens over kv 1000 / 4000: 30, 45 µs) and one mixed cell, a
+    # decode row over 1000 plus that 128-token chunk over 1000, 33 µs. The step joined is the mixed cell's own
+    # coordinates: 4 + 1 work items, roof (512 · 2000 + 2048 · 129) / 1e6 µs, so it is priced at 33 µs; the prefill
+    # part alone ignores the mixed cell (at 30 µs its own cell).
+    def pre(kv: int) -> Workload:
+        return Workload(phase="prefill", batch=1, q_len=128, kv_len=kv, num_q_heads=4, num_kv_heads=1, head_dim=128,
+                        kv_layout="paged", page_size=16)
+    mixed = Workload.varlen(None, [(1, 1000), (128, 1000)], num_q_heads=4, num_kv_heads=1, head_dim=128,
+                            kv_layout="paged", page_size=16)
+    b = "triton-paged-prefill"
+    assert b in ONE_LAUNCH_MIXED and mixed.phase.value == "mixed"
+    src = MeasuredCells(measurements(run([cell(pre(1000), b, 30.0), cell(pre(4000), b, 45.0), cell(mixed, b, 33.0)])),
+                        SHAPE, CEIL)
+    both = CallSums.of([128], [1000], SHAPE.group).joined(CallSums.of([1], [1000], SHAPE.group))
+    assert (both.num_seqs, both.q_tokens, both.kv_tokens, both.pairs, both.tiles, both.top_q, both.top_kv) == (
+        2.0, 129.0, 2000.0, 128 * 1000 - 128 * 127 / 2 + 1000, 5.0, 128.0, 1000.0)
+    assert float(src.attention_us(b, CallPart.MIXED, both).us[0]) == pytest.approx(33.0)
+    assert float(src.attention_us(b, CallPart.PREFILL, CallSums.of([128], [1000], SHAPE.group)).us[0]) == pytest.approx(30.0)
+    p = src.provenance(b, CallPart.MIXED)
+    assert p.cells == 3 and p.notes[0] == "mixed steps in one launch: 2 prefill and 1 mixed cells"
 
 
 def test_a_call_is_never_faster_than_its_longest_sequence_alone():

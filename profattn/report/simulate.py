@@ -257,7 +257,7 @@ def provenance_rows(report: SimulationReport) -> list[dict[str, Any]]:
                 notes.append(f"FP8 factor {p.fp8_factor:.2f} from {p.fp8_cells} FP8 cells")
             out.append(dict(backend=p.backend, part=p.part.value, cells=p.cells, runs=len(p.runs),
                             items=f"{p.items[0]:,.0f}–{p.items[1]:,.0f}", roof=f"{fmt_us(p.roof_us[0])} – {fmt_us(p.roof_us[1])}",
-                            floor=fmt_us(p.floor_us), held_out=f"{v.held_out}", error=err,
+                            floor=f"{fmt_us(p.floor_us)} ({p.floor_rule})", held_out=f"{v.held_out}", error=err,
                             uncertainty=f"±{_pct(math.expm1(p.uncertainty), 1)}", notes="; ".join(notes), worst=v.worst or ""))
     return out
 
@@ -519,7 +519,7 @@ def _lat(s: LatencySummary) -> dict[str, float | None]:
 def _prov(p: Provenance) -> dict[str, Any]:
     v = p.validation
     return {"source": p.source, "backend": p.backend, "part": p.part.value, "cells": p.cells, "runs": list(p.runs),
-            "items": list(p.items), "roof_us": list(p.roof_us), "floor_us": p.floor_us, "uncertainty": p.uncertainty,
+            "items": list(p.items), "roof_us": list(p.roof_us), "floor_us": p.floor_us, "floor_rule": p.floor_rule.value, "uncertainty": p.uncertainty,
             "validation": {"held_out": v.held_out, "median_error": v.median_error, "p90_error": v.p90_error,
                            "worst_error": v.worst_error, "worst": v.worst},
             "fp8_factor": p.fp8_factor, "fp8_cells": p.fp8_cells, "notes": list(p.notes)}
@@ -739,7 +739,7 @@ def simulation_markdown(report: SimulationReport) -> str:
                                                         r["ttft"], r["tpot"], r["preemptions"]] for r in rates], cap), ""]
         parts += ["### Step shapes", "", md_table(head, shapes, cap), ""]
         parts += ["### What the prices rest on", "",
-                  md_table(["backend", "part", "cells", "runs", "work items", "roofline time", "launch floor", "held out",
+                  md_table(["backend", "part", "cells", "runs", "work items", "roofline time", "small-call floor", "held out",
                             "error median / p90 / worst", "±", "notes"],
                            [[r["backend"], r["part"], r["cells"], r["runs"], r["items"], r["roof"], r["floor"], r["held_out"],
                              r["error"], r["uncertainty"], r["notes"]] for r in prov], cap), ""]

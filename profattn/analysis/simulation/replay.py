@@ -6,7 +6,9 @@ In: a :class:`~profattn.workload.requests.RequestTrace`, a :class:`Deployment`, 
 the step (:class:`~profattn.analysis.simulation.stepcost.RestOfStep`, an estimate kept apart). Out:
 :func:`run_simulation`'s :class:`SimulationRun` — every step as a :class:`StepLog`, per-request latencies, sampled
 :class:`StepShape` records. Each step's time is Σ over layers of its attention calls (decode part on the decode backend,
-prefill part on the prefill backend: two calls, their times added) plus the rest of the step.
+prefill part on the prefill backend: two calls, their times added; one call over every row where the prefill backend
+runs a mixed step in one launch, :data:`~profattn.analysis.simulation.stepcost.ONE_LAUNCH_MIXED`, its time logged as
+the step's prefill attention) plus the rest of the step.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import numpy as np
 
 from profattn.analysis.simulation.prefix import PrefixStats
 from profattn.analysis.simulation.scheduler import KVCapacity, Scheduler, SchedulerConfig, StepPlan
-from profattn.analysis.simulation.stepcost import AttentionShape, CallPart, CallSums, RestOfStep, StepCostSource
+from profattn.analysis.simulation.stepcost import (
+    ONE_LAUNCH_MIXED, AttentionShape, CallPart, CallSums, RestOfStep, StepCostSource,
+)
 from profattn.errors import ProfattnError
 from profattn.workload import Workload, workload_spec
 from profattn.workload.models import ModelConfig
@@ -459,11 +463,14 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
     nd = plan.num_decode
     flags = 0
     attn_d = 0.0
+    one_launch = bool(nd and plan.chunks and pre in ONE_LAUNCH_MIXED)
+    dcall = None
     if nd:
-        e = source.attention_us(dec, CallPart.DECODE, CallSums(1, float(nd), float(nd), float(plan.decode_kv),
-                                                               float(plan.decode_kv), float(nd * -(-group // 128)), 1.0,
-                                                               float(plan.decode_max_kv), group,
-                                                               lambda j: _decode_lengths(sched, plan.index)))
+        dcall = CallSums(1, float(nd), float(nd), float(plan.decode_kv), float(plan.decode_kv),
+                         float(nd * -(-group // 128)), 1.0, float(plan.decode_max_kv), group,
+                         lambda j: _decode_lengths(sched, plan.index))
+    if nd and not one_launch:
+        e = source.attention_us(dec, CallPart.DECODE, dcall)
         attn_d = float(e.us[0]) * layers
         flags |= _first_flag(e.extrapolation)
     attn_p = 0.0
@@ -483,9 +490,12 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
         if kv == sched.prompt[r] + sched.generated[r]:
             sampled += 1
     if plan.chunks:
-        e = source.attention_us(pre, CallPart.PREFILL, CallSums(1, float(len(plan.chunks)), float(q_tok), float(kv_tok),
-                                                                pairs, float(tiles), float(top[0]), float(top[1]), group,
-                                                                lambda j: _chunk_lengths(plan)))
+        pcall = CallSums(1, float(len(plan.chunks)), float(q_tok), float(kv_tok), pairs, float(tiles), float(top[0]),
+                         float(top[1]), group, lambda j: _chunk_lengths(plan))
+        if one_launch:  # the decode rows and the chunks in one launch, all its time the prefill column's
+            e = source.attention_us(pre, CallPart.MIXED, pcall.joined(dcall))  # type: ignore[arg-type]
+        else:
+            e = source.attention_us(pre, CallPart.PREFILL, pcall)
         attn_p = float(e.us[0]) * layers
         flags |= _first_flag(e.extrapolation)
     tokens = nd + q_tok

@@ -34,7 +34,8 @@ from profattn.analysis.simulation.replay import (
     SLO, Deployment, SimulationError, SimulationRun, StepKind, StepLog, StepShape, run_simulation,
 )
 from profattn.analysis.simulation.stepcost import (
-    AttentionShape, CallPart, CallSums, Extrapolation, Provenance, RestOfStep, StepCostSource, causal_pairs_array,
+    ONE_LAUNCH_MIXED, AttentionShape, CallPart, CallSums, Extrapolation, Provenance, RestOfStep, StepCostSource,
+    causal_pairs_array,
 )
 from profattn.store.records import Measurement
 from profattn.workload.models import ModelConfig
@@ -113,12 +114,20 @@ def cross_cost(log: StepLog, deployments: Sequence[Deployment], sources: dict[st
         shape = shapes[d.kv_dtype]
         source = sources[d.kv_dtype]
         t = np.zeros(len(log))
-        m = log.num_decode > 0
-        if m.any():
-            t[m] += source.attention_us(d.pair.decode, CallPart.DECODE, log.decode_calls(shape.group)).us * model.num_layers
-        m = log.prefill_seqs > 0
-        if m.any():
-            t[m] += source.attention_us(d.pair.prefill, CallPart.PREFILL, log.prefill_calls(shape.group)).us * model.num_layers
+        has_d, has_p = log.num_decode > 0, log.prefill_seqs > 0
+        one = has_d & has_p if d.pair.prefill in ONE_LAUNCH_MIXED else np.zeros(len(log), dtype=bool)
+        if has_d.any():
+            dec = source.attention_us(d.pair.decode, CallPart.DECODE, log.decode_calls(shape.group)).us
+            t[has_d] += np.where(one[has_d], 0.0, dec) * model.num_layers
+        if has_p.any():
+            calls = log.prefill_calls(shape.group)
+            pre = source.attention_us(d.pair.prefill, CallPart.PREFILL, calls).us
+            if one.any():  # a mixed step on a one-launch backend: one call over its decode rows and chunks
+                sel = one[has_p]
+                both = calls.select(sel).joined(log.decode_calls(shape.group).select(one[has_d]))
+                pre = pre.copy()
+                pre[sel] = source.attention_us(d.pair.prefill, CallPart.MIXED, both).us
+            t[has_p] += pre * model.num_layers
         out[d.label] = t
     return out
 
@@ -368,6 +377,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
     for d in deployments:
         source = sources[d.kv_dtype]
         prov = (source.provenance(d.pair.decode, CallPart.DECODE), source.provenance(d.pair.prefill, CallPart.PREFILL))
+        if d.pair.prefill in ONE_LAUNCH_MIXED:  # its mixed steps are one launch: say what those rest on
+            prov += (source.provenance(d.pair.prefill, CallPart.MIXED),)
         cb = (lambda f, label=d.label: progress(label, f)) if progress else None
         run = run_simulation(trace, d, source, rest[d.kv_dtype], model, shapes[d.kv_dtype], slo=slo, progress=cb)
         found = None
@@ -406,12 +417,19 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
 
 def _step_prices(step: StepShape, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],
                  shapes: dict[str | None, AttentionShape]) -> dict[str, dict[str, float]]:
-    """One layer's priced attention (µs) of ``step``'s decode and prefill calls for every deployment."""
+    """One layer's priced attention (µs) of ``step``'s decode and prefill calls for every deployment (a mixed step
+    whose prefill backend runs it in one launch, :data:`ONE_LAUNCH_MIXED`: one ``step`` call over all its rows)."""
     out: dict[str, dict[str, float]] = {}
     for d in deployments:
         g = shapes[d.kv_dtype].group
         src = sources[d.kv_dtype]
         parts: dict[str, float] = {}
+        if step.decode_kv and step.chunks and d.pair.prefill in ONE_LAUNCH_MIXED:  # one launch: the whole step
+            rows = [(1, kv) for kv in step.decode_kv] + list(step.chunks)
+            parts["step"] = float(src.attention_us(d.pair.prefill, CallPart.MIXED,
+                                                   CallSums.of([q for q, _ in rows], [k for _, k in rows], g)).us[0])
+            out[d.label] = parts
+            continue
         if step.decode_kv:
             parts["decode"] = float(src.attention_us(d.pair.decode, CallPart.DECODE,
                                                      CallSums.of([1] * len(step.decode_kv), step.decode_kv, g)).us[0])

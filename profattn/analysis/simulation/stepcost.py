@@ -12,8 +12,9 @@ FLOPs, work items, and the roofline time at the run's measured ceilings.
 *interpolation, not a fitted model*. Each backend's cells of a part become points (work items, roofline time →
 measured latency); points with equal work items form a level; between levels the log latency is interpolated
 linearly in log work items, along a level linearly in log roofline time; beyond a level's largest cell the latency
-grows in proportion to the work (the largest cell's efficiency held), below its smallest it falls in proportion but
-never under the backend's launch floor (its fastest measured call); a call is never faster than its longest
+grows in proportion to the work (the largest cell's efficiency held), below its smallest it falls along the line to
+the backend's small-call floor at zero work (the intercept of its two smallest-work cells of that phase, never under
+its fastest measured call in any phase nor over its fastest of the phase: :func:`small_call_floor`); a call is never faster than its longest
 sequence alone. Every estimate says where it extrapolates (:class:`Extrapolation`) and carries an uncertainty: the
 cells' own p10–p90 spread combined with the interpolation's error on each cell left out (:class:`Validation`).
 
@@ -42,14 +43,18 @@ from profattn.workload.models import Gemm, ModelConfig
 
 __all__ = [
     "ROWS_PER_TILE", "AttentionEstimate", "AttentionShape", "CallPart", "CallSums", "CellPoint", "Extrapolation",
-    "MeasuredCells", "Provenance", "RestOfStep", "StepCostError", "StepCostSource", "Validation", "call_physics",
-    "causal_pairs_array", "median_ceilings",
+    "FloorRule", "MeasuredCells", "ONE_LAUNCH_MIXED", "Provenance", "RestOfStep", "StepCostError", "StepCostSource", "Validation",
+    "call_physics", "causal_pairs_array", "median_ceilings", "small_call_floor",
 ]
 
 #: Single calls remembered per source (a prompt's first chunk recurs with every request of its length).
 _MEMO_CALLS = 1 << 17
 #: Calls priced one by one in plain floats (fewer numpy calls than a vector's fixed cost); more go as arrays.
 _SCALAR_CALLS = 3
+#: Prefill backends that take a mixed step's decode rows and prefill chunks in one launch (our Triton paged prefill
+#: kernel: one varlen grid over every sequence, a decode row a sequence of one query). A mixed step on them is one
+#: :attr:`CallPart.MIXED` call; on any other pairing it is two calls, the decode and the prefill part, times added.
+ONE_LAUNCH_MIXED: frozenset[str] = frozenset({"triton-paged-prefill"})
 #: Query rows per work item of a prefill call: a 128-row query tile of one KV head's group (our prefill kernel's
 #: tile; FlashAttention and FlashInfer use 64–128). A decode sequence (≤ 128 query heads per KV head) is one item.
 ROWS_PER_TILE = 128
@@ -65,6 +70,9 @@ class CallPart(str, enum.Enum):
 
     DECODE = "decode"
     PREFILL = "prefill"
+    #: a mixed step's decode rows and prefill chunks in one launch (:data:`ONE_LAUNCH_MIXED`), priced from the
+    #: backend's prefill and mixed cells together
+    MIXED = "mixed"
 
     def __str__(self) -> str:
         return self.value
@@ -76,13 +84,63 @@ class Extrapolation(enum.IntFlag):
     NONE = 0
     #: more work than the backend's largest cell at that parallelism (time ∝ work at that cell's efficiency)
     ABOVE = 1
-    #: less work than its smallest cell (time ∝ work, never under the launch floor)
+    #: less work than its smallest cell at that parallelism (on the line from the backend's small-call floor at zero
+    #: work to that cell: :func:`small_call_floor`)
     BELOW = 2
     #: more or fewer work items (sequences × KV heads, query tiles) than any cell of the backend
     PARALLELISM = 4
     #: priced from cells of another KV dtype (an FP8 cache: the bf16 interpolation × the backend's measured FP8
     #: factor for decode; its prefill as the bf16 call)
     KV_DTYPE = 8
+
+
+class FloorRule(str, enum.Enum):
+    """Where a backend's small-call floor (its price at zero work, :func:`small_call_floor`) came from."""
+
+    #: the zero-work intercept of the line through its two smallest-work cells of the part
+    SMALL_CELLS = "small cells"
+    #: that intercept lay under the backend's fastest measured call in any phase: held there
+    LAUNCH = "launch floor"
+    #: no two small cells to draw the line through (or it did not fall): its fastest cell of the part
+    FASTEST = "fastest cell"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Knots added below each level's smallest cell (one per halving of the roofline time: down to 2^-24 of it)
+_BELOW_KNOTS = 24
+_BELOW_STEP = math.log(2.0)
+
+
+def small_call_floor(smallest: Sequence[tuple[float, ...]], fastest_us: float,
+                     launch_us: float | None = None) -> tuple[float, FloorRule]:
+    """The time of a call with no work on one backend's part, ``(µs, rule)``, from its measured small cells.
+
+    ``smallest``: per work-item level, ``(roof_us, latency_us)`` of its smallest cell, followed by its second's
+    where it has one (latencies made non-decreasing along the level); ``fastest_us``: the part's fastest cell;
+    ``launch_us``: the backend's fastest measured call in any phase (None: none known). The level whose smallest
+    cell has the least roofline time gives the line ``t = t0 + s · roof`` through its two smallest cells (a fixed
+    launch-and-tail cost plus time in proportion to work); ``t0`` is the floor, held at most at ``fastest_us`` (no
+    call is priced above the fastest measured one for want of work) and at least at ``launch_us`` (rule
+    :attr:`FloorRule.LAUNCH`). Without a second cell at that level, or with a line that does not rise or meets
+    zero work at ≤ 0 µs, the floor is ``fastest_us`` (:attr:`FloorRule.FASTEST`, today's price kept).
+
+    Below a level's smallest cell ``(r1, t1)`` a call of roofline time ``r`` is priced ``t0 + (t1 − t0) · r / r1``
+    (:class:`_Surface`), flagged :attr:`Extrapolation.BELOW`. Raises nothing; ``smallest`` must not be empty.
+    """
+    first = min(smallest, key=lambda c: c[0])
+    if len(first) < 4 or first[2] <= first[0] or first[3] <= first[1]:
+        return fastest_us, FloorRule.FASTEST
+    r1, t1, r2, t2 = first[:4]
+    t0 = t1 - (t2 - t1) / (r2 - r1) * r1
+    if t0 <= 0.0:
+        return fastest_us, FloorRule.FASTEST
+    if t0 >= fastest_us:
+        return fastest_us, FloorRule.FASTEST
+    if launch_us is not None and t0 < launch_us:
+        return min(launch_us, fastest_us), FloorRule.LAUNCH
+    return t0, FloorRule.SMALL_CELLS
 
 
 @dataclass(frozen=True)
@@ -207,6 +265,20 @@ class CallSums:
         pick = lambda v: v[mask] if isinstance(v, np.ndarray) else v  # noqa: E731
         return CallSums(int(np.count_nonzero(mask)), *(pick(getattr(self, f)) for f in _SUM_FIELDS), self.group)
 
+    def joined(self, other: "CallSums") -> "CallSums":
+        """One call per step over this call's sequences and ``other``'s (equal ``k`` and group): the sums added,
+        the longest the one with more pairs (``sequences`` and ``run`` dropped).
+
+        Raises:
+            ValueError: different ``k`` or group.
+        """
+        if other.k != self.k or other.group != self.group:
+            raise ValueError("CallSums.joined needs calls of equal k and group")
+        mine = causal_pairs_array(self.top_q, self.top_kv) >= causal_pairs_array(other.top_q, other.top_kv)
+        pick = lambda a, b: np.where(mine, a, b) if isinstance(mine, np.ndarray) else (a if mine else b)  # noqa: E731
+        return CallSums(self.k, *(getattr(self, f) + getattr(other, f) for f in _SUM_FIELDS[:5]),
+                        pick(self.top_q, other.top_q), pick(self.top_kv, other.top_kv), self.group)
+
     def longest(self) -> "CallSums":
         """Each call's longest sequence alone, as calls of one sequence."""
         return CallSums(self.k, 1.0, self.top_q, self.top_kv, causal_pairs_array(self.top_q, self.top_kv),
@@ -271,7 +343,8 @@ class Validation:
 @dataclass(frozen=True)
 class Provenance:
     """What a source priced a backend's part from: ``source`` (its name), ``cells`` and ``runs`` used, their work
-    items and roofline-time ranges (``items``, ``roof_us``: (min, max)), the launch floor (µs), the relative
+    items and roofline-time ranges (``items``, ``roof_us``: (min, max)), the small-call floor (µs; ``floor_rule``: where
+    it came from, :func:`small_call_floor`), the relative
     uncertainty of an estimate (``uncertainty``: the e-fold half-width of ``lo``–``hi``), its :class:`Validation`,
     the KV dtype of the cells and, for an FP8 cache priced from bf16 cells, the FP8 factor and the cells behind it."""
 
@@ -289,6 +362,7 @@ class Provenance:
     fp8_factor: float | None = None
     fp8_cells: int = 0
     notes: tuple[str, ...] = ()
+    floor_rule: FloorRule = FloorRule.FASTEST
 
 
 class StepCostSource(Protocol):
@@ -348,26 +422,44 @@ class _Surface:
     between levels it is blended linearly in log items (a piecewise-linear curve again, on the union of both
     levels' knots); past the first and last level it is the nearest level's. Along a level the latency is made
     non-decreasing in work (a cell that did more work faster than a smaller one is raised to it: more work never
-    takes less time), so it is monotone in work at any item count; the launch floor (the fastest cell) bounds it.
+    takes less time), so it is monotone in work at any item count. Below a level's smallest cell the latency follows
+    the line from the small-call floor at zero work to that cell (:func:`small_call_floor`; the launch floor: the
+    fastest of these points and ``other_us``, the backend's fastest call in its other phases), and the floor bounds it.
 
     Two evaluators read the same curves: :meth:`scalar` (one call, plain floats) and :meth:`log_time` /
     :meth:`sorted_run` (many calls, numpy); tests hold them equal."""
 
-    def __init__(self, points: Sequence[CellPoint]) -> None:
+    def __init__(self, points: Sequence[CellPoint], other_us: float | None = None) -> None:
         pooled: dict[tuple[float, float], list[CellPoint]] = {}
         for p in points:
             pooled.setdefault((p.items, round(math.log(p.roof_us), 6)), []).append(p)
         self.points = [(k[0], math.log(ps[0].roof_us), math.log(statistics.median(q.latency_us for q in ps)),
                         statistics.median(q.spread for q in ps), ps) for k, ps in sorted(pooled.items())]
-        self.floor_log = min(lt for _, _, lt, _, _ in self.points)
+        self.fastest_log = min(lt for _, _, lt, _, _ in self.points)
         self.levels = sorted({it for it, *_ in self.points})
         self.level_logs = [math.log(it) for it in self.levels]
-        self.knots: list[tuple[np.ndarray, np.ndarray]] = []
+        measured: list[tuple[np.ndarray, np.ndarray]] = []
         for it in self.levels:
             pts = sorted((lr, lt) for i, lr, lt, _, _ in self.points if i == it)
             xr = np.array([p[0] for p in pts])
             lt = np.maximum.accumulate(np.array([p[1] for p in pts]))
-            self.knots.append((xr, lt - xr))
+            measured.append((xr, lt))
+        self.floor_us, self.floor_from = small_call_floor(
+            [(math.exp(xr[0]), math.exp(lt[0])) + ((math.exp(xr[1]), math.exp(lt[1])) if len(xr) > 1 else ())
+             for xr, lt in measured], math.exp(self.fastest_log),
+            min(math.exp(self.fastest_log), other_us) if other_us is not None else math.exp(self.fastest_log))
+        self.floor_log = math.log(self.floor_us)
+        #: per level: knots (log roof, inverse efficiency), below the measured ones the line from the floor at zero
+        #: work to the level's smallest cell (:func:`small_call_floor`), and the measured log-roof range
+        self.knots: list[tuple[np.ndarray, np.ndarray]] = []
+        self.measured_range: list[tuple[float, float]] = []
+        for xr, lt in measured:
+            r1, t1 = math.exp(xr[0]), math.exp(lt[0])
+            xs = xr[0] - _BELOW_STEP * np.arange(_BELOW_KNOTS, 0, -1)
+            rs = np.exp(xs)
+            ext = np.log(self.floor_us + (t1 - self.floor_us) * rs / r1) - xs
+            self.knots.append((np.concatenate([xs, xr]), np.concatenate([ext, lt - xr])))
+            self.measured_range.append((float(xr[0]), float(xr[-1])))
         self._curves: dict[float, _Curve] = {}
 
     def curve(self, items: float) -> _Curve:
@@ -394,7 +486,8 @@ class _Surface:
             e = (1.0 - w) * np.interp(x, xa, ea) + w * np.interp(x, xb, eb)
         else:
             x, e = xa, ea
-        got = _Curve(x, e, x.tolist(), e.tolist(), par, float(min(xa[0], xb[0])), float(max(xa[-1], xb[-1])))
+        (loa, hia), (lob, hib) = self.measured_range[a], self.measured_range[b]
+        got = _Curve(x, e, x.tolist(), e.tolist(), par, min(loa, lob), max(hia, hib))
         self._curves[items] = got
         return got
 
@@ -456,15 +549,15 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return ys[j - 1] + (ys[j] - ys[j - 1]) * (x - x0) / (x1 - x0)
 
 
-def _validation(points: Sequence[CellPoint]) -> Validation:
+def _validation(points: Sequence[CellPoint], other_us: float | None = None) -> Validation:
     """Leave each pooled point of ``points`` out, predict it from the rest (:class:`_Surface`)."""
-    surf = _Surface(points)
+    surf = _Surface(points, other_us)
     errs: list[tuple[float, str]] = []
     if len(surf.points) < 3:
         return Validation(0, None, None, None, None)
     for items, lr, lt, _, ps in surf.points:
         rest = [p for p in points if p not in ps]
-        pred, _ = _Surface(rest).scalar(items, math.exp(lr))
+        pred, _ = _Surface(rest, other_us).scalar(items, math.exp(lr))
         errs.append((abs(math.exp(pred - lt) - 1.0), ps[0].tag))
     vals = sorted(e for e, _ in errs)
     worst = max(errs)
@@ -494,6 +587,8 @@ def _part_of(w: Workload) -> CallPart | None:
         return CallPart.DECODE
     if w.phase is Phase.PREFILL:
         return CallPart.PREFILL
+    if w.phase is Phase.MIXED:
+        return CallPart.MIXED
     return None
 
 
@@ -545,7 +640,16 @@ class MeasuredCells:
         fp8 = int(Extrapolation.KV_DTYPE) if shape.kv_dtype else 0
         prefill_shape = AttentionShape(shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.dtype, None)
         self._coef = {CallPart.DECODE: (*_coefficients(shape, ceilings), shape.num_kv_heads, fp8),
-                      CallPart.PREFILL: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8)}
+                      CallPart.PREFILL: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8),
+                      CallPart.MIXED: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8)}
+
+    def other_phases_us(self, backend: str, part: CallPart) -> float | None:
+        """The fastest usable cell of ``backend`` in a phase other than ``part`` at the compute dtype's cache (µs;
+        None: none). With its fastest cell of ``part`` it is the measured launch floor no small call is priced under
+        (:func:`small_call_floor`)."""
+        lats = [p.latency_us for (b, q, k), pts in self.points.items() if b == backend and q is not part and k is None
+                for p in pts]
+        return min(lats) if lats else None
 
     def backends(self, part: CallPart, kv_dtype: str | None = None) -> tuple[str, ...]:
         """Backends with usable cells of ``part`` (in ``kv_dtype``: None is the compute dtype)."""
@@ -555,16 +659,17 @@ class MeasuredCells:
         key = (backend, part)
         if key in self._surfaces:
             return self._surfaces[key]
-        pts = self.points.get((backend, part, None))
+        pts = self._part_points(backend, part)
         if not pts:
             have = sorted({p.value for b, p, k in self.points if b == backend and k is None})
             hint = (" (measured only in " + ", ".join(have) + ")") if have else " (no usable cell at all)"
             pair = "; pair it with a prefill backend: --backend DECODE+PREFILL" if part is CallPart.PREFILL else ""
             raise StepCostError(f"backend {backend} was never measured in phase {part} at dtype {self.shape.dtype} "
                                 f"in this store{hint}{pair}")
-        surf = _Surface(pts)
+        other = self.other_phases_us(backend, part)
+        surf = _Surface(pts, other)
         noise = statistics.median(p.spread for p in pts)
-        val = _validation(pts)
+        val = _validation(pts, other)
         unc = math.hypot(noise, math.log1p(val.median_error) if val.median_error is not None else 0.0)
         factor, n8 = None, 0
         if self.shape.kv_dtype is not None and part is CallPart.DECODE:
@@ -576,6 +681,13 @@ class MeasuredCells:
             n8 = len(fp8)
         self._surfaces[key] = (surf, unc, factor, n8, val)
         return self._surfaces[key]
+
+    def _part_points(self, backend: str, part: CallPart) -> list[CellPoint]:
+        """The points a part is interpolated through: a one-launch mixed call's are the backend's prefill cells and
+        its mixed cells (the same kernel over the same coordinates), every other part's its own cells."""
+        if part is CallPart.MIXED:
+            return self.points.get((backend, CallPart.PREFILL, None), []) + self.points.get((backend, part, None), [])
+        return self.points.get((backend, part, None), [])
 
     def attention_us(self, backend: str, part: CallPart, calls: CallSums) -> AttentionEstimate:
         """One layer's attention of each call of ``calls`` on ``backend`` (:class:`StepCostSource`): the larger of
@@ -654,8 +766,11 @@ class MeasuredCells:
             StepCostError: as :meth:`attention_us`.
         """
         surf, unc, factor, n8, val = self._surface(backend, part)
-        pts = self.points[(backend, part, None)]
+        pts = self._part_points(backend, part)
         notes = []
+        if part is CallPart.MIXED:
+            n_mixed = len(self.points.get((backend, part, None), []))
+            notes.append(f"mixed steps in one launch: {len(pts) - n_mixed} prefill and {n_mixed} mixed cells")
         groups = self.groups.get((backend, part), set())
         if self.shape.group not in groups:
             notes.append(f"GQA group {self.shape.group} not among its cells' ({', '.join(map(str, sorted(groups)))})")
@@ -663,8 +778,8 @@ class MeasuredCells:
             notes.append(f"prefill over a {self.shape.kv_dtype} cache priced as its bf16 call (no FP8 prefill cell)")
         return Provenance(self.name, backend, part, len(pts), tuple(sorted({p.run_id for p in pts})),
                           (min(p.items for p in pts), max(p.items for p in pts)),
-                          (min(p.roof_us for p in pts), max(p.roof_us for p in pts)), math.exp(surf.floor_log), unc,
-                          val, None, factor, n8, tuple(notes))
+                          (min(p.roof_us for p in pts), max(p.roof_us for p in pts)), surf.floor_us, unc,
+                          val, None, factor, n8, tuple(notes), surf.floor_from)
 
 
 def _floats(v: Sums, k: int) -> list[float]:

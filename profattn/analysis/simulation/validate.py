@@ -163,7 +163,7 @@ def check_prices(simulation: Mapping[str, Any], cells: Sequence[Any]) -> PriceCh
                 continue
             seen.add(key)
             parts.append(PartCheck(index, kind, part, backend, tags[part], us, m, n, traced, status,
-                                   bands.get((backend, part))))
+                                   bands.get((backend, "mixed" if part == "step" else part))))
         one = None
         if "step" in tags:
             ok = [c for c in by_tag.get(tags["step"], []) if str(c.status) == "ok" and c.latency_samples_us]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from factories import cell, run
 from profattn.analysis.simulation.stepcost import (
-    AttentionShape, CallPart, CallSums, Extrapolation, MeasuredCells, RestOfStep, StepCostError, call_physics,
-    median_ceilings,
+    AttentionShape, CallPart, CallSums, Extrapolation, FloorRule, MeasuredCells, ONE_LAUNCH_MIXED, RestOfStep, StepCostError,
+    call_physics, median_ceilings, small_call_floor,
 )
 from profattn.results import Ceilings
 from profattn.store import measurements
@@ -74,14 +74,69 @@ def test_beyond_below_and_outside_the_cells():
     src = source()
     us, flags = one(src, [8000])  # more work than the largest b=1 cell: its efficiency held
     assert us == pytest.approx(20 * roof(1, 8000) / roof(1, 4000)) and flags == Extrapolation.ABOVE
-    us, flags = one(src, [100])  # less work than the smallest: in proportion, but never under the launch floor
+    # less work than the smallest: on the line to the floor at zero work; the line through the b=1 cells meets zero
+    # work at 10 − (10 / (r2 − r1)) · r1 = 6.65 µs, under X's fastest call (10 µs, no other phase): held at 10
+    us, flags = one(src, [100])
     assert us == pytest.approx(10.0) and flags == Extrapolation.BELOW
     assert one(src, [1000] * 8)[1] & Extrapolation.PARALLELISM  # 8 sequences: more work items than any cell
-    # b=2 lies halfway (in log items) between the levels; at kv 1000 it is below the b=4 level's first cell
+    # b=2 lies halfway (in log items) between the levels; at kv 1000 it is below the b=4 level's first cell, at half
+    # its roofline time: on the line from the 10 µs floor to 16 µs there, 13 µs
     e1 = math.log(10 / roof(1, 1000)) + (math.log(roof(2, 1000)) - math.log(roof(1, 1000))) / (
         math.log(roof(1, 4000)) - math.log(roof(1, 1000))) * (math.log(20 / roof(1, 4000)) - math.log(10 / roof(1, 1000)))
-    e4 = math.log(16 / roof(4, 1000))
+    assert roof(2, 1000) == pytest.approx(roof(4, 1000) / 2)
+    e4 = math.log(13 / roof(2, 1000))
     assert one(src, [1000, 1000]) == (pytest.approx(roof(2, 1000) * math.exp(0.5 * e1 + 0.5 * e4)), 0)
+
+
+def test_the_small_call_floor_by_hand():
+    # the line through (1 µs, 10 µs) and (3 µs, 14 µs): slope 2, 8 µs at zero work
+    assert small_call_floor([(1.0, 10.0, 3.0, 14.0), (0.5, 30.0)], 10.0) == (10.0, FloorRule.FASTEST)  # least roof: one cell
+    assert small_call_floor([(1.0, 10.0, 3.0, 14.0), (2.0, 30.0)], 10.0, 10.0) == (10.0, FloorRule.LAUNCH)
+    assert small_call_floor([(1.0, 10.0, 3.0, 14.0)], 10.0, 5.0) == (pytest.approx(8.0), FloorRule.SMALL_CELLS)
+    assert small_call_floor([(1.0, 10.0, 3.0, 14.0)], 10.0, 9.0) == (9.0, FloorRule.LAUNCH)
+    assert small_call_floor([(1.0, 10.0, 3.0, 40.0)], 10.0, 1.0) == (10.0, FloorRule.FASTEST)  # meets zero work below 0
+
+
+def test_a_small_prefill_is_priced_from_its_backends_small_cells_not_its_fastest_call():
+    # backend P: two prefill cells of 128 new tokens (4 query tiles) over kv 1000 and 4000, 30 and 45 µs, and one
+    # decode cell of 5 µs (its launch floor). The line through the prefill cells meets zero work at
+    # 30 − 15 / (r2 − r1) · r1 = 22.44 µs; a chunk at half the smaller cell's roofline time is on the line from it
+    # to that cell: (22.44 + 30) / 2. Before: 30 µs (the prefill part's fastest cell).
+    def pre(kv: int) -> Workload:
+        return Workload(phase="prefill", batch=1, q_len=128, kv_len=kv, num_q_heads=4, num_kv_heads=1, head_dim=128,
+                        kv_layout="paged", page_size=16)
+    r = lambda kv: (512 * kv + 2048 * 128) / 1e6  # noqa: E731
+    cells = [cell(pre(1000), "P", 30.0), cell(pre(4000), "P", 45.0), cell(decode(1, 100), "P", 5.0)]
+    src = MeasuredCells(measurements(run(cells)), SHAPE, CEIL)
+    t0 = 30 - 15 / (r(4000) - r(1000)) * r(1000)
+    assert t0 == pytest.approx(22.44, abs=0.01) and r(244) == pytest.approx(r(1000) / 2)
+    e = src.attention_us("P", CallPart.PREFILL, CallSums.of([128], [244], SHAPE.group))
+    assert float(e.us[0]) == pytest.approx((t0 + 30) / 2) and int(e.flags()[0]) == Extrapolation.BELOW
+    p = src.provenance("P", CallPart.PREFILL)
+    assert p.floor_us == pytest.approx(t0) and p.floor_rule is FloorRule.SMALL_CELLS
+
+
+def test_a_one_launch_mixed_step_is_one_call_through_prefill_and_mixed_cells():
+    # triton-paged-prefill: prefill cells (128 new tokens over kv 1000 / 4000: 30, 45 µs) and one mixed cell, a
+    # decode row over 1000 plus that 128-token chunk over 1000, 33 µs. The step joined is the mixed cell's own
+    # coordinates: 4 + 1 work items, roof (512 · 2000 + 2048 · 129) / 1e6 µs, so it is priced at 33 µs; the prefill
+    # part alone ignores the mixed cell (at 30 µs its own cell).
+    def pre(kv: int) -> Workload:
+        return Workload(phase="prefill", batch=1, q_len=128, kv_len=kv, num_q_heads=4, num_kv_heads=1, head_dim=128,
+                        kv_layout="paged", page_size=16)
+    mixed = Workload.varlen(None, [(1, 1000), (128, 1000)], num_q_heads=4, num_kv_heads=1, head_dim=128,
+                            kv_layout="paged", page_size=16)
+    b = "triton-paged-prefill"
+    assert b in ONE_LAUNCH_MIXED and mixed.phase.value == "mixed"
+    src = MeasuredCells(measurements(run([cell(pre(1000), b, 30.0), cell(pre(4000), b, 45.0), cell(mixed, b, 33.0)])),
+                        SHAPE, CEIL)
+    both = CallSums.of([128], [1000], SHAPE.group).joined(CallSums.of([1], [1000], SHAPE.group))
+    assert (both.num_seqs, both.q_tokens, both.kv_tokens, both.pairs, both.tiles, both.top_q, both.top_kv) == (
+        2.0, 129.0, 2000.0, 128 * 1000 - 128 * 127 / 2 + 1000, 5.0, 128.0, 1000.0)
+    assert float(src.attention_us(b, CallPart.MIXED, both).us[0]) == pytest.approx(33.0)
+    assert float(src.attention_us(b, CallPart.PREFILL, CallSums.of([128], [1000], SHAPE.group)).us[0]) == pytest.approx(30.0)
+    p = src.provenance(b, CallPart.MIXED)
+    assert p.cells == 3 and p.notes[0] == "mixed steps in one launch: 2 prefill and 1 mixed cells"
 
 
 def test_a_call_is_never_faster_than_its_longest_sequence_alone():

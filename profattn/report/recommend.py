@@ -152,6 +152,13 @@ def recommend_text(rec: Recommendation) -> str:
                f"times at {', '.join(c.decided_on) or 'no shared measured shape: the least bound'}") \
             if c.near_tie_with else "the least pessimistic bound"
         lines.append(f"predicted: {c.backend}, {fmt_us(e.us)} ({_estimate_text(e)}), {why}" + _needs(rec, c.backend))
+    elif rec.choice is not None and rec.choice.contested:
+        c = rec.choice
+        best = c.estimate_of(c.best_bounded) if c.best_bounded else None
+        bound = f", bound {fmt_us(best.estimate.bound_us)}" if best is not None and best.estimate.bound_us else ""
+        lines.append(f"unknown: the best bounded candidate is {c.best_bounded}{bound}, but {', '.join(c.contested_by)} "
+                     f"— predicted below that bound by a model not checked here — may be faster: nothing is picked "
+                     f"until {'it is' if len(c.contested_by) == 1 else 'they are'} measured")
     elif rec.choice is not None:
         lines.append("unknown: no backend is measured in this workload's regime with a model checked on its own "
                      "cells — nothing is picked (measure it)")
@@ -160,6 +167,10 @@ def recommend_text(rec: Recommendation) -> str:
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
         lines.append(f"  measure it: {_measure_line(w)}")
     drop, fast = rec.best_drop_in, rec.fastest
+    if drop is None and rec.drop_in_contested_by:
+        lines += ["", f"use (drop-in for {INTERFACE_TEXT[rec.interface]}): no pick yet — "
+                      f"{', '.join(rec.drop_in_contested_by)} may beat the best bounded drop-in (a model not checked "
+                      f"here predicts it below that bound): measure it"]
     if drop is not None:
         tie = rec.drop_in_pick.near_tie_with if rec.drop_in_pick else ()
         tie_text = (f" — a near tie with {', '.join(tie)}, decided by the measured times at "
@@ -245,7 +256,9 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
     ``ratio`` = latency / best latency, ``sigma`` a relative standard deviation; ``options`` drop-ins first, each
     prediction with its model's ``loo_error`` and ``bound_us``; ``unmeasured_here``: the backends to measure).
     Version 3 (issue 34): ``best`` and ``best_drop_in`` are measured or bounded picks (``best`` null when nothing
-    measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``."""
+    measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``; later
+    additions: ``contested_by`` / ``best_bounded`` (no pick: an unbounded candidate is estimated below the best
+    bounded one's bound) and ``drop_in_contested_by`` (the same for the drop-in pick)."""
     e = rec.evidence
     c = rec.choice
     return {
@@ -255,6 +268,9 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "fastest": rec.fastest.backend if rec.fastest else None, "extrapolated": rec.extrapolated,
         "near_tie_with": list(rec.tied),
         "drop_in_near_tie_with": list(rec.drop_in_pick.near_tie_with) if rec.drop_in_pick else [],
+        "contested_by": list(c.contested_by) if c is not None else [],
+        "best_bounded": c.best_bounded if c is not None else None,
+        "drop_in_contested_by": list(rec.drop_in_contested_by),
         "unmeasured_here": [{"backend": b, "measure": _measure_line(rec.workload, b)} for b in rec.unmeasured],
         "options": [_option_json(o) for o in rec.options],
         "ranked": [{"backend": r.backend, "latency_us": r.time.median_us, "p10_us": r.time.p10_us, "p90_us": r.time.p90_us,

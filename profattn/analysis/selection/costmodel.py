@@ -307,24 +307,17 @@ class BackendModel:
         """The terms' prediction (µs), without the local correction."""
         return _predict_us(self.coef, x)
 
-    @cached_property
-    def _anchor_arrays(self) -> tuple[Any, Any]:
-        import numpy as np
-
-        return (np.array([a for a, _ in self.anchors], dtype=float).reshape(len(self.anchors), -1),
-                np.array([r for _, r in self.anchors], dtype=float))
-
     def correction(self, shape: Shape) -> float:
         """The local correction's log factor at ``shape`` (0 without anchors): the anchors' residuals weighted by
         a Gaussian of their distance (:data:`BANDWIDTH_OCTAVES`), shrunk toward 0 by :data:`SHRINK`."""
-        if not self.anchors:
-            return 0.0
-        import numpy as np
-
-        at, resid = self._anchor_arrays
-        w = np.exp(-((at - np.asarray(shape.coords)) ** 2).sum(axis=1) / (2 * BANDWIDTH_OCTAVES ** 2))
-        den = float(w.sum())
-        return float(w @ resid) / (den + SHRINK) if den else 0.0
+        c = shape.coords
+        num = den = 0.0
+        scale = 2 * BANDWIDTH_OCTAVES ** 2
+        for a, r in self.anchors:
+            w = math.exp(-math.dist(a, c) ** 2 / scale)
+            num += w * r
+            den += w
+        return num / (den + SHRINK) if den else 0.0
 
     def predict(self, x: Sequence[float], shape: Shape, floor_us: float = 0.0) -> Estimate:
         """The :class:`Estimate` for terms ``x`` (:func:`features`) of a workload of ``shape``, never below

@@ -261,7 +261,9 @@ class Choice:
     then the unbounded ones), the ``regime`` of the workload as read in its own layout, its ``default`` backend (the
     regime's most frequent measured winner, for reference), the candidates left out as ``dominated`` or ``refused``,
     the backends the policy knows with no model in this regime (``unmodelled``: to measure), and the near tie of the
-    pick (:class:`Pick`)."""
+    pick (:class:`Pick`). ``contested_by``: the unbounded candidates whose estimate lies below the best bounded
+    candidate's bound (``best_bounded``); with any, there is no pick (``backend`` None): the best bounded time is not
+    shown to be the best, and a guess is never the answer."""
 
     backend: str | None
     estimate: Estimate | None
@@ -273,6 +275,14 @@ class Choice:
     unmodelled: tuple[str, ...] = ()
     near_tie_with: tuple[str, ...] = ()
     decided_on: tuple[str, ...] = ()
+    contested_by: tuple[str, ...] = ()
+    best_bounded: str | None = None
+
+    @property
+    def contested(self) -> bool:
+        """No pick because an unbounded candidate may beat the best bounded one (:attr:`contested_by`, each estimated
+        below :attr:`best_bounded`'s bound by a model too little checked to trust): measuring it answers."""
+        return bool(self.contested_by)
 
     @property
     def modelled(self) -> bool:
@@ -372,6 +382,10 @@ class Policy:
         if p is None:
             return Choice(None, None, tuple(cands), reg, default, tuple(dominated), tuple(refused), tuple(unmodelled))
         chosen = next(c for c in pickable if c.backend == p.backend)
+        rivals = contesting(cands, chosen.estimate.bound_us or chosen.estimate.us)
+        if rivals:
+            return Choice(None, None, tuple(cands), reg, default, tuple(dominated), tuple(refused), tuple(unmodelled),
+                          contested_by=rivals, best_bounded=p.backend)
         return Choice(p.backend, chosen.estimate, tuple(cands), reg, default, tuple(dominated), tuple(refused),
                       tuple(unmodelled), p.near_tie_with, p.decided_on)
 
@@ -404,6 +418,17 @@ class Policy:
 
         win = min(sorted(names), key=score)
         return Pick(win, tuple(sorted(names - {win})), tuple(m.tag for m in near))
+
+
+def contesting(candidates: Iterable[Predicted], bound_us: float, extra_us: Mapping[str, float] | None = None
+               ) -> tuple[str, ...]:
+    """The ``candidates`` that contest a pick whose pessimistic time is ``bound_us`` (µs): unbounded
+    (:attr:`Predicted.unmeasured`), not dominated, and estimated below it — plus ``extra_us[backend]`` (µs: the
+    per-call cost of the changes it needs, when the pick compares whole calls). A model too little checked to be a
+    pick cannot rule out that such a candidate is faster, so the pick is not an answer until it is measured."""
+    extra = extra_us or {}
+    return tuple(c.backend for c in candidates
+                 if c.unmeasured is not None and not c.dominated and c.estimate.us + extra.get(c.backend, 0.0) < bound_us)
 
 
 def unbounded_reason(e: Estimate, workloads: int) -> str | None:
@@ -860,7 +885,7 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
 
 
 __all__ = ["BASELINES", "HIT_FRACTION", "MAX_LOO_ERROR", "MAX_OUTSIDE_OCTAVES", "NEAREST_SHAPES", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice", "Contender", "MeasuredShape", "Pick", "drop_ins", "shape_kind",
-           "unbounded_reason",
+           "contesting", "unbounded_reason",
            "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
            "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "store_ceilings", "validate",
            "validation_dict",

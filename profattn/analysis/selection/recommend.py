@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from profattn.analysis.common.margins import JudgedTime, judged_margin
 from profattn.analysis.selection.policy import (
-    Choice, Contender, Pick, Policy, Predicted, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
+    Choice, Contender, Pick, Policy, Predicted, contesting, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
 )
 from profattn.errors import ProfattnError
 from profattn.interfaces import Adoption, Change, Interface, adoption_of, caller_interface, changes
@@ -185,7 +185,8 @@ class Recommendation:
     first; empty unless measured); ``tied``: the backends in a near tie with the winner; ``excluded`` cells; the
     winner's ``evidence``; ``options`` — every backend as the caller could adopt it, drop-ins first, each group by
     :attr:`Option.total_us`; ``choice`` (status predicted) with the ``policy`` it came from; the ``runs`` behind the
-    ranked cells."""
+    ranked cells; the ``drop_in_pick`` and, when an unbounded drop-in contests it (then no pick),
+    ``drop_in_contested_by``."""
 
     workload: Workload
     gpu: str
@@ -200,6 +201,7 @@ class Recommendation:
     policy: Policy | None = None
     runs: tuple[StoredRun, ...] = ()
     drop_in_pick: Pick | None = None
+    drop_in_contested_by: tuple[str, ...] = ()
 
     @property
     def best(self) -> str | None:
@@ -351,13 +353,19 @@ def _order(options: Sequence[Option]) -> tuple[Option, ...]:
                                                 o.contender().bound_us if o.pickable else o.total_us, o.backend)))
 
 
-def _drop_in_pick(policy: Policy | None, w: Workload, options: Sequence[Option]) -> Pick | None:
-    """The drop-in pick among ``options`` (the measured and bounded drop-ins) by :meth:`Policy.pick`; without a
-    policy the fastest measured drop-in."""
+def _drop_in_pick(policy: Policy | None, w: Workload, options: Sequence[Option]) -> tuple[Pick | None, tuple[str, ...]]:
+    """The drop-in pick among ``options`` (the measured and bounded drop-ins) by :meth:`Policy.pick`, or None when an
+    unbounded drop-in contests it (:func:`~profattn.analysis.selection.policy.contesting`); without a policy the
+    fastest measured drop-in. Second: the contesting backends."""
     cands = [o.contender() for o in options if o.drop_in and o.pickable]
-    if policy is not None:
-        return policy.pick(w, cands)
-    return Pick(min(cands, key=lambda c: c.us).backend) if cands else None
+    if policy is None:
+        return (Pick(min(cands, key=lambda c: c.us).backend) if cands else None), ()
+    p = policy.pick(w, cands)
+    if p is None:
+        return None, ()
+    bound = next(c.bound_us for c in cands if c.backend == p.backend)
+    rivals = contesting([o.predicted for o in options if o.drop_in and o.predicted is not None], bound)
+    return (None, rivals) if rivals else (p, ())
 
 
 def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Policy | None = None,
@@ -395,10 +403,11 @@ def recommend(store: ResultsStore, workload: Workload, gpu: str, *, policy: Poli
         tied = tuple(r.backend for r in ranked if r.tie)
         return Recommendation(workload, gpu, Status.NEAR_TIE if tied else Status.MEASURED_WINNER, caller, ranked, tied,
                               excluded, _evidence(ranked[0], runs), _order(options), choice, policy, used,
-                              _drop_in_pick(policy, w, options))
+                              *_drop_in_pick(policy, w, options))
     status = Status.UNKNOWN if choice is None or choice.backend is None else Status.PREDICTED
+    drop, rivals = _drop_in_pick(policy, w, options)
     return Recommendation(workload, gpu, status, caller, excluded=excluded, options=_order(options), choice=choice,
-                          policy=policy, drop_in_pick=_drop_in_pick(policy, w, options))
+                          policy=policy, drop_in_pick=drop, drop_in_contested_by=rivals)
 
 
 # ---- what to measure next ---------------------------------------------------------------------------------------

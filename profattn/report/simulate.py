@@ -172,10 +172,10 @@ def operating_sentences(report: SimulationReport) -> list[str]:
         ops = {op.label: op for op in report.operating}
         top = ops[v.winner] if v.winner else max(report.operating, key=lambda o: o.best.best_scale or 0.0)
         run = ops[v.runner_up]
-        if top.best.best_scale is None and run.best.best_scale is None:
-            out.append(f"Neither {top.label} nor {run.label} meets the SLO at {_scale_text(top.floor)} the trace or "
-                       f"above with any setting tried: at this SLO there is no operating point for a faster kernel "
-                       "to move.")
+        if all(op.best.best_scale is None for op in report.operating):
+            out.append(f"None of the {len(report.operating)} deployments searched meets the SLO at "
+                       f"{_scale_text(top.floor)} the trace or above with any setting tried: at this SLO there is no "
+                       "operating point for a faster kernel to move.")
         elif v.tie:
             same = (f"at the same setting ({knobs_text(top.best.knobs)})" if v.same_knobs
                     else f"at {knobs_text(top.best.knobs)} and {knobs_text(run.best.knobs)}")

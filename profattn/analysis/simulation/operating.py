@@ -199,7 +199,7 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
     t0 = time.perf_counter()
     grid = {**DEFAULT_GRID, **(grid or {})}
     cache: dict[tuple[Knobs, float], SimulationRun] = {}
-    label = defaults.pair.label
+    label = defaults.label  # unique per deployment (its KV dtype, page size and prefix caching named)
     for a in axes:
         if a not in AXES:
             raise SimulationError(f"unknown search axis {a!r}")

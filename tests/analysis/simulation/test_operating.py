@@ -11,7 +11,9 @@ import pytest
 
 from factories import LinearAttention
 from profattn.analysis.simulation import operating
-from profattn.analysis.simulation.operating import Binding, binding_of, parse_axes, search_operating_point
+from profattn.analysis.simulation.operating import (
+    Binding, binding_of, compare_operating, parse_axes, search_operating_point,
+)
 from profattn.analysis.simulation.rates import SEARCH_FLOOR, RatePoint, search_rate
 from profattn.analysis.simulation.replay import SLO, BackendPair, Deployment, SimulationError
 from profattn.analysis.simulation.scheduler import SchedulerConfig, kv_capacity
@@ -76,10 +78,13 @@ def test_a_trace_no_setting_serves_costs_the_floor_search_and_one_probe_per_sett
     # TTFT 1 µs: no request can meet it, at any rate or setting (a real simulation, stopped after 41 failures)
     tr = load_requests(SLICE)
     slo = SLO(ttft_s=1e-6, tpot_s=0.02)
-    op = search_operating_point(tr, defaults(), ("max_num_batched_tokens", "max_num_seqs"),
-                                {None: LinearAttention({"A": 0.001, "P": 0.05})},
-                                {None: RestOfStep(MODEL, CEIL, 4096, 64)}, {None: AttentionShape.of_model(MODEL)},
-                                MODEL, slo, grid=GRID)
+    def search(dec: str):  # noqa: ANN202
+        return search_operating_point(tr, defaults(dec), ("max_num_batched_tokens", "max_num_seqs"),
+                                      {None: LinearAttention({"A": 0.001, "B": 0.002, "P": 0.05})},
+                                      {None: RestOfStep(MODEL, CEIL, 4096, 64)}, {None: AttentionShape.of_model(MODEL)},
+                                      MODEL, slo, grid=GRID)
+
+    op = search("A")
     assert [p.scale for p in op.defaults.points] == [1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125]
     others = [r for r in op.tried if r is not op.defaults]
     # tokens 1024 and 4096 (2048 is the default), then seqs 32 (64 is): one run each, at the floor
@@ -89,6 +94,9 @@ def test_a_trace_no_setting_serves_costs_the_floor_search_and_one_probe_per_sett
     rep = SimpleNamespace(operating=(op,), operating_verdict=None, trace_rate_per_s=tr.rate_per_s)
     assert {r["best"] for r in operating_rows(rep)} == {"nowhere ≥ 1/32×"}  # type: ignore[arg-type]
     assert "meet the SLO nowhere ≥ 1/32× the trace" in operating_sentences(rep)[0]  # type: ignore[arg-type]
+    ops = (op, search("B"))
+    both = SimpleNamespace(operating=ops, operating_verdict=compare_operating(ops, 0.05), trace_rate_per_s=tr.rate_per_s)
+    assert operating_sentences(both)[-1].startswith("None of the 2 deployments searched meets the SLO at 1/32×")  # type: ignore[arg-type]
 
 
 def test_where_the_defaults_meet_the_slo_nowhere_a_setting_that_meets_the_floor_is_searched_upward(monkeypatch):

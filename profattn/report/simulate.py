@@ -96,12 +96,32 @@ _BINDING_WORDS = {Binding.KV_CAPACITY: "KV capacity (the cache fills or preempts
                   Binding.NONE: "nothing up to the highest rate tried"}
 
 
-def _best_text(r: SettingResult) -> str:
+def _scale_text(x: float) -> str:
+    """A rate scale: ``0.5×``; a unit fraction as such (``1/32×``)."""
+    n = round(1.0 / x) if x < 1 else 0
+    return f"1/{n}×" if n > 1 and abs(n * x - 1.0) < 1e-9 else f"{x:.3g}×"
+
+
+def _nowhere(floor: float) -> str:
+    return f"nowhere ≥ {_scale_text(floor)}"
+
+
+def _best_text(r: SettingResult, floor: float) -> str:
     if r.refused:
         return "cannot serve the trace"
     if r.best_scale is not None:
         return f"{r.best_scale:.3g}×"
+    if r.below_scale is not None and r.below_scale <= floor * (1 + 1e-9):
+        return _nowhere(floor)
     return f"< {r.below_scale:.3g}×" if r.below_scale is not None else "none"
+
+
+def _serves(r: SettingResult, floor: float, verb: str) -> str:
+    """``serve(s) X× the trace within the SLO``, or ``meet(s) the SLO nowhere ≥ 1/32× the trace``."""
+    t = _best_text(r, floor)
+    if t.startswith("nowhere"):
+        return f"{'meet' if verb == 'serve' else 'meets'} the SLO {t} the trace"
+    return f"{verb} {t} the trace within the SLO"
 
 
 def operating_rows(report: SimulationReport) -> list[dict[str, Any]]:
@@ -117,7 +137,7 @@ def operating_rows(report: SimulationReport) -> list[dict[str, Any]]:
             b = r.at_best
             rows.append(dict(
                 deployment=op.label, role=role, knobs=knobs_text(r.knobs),
-                kv=f"{r.deployment.capacity.tokens:,}" if r.deployment else MISSING, best=_best_text(r),
+                kv=f"{r.deployment.capacity.tokens:,}" if r.deployment else MISSING, best=_best_text(r, op.floor),
                 best_rate=_rate(r.best_scale * report.trace_rate_per_s) if r.best_scale is not None else MISSING,
                 at_best=(f"{fmt_latency_s(b.ttft_p90_s)} / {fmt_latency_s(b.tpot_p90_s)}" if b is not None else MISSING),
                 binding=str(r.binding) if r.binding is not None else (r.refused or MISSING),
@@ -134,14 +154,14 @@ def operating_sentences(report: SimulationReport) -> list[str]:
     for op in report.operating:
         d, b = op.defaults, op.best
         a1, b1 = op.at_trace_defaults, op.at_trace_best
-        s = (f"{op.label}: vLLM's defaults ({knobs_text(d.knobs)}) serve {_best_text(d)} the trace within the SLO "
+        s = (f"{op.label}: vLLM's defaults ({knobs_text(d.knobs)}) {_serves(d, op.floor, 'serve')} "
              f"(at 1×: {_pct(a1.attainment, 1)} within, TTFT p90 {fmt_latency_s(a1.ttft_p90_s)}, TPOT p90 "
              f"{fmt_latency_s(a1.tpot_p90_s)}), bound above it by {_BINDING_WORDS[d.binding or Binding.NONE]}")
         if b is d:
             s += f"; no other setting of {', '.join(op.axes)} serves more ({len(op.tried)} settings tried)."
         else:
             g = report.operating_verdict.gain.get(op.label) if report.operating_verdict else None
-            s += (f"; the best of {len(op.tried)} settings, {knobs_text(b.knobs)}, serves {_best_text(b)} "
+            s += (f"; the best of {len(op.tried)} settings, {knobs_text(b.knobs)}, serves {_best_text(b, op.floor)} "
                   f"({_x(g)} the defaults), bound above it by {_BINDING_WORDS[b.binding or Binding.NONE]}; at 1× it "
                   f"holds {_pct(b1.attainment, 1)} within (TTFT p90 {fmt_latency_s(b1.ttft_p90_s)}, TPOT p90 "
                   f"{fmt_latency_s(b1.tpot_p90_s)}).")
@@ -152,15 +172,21 @@ def operating_sentences(report: SimulationReport) -> list[str]:
         ops = {op.label: op for op in report.operating}
         top = ops[v.winner] if v.winner else max(report.operating, key=lambda o: o.best.best_scale or 0.0)
         run = ops[v.runner_up]
-        if v.tie:
+        if all(op.best.best_scale is None for op in report.operating):
+            out.append(f"None of the {len(report.operating)} deployments searched meets the SLO at "
+                       f"{_scale_text(top.floor)} the trace or above with any setting tried: at this SLO there is no "
+                       "operating point for a faster kernel to move.")
+        elif v.tie:
             same = (f"at the same setting ({knobs_text(top.best.knobs)})" if v.same_knobs
                     else f"at {knobs_text(top.best.knobs)} and {knobs_text(run.best.knobs)}")
             out.append(f"The faster kernel does not move the operating point: {top.label} and {run.label} serve "
-                       f"{_best_text(top.best)} and {_best_text(run.best)} the trace at their best {same}, within the "
+                       f"{_best_text(top.best, top.floor)} and {_best_text(run.best, run.floor)} the trace at their best "
+                       f"{same}, within the "
                        "search's resolution of each other.")
         else:
-            out.append(f"The operating point moves with the kernel: {top.label} serves {_best_text(top.best)} the trace "
-                       f"at {knobs_text(top.best.knobs)} against {_best_text(run.best)} for {run.label} at "
+            out.append(f"The operating point moves with the kernel: {top.label} serves {_best_text(top.best, top.floor)} "
+                       f"the trace at {knobs_text(top.best.knobs)} against {_best_text(run.best, run.floor)} for "
+                       f"{run.label} at "
                        f"{knobs_text(run.best.knobs)} ({_x(v.best_ratio)}; with vLLM's defaults "
                        f"{_x(v.defaults_ratio)}).")
     return out
@@ -180,7 +206,7 @@ def _operating_dict(op: OperatingPoint) -> dict[str, Any]:
 
     return {"deployment": op.label, "axes": list(op.axes), "defaults": setting(op.defaults), "best": setting(op.best),
             "tried": [setting(r) for r in op.tried], "at_trace_defaults": point(op.at_trace_defaults),
-            "at_trace_best": point(op.at_trace_best), "runs": op.runs, "wall_s": op.wall_s}
+            "at_trace_best": point(op.at_trace_best), "runs": op.runs, "wall_s": op.wall_s, "floor_scale": op.floor}
 
 
 def deployment_rows(report: SimulationReport) -> list[dict[str, Any]]:
@@ -193,7 +219,7 @@ def deployment_rows(report: SimulationReport) -> list[dict[str, Any]]:
         s = r.search
         best = MISSING
         if s is not None:
-            best = MISSING if s.best_rate_per_s is None else (
+            best = (_nowhere(s.floor) if s.floor is not None else MISSING) if s.best_rate_per_s is None else (
                 ("≥ " if s.ceiling else "") + f"{_rate(s.best_rate_per_s)} ({s.best_scale:.3g}×)")
         rows.append(dict(
             deployment=d.label, decode=d.pair.decode, prefill=d.pair.prefill,
@@ -565,7 +591,7 @@ def _result_dict(r: DeploymentResult) -> dict[str, Any]:
             "first_saved_tokens": r.run.prefix.first_hit_tokens, "evicted_blocks": r.run.prefix.evicted_blocks},
         "rate_search": None if r.search is None else {
             "best_scale": r.search.best_scale, "best_rate_per_s": r.search.best_rate_per_s,
-            "resolution": r.search.resolution, "ceiling": r.search.ceiling,
+            "resolution": r.search.resolution, "ceiling": r.search.ceiling, "floor_scale": r.search.floor,
             "points": [_point_dict(p) for p in r.search.points]},
         "priced_from": [_prov(p) for p in r.provenance],
         "series": _series(r.run.steps),

@@ -12,7 +12,10 @@ Each setting costs one *probe*: a simulation at the best rate scale found so far
 as the SLO is lost (:func:`~profattn.analysis.simulation.replay.run_simulation`'s ``stop_on_failure``). A setting
 that fails it cannot beat the best (its max rate lies below the probe: recorded as such, not searched further);
 one that meets it is searched upward from there (:func:`~profattn.analysis.simulation.rates.search_rate`, the
-probe's run reused). Runs are cached by (setting, scale). The KV capacity follows each setting (an FP8 cache holds
+probe's run reused). Where the best so far meets the SLO nowhere (the defaults fail down to the rate search's
+floor, :data:`~profattn.analysis.simulation.rates.SEARCH_FLOOR`), the probe is one run at that floor: a setting that
+fails it meets the SLO nowhere ≥ the floor either (recorded, ``below_scale`` = the floor); one that meets it is
+searched upward from there. Runs are cached by (setting, scale). The KV capacity follows each setting (an FP8 cache holds
 twice the tokens; a larger token budget reserves a larger activation peak: :func:`kv_capacity`).
 
 The *binding constraint* (:class:`Binding`) of a setting is read off the lowest rate it failed above its best: the
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from profattn.analysis.simulation.rates import RatePoint, RateSearch, rate_point, search_rate
+from profattn.analysis.simulation.rates import SEARCH_FLOOR, RatePoint, RateSearch, rate_point, search_rate
 from profattn.analysis.simulation.replay import SLO, Deployment, SimulationError, SimulationRun, run_simulation
 from profattn.analysis.simulation.scheduler import SchedulerConfig, SchedulerError, kv_capacity
 from profattn.analysis.simulation.stepcost import AttentionShape, RestOfStep, StepCostSource
@@ -92,7 +95,8 @@ class Knobs:
 class SettingResult:
     """One setting tried: ``knobs``, the deployment it made (None when it cannot serve the trace: ``refused`` says
     why), ``best_scale`` (the highest rate scale found within the SLO; None when it failed its probe or everything),
-    ``below_scale`` (it failed at this scale: its best lies below it), ``points`` (its runs, in order), the
+    ``below_scale`` (it failed at this scale: its best lies below it; at the search's floor: it meets the SLO
+    nowhere at or above it), ``points`` (its runs, in order), the
     ``binding`` constraint at the lowest failing rate above its best (:func:`binding_of`), and ``at_best``: its point
     at ``best_scale``."""
 
@@ -110,7 +114,8 @@ class SettingResult:
 class OperatingPoint:
     """The search of one backend pair: the ``defaults`` (vLLM's setting as given), the ``best`` setting found, every
     setting ``tried`` in order, ``axes`` searched, the runs simulated (``runs``) and their CPU ``wall_s``;
-    ``at_trace_defaults`` / ``at_trace_best``: both settings at the trace's own rate (1×, run to the end)."""
+    ``at_trace_defaults`` / ``at_trace_best``: both settings at the trace's own rate (1×, run to the end);
+    ``floor``: the lowest rate scale searched (a setting failing there meets the SLO nowhere at or above it)."""
 
     label: str
     axes: tuple[str, ...]
@@ -121,6 +126,7 @@ class OperatingPoint:
     at_trace_best: RatePoint
     runs: int
     wall_s: float
+    floor: float = SEARCH_FLOOR
 
 
 def parse_axes(text: str) -> tuple[str, ...]:
@@ -178,13 +184,14 @@ def deployment_for(base: Deployment, knobs: Knobs, model: ModelConfig) -> Deploy
 def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes: Sequence[str],
                            sources: dict[str | None, StepCostSource], rest: dict[str | None, RestOfStep],
                            shapes: dict[str | None, AttentionShape], model: ModelConfig, slo: SLO, *,
-                           resolution: float = 0.05, grid: dict[str, tuple] | None = None,
-                           defaults_search: RateSearch | None = None, defaults_at_trace: SimulationRun | None = None,
+                           resolution: float = 0.05, floor: float = SEARCH_FLOOR,
+                           grid: dict[str, tuple] | None = None, defaults_search: RateSearch | None = None, defaults_at_trace: SimulationRun | None = None,
                            progress: Callable[[str, float], None] | None = None) -> OperatingPoint:
     """The coordinate search of the module docstring for ``defaults``' backend pair over ``base_trace`` (at its own
     rate, scale 1). ``sources`` / ``rest`` / ``shapes``: per KV dtype (every dtype the ``kv_dtype`` axis tries must
     be there); ``defaults_search`` / ``defaults_at_trace``: the defaults' rate search and full run at 1× when already
-    made (reused); ``progress(label, fraction of settings done)``.
+    made (reused); ``floor``: the lowest rate scale searched (:data:`~profattn.analysis.simulation.rates.SEARCH_FLOOR`);
+    ``progress(label, fraction of settings done)``.
 
     Raises:
         SimulationError: an unknown axis; StepCostError: a backend the source cannot price.
@@ -192,7 +199,7 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
     t0 = time.perf_counter()
     grid = {**DEFAULT_GRID, **(grid or {})}
     cache: dict[tuple[Knobs, float], SimulationRun] = {}
-    label = defaults.pair.label
+    label = defaults.label  # unique per deployment (its KV dtype, page size and prefix caching named)
     for a in axes:
         if a not in AXES:
             raise SimulationError(f"unknown search axis {a!r}")
@@ -216,6 +223,8 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
     def result(k: Knobs, d: Deployment, found: RateSearch | None, below: float | None,
                points: tuple[RatePoint, ...]) -> SettingResult:
         best = found.best_scale if found is not None else None
+        if found is not None and best is None:
+            below = found.floor
         above = [p for p in points if not p.meets and (best is None or p.scale > best)]
         fail = min(above, key=lambda p: p.scale) if above else None
         at_best = next((p for p in points if best is not None and p.scale == best), None)
@@ -225,7 +234,7 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
     given = defaults_search is not None
     if defaults_search is None:
         defaults_search = search_rate(lambda s: simulate(defaults, k0, s), base_trace, slo, start=1.0,
-                                      resolution=resolution)
+                                      resolution=resolution, min_scale=floor)
     first = result(k0, defaults, defaults_search, None, defaults_search.points)
     tick("vLLM's defaults")
     tried = [first]
@@ -241,20 +250,17 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
                 d = deployment_for(defaults, k, model)
                 if k.kv_dtype not in sources:
                     raise SimulationError(f"no step-cost source for a {k.kv_dtype} cache")
-                if best.best_scale is None:
-                    found = search_rate(lambda s, d=d, k=k: simulate(d, k, s), base_trace, slo, start=1.0,
-                                        resolution=resolution)
-                    r = result(k, d, found, None, found.points)
+                nowhere = best.best_scale is None  # the best so far fails down to the floor: probe there
+                probe = floor if nowhere else best.best_scale * (1.0 + resolution)
+                run = simulate(d, k, probe)
+                p = rate_point(run, slo, base_trace.scaled(probe))
+                if not p.meets:
+                    r = result(k, d, None, probe, (p,))
                 else:
-                    probe = best.best_scale * (1.0 + resolution)
-                    run = simulate(d, k, probe)
-                    p = rate_point(run, slo, base_trace.scaled(probe))
-                    if not p.meets:
-                        r = result(k, d, None, probe, (p,))
-                    else:
-                        found = search_rate(lambda s, d=d, k=k: simulate(d, k, s), base_trace, slo, start=probe,
-                                            resolution=resolution, first=run, hint=probe * (1.0 + 2.0 * resolution))
-                        r = result(k, d, found, None, found.points)
+                    found = search_rate(lambda s, d=d, k=k: simulate(d, k, s), base_trace, slo, start=probe,
+                                        resolution=resolution, min_scale=floor, first=run,
+                                        hint=None if nowhere else probe * (1.0 + 2.0 * resolution))
+                    r = result(k, d, found, None, found.points)
             except SchedulerError as exc:  # a setting that cannot serve the trace (a prompt over the budget unchunked)
                 r = SettingResult(k, None, None, None, (), None, None, str(exc))
             seen[k] = r
@@ -272,7 +278,8 @@ def search_operating_point(base_trace: RequestTrace, defaults: Deployment, axes:
     at_d = at_trace(first)
     at_b = at_d if best is first else at_trace(best)
     runs = len(cache) + (len(defaults_search.points) if given else 0)  # a given search ran outside the cache
-    return OperatingPoint(label, tuple(axes), first, best, tuple(tried), at_d, at_b, runs, time.perf_counter() - t0)
+    return OperatingPoint(label, tuple(axes), first, best, tuple(tried), at_d, at_b, runs, time.perf_counter() - t0,
+                          floor)
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,25 @@ import numpy as np
 __all__ = ["PrefixCache", "PrefixStats", "chain_keys"]
 
 
+#: The last :func:`chain_keys` answer and the objects it was computed from (a rate search replays one trace at many
+#: scales: the scaled traces share their block ids and prompt lengths, so the keys are computed once per trace).
+_last_keys: list = [None, None, 0, None]
+
+
 def chain_keys(block_ids: Sequence[np.ndarray], prompt_tokens: np.ndarray, block_tokens: int) -> list[list[int]]:
     """Per request the keys of its *full* prompt blocks (⌊prompt / block_tokens⌋ of them), each key standing for the
     block's id chained to every id before it: equal keys ⇔ equal prefixes up to and including that block. Keys are
-    small integers interned in one table (exact: no hash collision)."""
+    small integers interned in one table (exact: no hash collision). A call with the same ``block_ids`` and
+    ``prompt_tokens`` objects as the last one returns that call's lists (the callers only read them)."""
+    last = _last_keys
+    if last[0] is block_ids and last[1] is prompt_tokens and last[2] == block_tokens:
+        return last[3]
+    out = _chain_keys(block_ids, prompt_tokens, block_tokens)
+    last[:] = [block_ids, prompt_tokens, block_tokens, out]
+    return out
+
+
+def _chain_keys(block_ids: Sequence[np.ndarray], prompt_tokens: np.ndarray, block_tokens: int) -> list[list[int]]:
     table: dict[tuple[int, int], int] = {}
     out = []
     for ids, prompt in zip(block_ids, prompt_tokens.tolist()):
@@ -159,8 +174,11 @@ class PrefixCache:
     def evict_to(self, free_pages: int) -> None:
         """Evict cached free blocks, least recently freed first, until they fit in ``free_pages`` (the pool's free
         pages: those not holding a cached block were used first)."""
-        while self.evictable and self.evictable_pages > free_pages:
-            k, _ = self.evictable.popitem(last=False)
+        ev = self.evictable
+        if not ev or len(ev) * self.pages_per_block <= free_pages:  # the common case, once per step: nothing to do
+            return
+        while ev and len(ev) * self.pages_per_block > free_pages:
+            k, _ = ev.popitem(last=False)
             del self.ref[k]
             self.evicted_blocks += 1
             self.version += 1

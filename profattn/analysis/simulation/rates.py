@@ -17,7 +17,13 @@ import numpy as np
 from profattn.analysis.simulation.replay import SLO, SimulationRun
 from profattn.workload.requests import RequestTrace
 
-__all__ = ["LatencySummary", "RatePoint", "RateSearch", "rate_point", "search_rate", "weighted_quantiles"]
+__all__ = ["SEARCH_FLOOR", "LatencySummary", "RatePoint", "RateSearch", "rate_point", "search_rate",
+           "weighted_quantiles"]
+
+#: The lowest rate scale (of the trace's own rate) a rate search descends to: a deployment that misses the SLO at
+#: 1/32 of the load it was asked about "meets it nowhere ≥ 1/32×" — the search stops there (each halving below costs
+#: one more run, the slowest ones: a stopped run at a low rate simulates most of a long trace before it fails).
+SEARCH_FLOOR = 1.0 / 32
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray | None, qs: Sequence[float]) -> list[float | None]:
@@ -82,7 +88,9 @@ class RatePoint:
 class RateSearch:
     """The highest rate scale found meeting the SLO: ``best_scale`` (None when even the lowest tried fails) and its
     rate, ``points`` in the order simulated, the search's relative resolution ``resolution`` (hi / lo − 1 at the end)
-    and whether it hit ``ceiling`` (the largest scale tried still met the SLO: the answer is a lower bound)."""
+    and whether it hit ``ceiling`` (the largest scale tried still met the SLO: the answer is a lower bound);
+    ``floor``: where nothing met the SLO, the lowest scale tried (the search's floor: it meets the SLO nowhere at or
+    above it), else None."""
 
     best_scale: float | None
     best_rate_per_s: float | None
@@ -91,6 +99,7 @@ class RateSearch:
     ceiling: bool
     #: the simulation at ``best_scale`` (its steps are the schedule the findings price every deployment on)
     best_run: SimulationRun | None = field(default=None, repr=False, compare=False)
+    floor: float | None = None
 
 
 def rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
@@ -115,14 +124,16 @@ def rate_point(run: SimulationRun, slo: SLO, trace: RequestTrace) -> RatePoint:
 
 
 def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTrace, slo: SLO, *, start: float = 1.0,
-                resolution: float = 0.05, max_scale: float = 256.0, min_scale: float = 1.0 / 256,
+                resolution: float = 0.05, max_scale: float = 256.0, min_scale: float = SEARCH_FLOOR,
                 first: SimulationRun | None = None, hint: float | None = None) -> RateSearch:
     """The highest rate scale meeting ``slo``: from ``start``, steps of 2× up (or down) until the answer changes,
     then geometric bisection until the bracket is within ``resolution``. With ``hint`` (another deployment's answer)
     the first step goes to the hint and the next ones by 1 + 2 × ``resolution``, squared at every further step (up
     to 2×). ``simulate_at(scale)`` runs the
-    deployment (with early stopping); ``first``: a finished run at ``start`` to reuse. Assumes the share of requests
-    within the SLO falls as the rate rises."""
+    deployment (with early stopping); ``first``: a finished run at ``start`` to reuse. Going down, the last step is
+    cut to ``min_scale`` (default :data:`SEARCH_FLOOR`): a deployment that fails there is reported as meeting the SLO
+    nowhere at or above it (``best_scale`` None, ``floor`` = the lowest scale tried), not searched lower. Assumes the
+    share of requests within the SLO falls as the rate rises."""
     points: list[RatePoint] = []
     best: dict[float, SimulationRun] = {}
 
@@ -161,8 +172,10 @@ def search_rate(simulate_at: Callable[[float], SimulationRun], trace: RequestTra
     else:
         lo, hi = None, start
         for nxt in steps(start, False):
-            if nxt < min_scale:
-                return RateSearch(None, None, tuple(points), 1.0, False)
+            if nxt < min_scale * (1 - 1e-12):
+                if hi <= min_scale * (1 + 1e-12):
+                    return RateSearch(None, None, tuple(points), 1.0, False, floor=hi)
+                nxt = min_scale  # the last step down lands on the floor itself
             if at(nxt):
                 lo = nxt
                 break

@@ -29,7 +29,7 @@ from profattn.analysis.selection.policy import pooled_time
 from profattn.analysis.simulation.operating import (
     OperatingPoint, OperatingVerdict, compare_operating, search_operating_point,
 )
-from profattn.analysis.simulation.rates import LatencySummary, RateSearch, search_rate
+from profattn.analysis.simulation.rates import SEARCH_FLOOR, LatencySummary, RateSearch, search_rate
 from profattn.analysis.simulation.replay import (
     SLO, Deployment, SimulationError, SimulationRun, StepKind, StepLog, StepShape, run_simulation,
 )
@@ -350,7 +350,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
              model: ModelConfig, *, rest: dict[str | None, RestOfStep], shapes: dict[str | None, AttentionShape], slo: SLO,
              cells: Sequence[Measurement] = (), gpu: str = "", ceilings=None, search: bool = True,
              resolution: float = 0.05, sample: int = 8, progress: Callable[[str, float], None] | None = None,
-             knob_axes: Sequence[str] = (), knob_grid: dict[str, tuple] | None = None) -> SimulationReport:
+             knob_axes: Sequence[str] = (), knob_grid: dict[str, tuple] | None = None,
+             floor: float = SEARCH_FLOOR) -> SimulationReport:
     """Every deployment at ``trace``'s rate (its ``rate_scale`` already applied), then (``search``) the highest rate
     scale meeting ``slo`` per deployment, the cross-costed step-shape table and the :class:`Findings`.
 
@@ -359,7 +360,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
     on the GPU (for the per-call head-to-head); ``progress(label, fraction)`` for long simulations; ``knob_axes``:
     the scheduler knobs to search per deployment for its operating point
     (:func:`~profattn.analysis.simulation.operating.search_operating_point`, over ``knob_grid``; the trace at its own
-    rate).
+    rate); ``floor``: the lowest rate scale any search descends to (of the trace's own rate; below it a deployment
+    meets the SLO "nowhere ≥ floor").
 
     Raises:
         StepCostError, SchedulerError: as :func:`run_simulation`; SimulationError: no deployment.
@@ -388,7 +390,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
                     progress(f"{d.label}: rate search at {scale:.3g}× the trace", 0.0)
                 return run_simulation(base.scaled(scale), d, source, rest[d.kv_dtype], model, shapes[d.kv_dtype],
                                       slo=slo, stop_on_failure=True)
-            found = search_rate(at, base, slo, start=base_scale, resolution=resolution, first=run, hint=hint)
+            found = search_rate(at, base, slo, start=base_scale, resolution=resolution, min_scale=floor, first=run,
+                                hint=hint)
             hint = found.best_scale if found.best_scale and not found.ceiling else hint
         results.append(_result(run, slo, trace, found, prov))
     operating = []
@@ -397,7 +400,8 @@ def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: di
         at_one = r.run if base_scale == 1.0 else None
         reuse = r.search if base_scale == 1.0 else None
         operating.append(search_operating_point(base, d, knob_axes, sources, rest, shapes, model, slo,
-                                                resolution=resolution, grid=knob_grid, defaults_search=reuse,
+                                                resolution=resolution, floor=floor, grid=knob_grid,
+                                                defaults_search=reuse,
                                                 defaults_at_trace=at_one, progress=progress))
     findings = _findings(results, cells, sources, model, shapes, slo)
     best_runs = [r.search.best_run for r in results if r.search is not None and r.search.best_run is not None]

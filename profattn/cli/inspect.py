@@ -17,14 +17,15 @@ from profattn.errors import ProfattnError, message_text
 @click.option("--keep-host-info", is_flag=True, help="Keep host name, user name and absolute paths in the report.")
 def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) -> None:
     """Re-render RUN_DIR/report.html from results.json and the traces it names."""
-    from profattn.report.run import write_report
     from profattn.results import read_results
-    from profattn.harness.session import reattach_traces
 
     root = run_dir if run_dir.is_dir() else run_dir.parent
     run = read_results(run_dir)
     target = output_file(out_path if out_path is not None else root / "report.html", default_name="report.html",
                          inputs=run_inputs(run_dir), own_report_of=root)
+    from profattn.harness.session import reattach_traces  # torch and plotly: only once the inputs are good
+    from profattn.report.run import write_report
+
     read = reattach_traces(run, root)
     path = write_report(read.run, target, traces=read.problems, keep_host_info=keep_host_info)
     click.echo(f"report: {path}")

@@ -184,12 +184,12 @@ def resolve_device(name: str | None):
     Raises:
         ProfattnError: not cuda, cuda:N or cpu; CUDA asked for but absent; an index past the device count.
     """
+    if name is not None and name not in ("cuda", "cpu") and not name.startswith("cuda:"):
+        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")  # before torch's 2-s import
     import torch
 
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cuda", "cpu") and not name.startswith("cuda:"):
-        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):

@@ -17,6 +17,13 @@
 # replay    the simulator's committed example: every step shape of its steps.txt with the backends it priced, --repeat 3
 # seed      the seed preset with every backend (--backend all), counters on
 # serving   the serving preset with every backend, no counters
+# heldout-a / heldout-b  issue 34's held-out decode shapes 1-20 / 21-40 (examples/h200-heldout/workloads.txt) with the
+#           four decode contenders; heldout-dense its 20 dense shapes with the dense contenders; heldout-rivals the
+#           contested decode shapes with the backends that contested them (sdpa-nested, flashinfer-decode)
+# corpus-dense  22 dense prefill / training shapes for the store (examples/h200-corpus/workloads-dense.txt)
+# replay-mixed  the Azure conversation replay priced with triton-paged-prefill's one-launch mixed steps
+#           (examples/simulate-azure-llama3-8b/triton-mixed/steps.txt), --repeat 3
+# replay-moon   the Mooncake replay's step shapes (examples/simulate-mooncake-llama3-8b/steps.txt), both pairs, --repeat 2
 # Runs are written under /tmp/h200-runs (outside the working tree: a later call replaces untracked paths there), one log
 # per step; after every step the run directories are tarred into OUT/runs.tar.gz (at most 8 files come back).
 set -uo pipefail
@@ -34,6 +41,10 @@ DECODE=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend f
         --backend flex-paged-decode --backend sdpa-cudnn)
 DECODE4=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend flashinfer-cudnn-decode --backend sdpa-cudnn)
 specs() { grep -v '^#' "$1" | sed 's/^/--workload /'; }
+lines() { grep -v '^#' "$1" | sed -n "$2,$3p" | sed 's/^/--workload /'; }
+steps_specs() { grep -v '^#' "$1" | cut -f2 | sed 's/^/--workload /'; }
+HELD=examples/h200-heldout/workloads.txt
+DENSE=(--backend sdpa-flash --backend sdpa-efficient --backend sdpa-cudnn --backend flashinfer-prefill-ragged)
 replay_specs() { grep -v '^#' examples/simulate-azure-llama3-8b/steps.txt | cut -f2 | sed 's/^/--workload /'; }
 step() {  # step NAME TIMEOUT_S COMMAND...: run, log, tar
   local name=$1 limit=$2; shift 2
@@ -64,6 +75,18 @@ for s in "$@"; do
               --backend flashinfer-prefill-paged --repeat 3 --no-counters --out "$W/replay" ;;
     seed) step seed 300 profattn profile --preset seed --backend all --out "$W/seed" ;;
     serving) step serving 400 profattn profile --preset serving --backend all --no-counters --out "$W/serving" ;;
+    heldout-a) step heldout-a 280 profattn profile $(lines $HELD 1 20) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-a" ;;
+    heldout-b) step heldout-b 285 profattn profile $(lines $HELD 21 40) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-b" ;;
+    heldout-dense) step heldout-dense 270 profattn profile $(lines $HELD 41 60) "${DENSE[@]}" --no-counters --out "$W/heldout-dense" ;;
+    heldout-rivals) step heldout-rivals 200 profattn profile $(lines examples/h200-heldout/workloads-contested.txt 1 100) \
+              --backend sdpa-nested --backend flashinfer-decode --no-counters --out "$W/heldout-rivals" ;;
+    corpus-dense) step corpus-dense 270 profattn profile $(lines examples/h200-corpus/workloads-dense.txt 1 100) "${DENSE[@]}" \
+              --no-counters --out "$W/corpus-dense" ;;
+    replay-mixed) step replay-mixed 200 profattn profile $(steps_specs examples/simulate-azure-llama3-8b/triton-mixed/steps.txt) \
+              --backend triton-paged-decode --backend triton-paged-prefill --repeat 3 --no-counters --out "$W/replay-mixed" ;;
+    replay-moon) step replay-moon 280 profattn profile $(steps_specs examples/simulate-mooncake-llama3-8b/steps.txt) \
+              --backend triton-paged-decode --backend triton-paged-prefill --backend flashinfer-decode-tc \
+              --backend flashinfer-prefill-paged --repeat 2 --no-counters --out "$W/replay-moon" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,294 @@
+"""``profattn recommend`` judged on GPU shapes the store never held (issue 34's "done when"), in three steps:
+
+1. ``shapes``: draw workloads outside the store (deterministic for a seed): paged decode at batch 2–200, kv 500–30,000,
+   GQA groups 1–8, head_dim 64/128, page 16/64; dense causal prefill and training of 1k–16k tokens. One
+   ``--workload`` spec a line.
+2. ``ask`` (CPU, before the measurement): every committed GPU run under ``examples/`` except the held-out run
+   directories goes into a temporary store, and ``recommend`` answers each shape (its JSON document, as a user gets it
+   with ``profattn recommend --workload … --json``). Written to ``asks.json`` with the commit it was asked at, so the
+   picks are fixed before a GPU measures them. ``backends`` prints the ``--backend`` list to measure: the usual
+   contenders of each phase plus every backend an answer named.
+3. ``score`` (CPU, after): the measured run directories go into another temporary store; per shape the headline pick
+   (``best``: the first line) against the fastest backend measured there, the drop-in pick (``best_drop_in``) against
+   the fastest drop-in measured there, beside constants: "always sdpa-cudnn" and "always flashinfer-decode-tc" (paged
+   decode) for the headline, "vLLM's FlashInfer deployment" (flashinfer-decode-tc on paged decode, sdpa-cudnn on dense
+   work: a drop-in in both) for the drop-in pick. Regret = t_pick / t_best − 1 (graph-replay medians where a cell has
+   them: the store's ranking); a hit is a regret within 3 %. A pick the run did not measure is reported, never scored
+   as a hit.
+
+Usage::
+
+    python benchmarks/heldout.py shapes [--seed 34] [--decode 40 --prefill 10 --train 10] [--exclude-workloads F] > WORKLOADS
+    python benchmarks/heldout.py ask WORKLOADS --out asks.json [--exclude DIR ...]
+    python benchmarks/heldout.py backends asks.json
+    python benchmarks/heldout.py score asks.json RUN_DIR ... [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from profattn.analysis.selection.recommend import policy_for, rank, recommend  # noqa: E402
+from profattn.errors import ProfattnError  # noqa: E402
+from profattn.report.recommend import recommend_json  # noqa: E402
+from profattn.store import import_runs, open_store, workload_key  # noqa: E402
+from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
+
+#: The contenders measured for every shape of a phase (besides every backend an answer names).
+CONTENDERS = {
+    "decode": ("triton-paged-decode", "flashinfer-decode-tc", "flashinfer-cudnn-decode", "sdpa-cudnn"),
+    "prefill": ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flashinfer-prefill-ragged"),
+    "train": ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
+}
+HIT = 0.03
+
+
+def committed_runs(exclude: list[Path]) -> list[Path]:
+    """Every run directory under ``examples/`` measured on a GPU, less those under an ``exclude`` folder."""
+    ex = [e.resolve() for e in exclude]
+    out = []
+    for p in sorted((REPO / "examples").rglob("results.json")):
+        d = p.parent.resolve()
+        if any(d == e or e in d.parents for e in ex):
+            continue
+        if '"device": "cuda"' in p.read_text()[:4000]:
+            out.append(p.parent)
+    return out
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def draw_shapes(seed: int, n_decode: int, n_prefill: int, n_train: int, known: set[str]) -> list[Workload]:
+    """The held-out workloads: ``n_decode`` paged decodes, ``n_prefill`` dense causal prefills and ``n_train``
+    training steps (bf16), none whose store key is in ``known``."""
+    rng = random.Random(seed)
+    out: list[Workload] = []
+    seen = set(known)
+
+    def add(w: Workload) -> bool:
+        k = workload_key(w)
+        if k in seen:
+            return False
+        seen.add(k)
+        out.append(w)
+        return True
+
+    while sum(w.phase.value == "decode" for w in out) < n_decode:
+        group = rng.choice((1, 2, 4, 8))
+        hkv = rng.choice((1, 2, 4, 8))
+        while hkv * group > 64:
+            hkv //= 2
+        b = round(_log_uniform(rng, 2, 200))
+        kv = round(_log_uniform(rng, 500, 30_000) / 16) * 16
+        if b * kv > 2_000_000:  # the paged cache plus its contiguous copy stay under ~20 GB
+            continue
+        add(Workload(phase="decode", batch=b, q_len=1, kv_len=kv, num_q_heads=hkv * group, num_kv_heads=hkv,
+                     head_dim=rng.choice((64, 128)), dtype="bfloat16", kv_layout="paged",
+                     page_size=rng.choice((16, 64))))
+    for phase, n in (("prefill", n_prefill), ("train", n_train)):
+        while sum(w.phase.value == phase for w in out) < n:
+            tokens = _log_uniform(rng, 1024, 16_384)
+            seq = min(16_384, max(512, 2 ** round(math.log2(_log_uniform(rng, 512, tokens)))))
+            b = max(1, round(tokens / seq))
+            group = rng.choice((1, 2, 4, 8))
+            hkv = rng.choice((1, 2, 4, 8))
+            while hkv * group > 32:
+                hkv //= 2
+            add(Workload(phase=phase, batch=b, q_len=seq, kv_len=seq, num_q_heads=hkv * group, num_kv_heads=hkv,
+                         head_dim=rng.choice((64, 128)), dtype="bfloat16", kv_layout="dense"))
+    return out
+
+
+def _store_of(runs: list[Path], tmp: str):  # noqa: ANN202
+    store = open_store(Path(tmp) / "s.sqlite")
+    import_runs(store, runs)
+    gpus = store.cuda_gpus()
+    if len(gpus) != 1:
+        raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
+    return store, gpus[0]
+
+
+def cmd_shapes(a: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        store, gpu = _store_of(committed_runs([]), tmp)
+        known = {c.workload_key for c in store.cells_on(gpu)}
+        for f in a.exclude_workloads:
+            known |= {workload_key(w) for w in read_workloads(f)}
+        store.close()
+    skip = "".join(f" --exclude-workloads {f}" for f in a.exclude_workloads)
+    print(f"# {a.decode} paged decodes, {a.prefill} dense prefills, {a.train} training steps outside the store "
+          f"(python benchmarks/heldout.py shapes --seed {a.seed} --decode {a.decode} --prefill {a.prefill} "
+          f"--train {a.train}{skip})")
+    for w in draw_shapes(a.seed, a.decode, a.prefill, a.train, known):
+        print(workload_spec(w))
+    return 0
+
+
+def read_workloads(path: Path) -> list[Workload]:
+    return [parse_workload_spec(line) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def cmd_ask(a: argparse.Namespace) -> int:
+    ws = read_workloads(a.workloads)
+    runs = committed_runs(a.exclude)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        store, gpu = _store_of(runs, tmp)
+        policy = policy_for(store, gpu)
+        answers = []
+        for w in ws:
+            if store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"):
+                raise ProfattnError(f"{w.tag} is in the store: not a held-out shape")
+            doc = recommend_json(recommend(store, w, gpu, policy=policy))
+            answers.append({k: doc[k] for k in ("workload", "workload_tag", "status", "interface", "best", "best_drop_in",
+                                                  "fastest", "extrapolated", "contested_by", "best_bounded",
+                                                  "drop_in_contested_by", "unmeasured_here", "prediction")}
+                           | {"options": [{k: o.get(k) for k in ("backend", "drop_in", "kernel_us", "bound_us")}
+                                          for o in doc["options"]]})
+        store.close()
+    a.out.write_text(json.dumps({"schema": "profattn.heldout-asks", "version": 1, "commit": commit, "gpu": gpu,
+                                 "runs": [str(r.relative_to(REPO)) for r in runs], "answers": answers}, indent=1) + "\n")
+    heads = sum(x["best"] is not None for x in answers)
+    drops = sum(x["best_drop_in"] is not None for x in answers)
+    print(f"{len(answers)} shapes asked at {commit} from {len(runs)} runs: {heads} headline picks, {drops} drop-in picks "
+          f"-> {a.out}")
+    return 0
+
+
+def cmd_backends(a: argparse.Namespace) -> int:
+    doc = json.loads(a.asks.read_text())
+    for phase in ("decode", "prefill", "train"):
+        names = list(CONTENDERS[phase])
+        for x in doc["answers"]:
+            if parse_workload_spec(x["workload"]).phase.value != phase:
+                continue
+            for b in (x["best"], x["best_drop_in"], x["best_bounded"]):
+                if b and b not in names:
+                    names.append(b)
+        print(phase, " ".join(f"--backend {n}" for n in names))
+    return 0
+
+
+def _regret(t: dict[str, float], name: str | None, best: float | None) -> float | None:
+    if name is None or best is None or name not in t:
+        return None
+    return t[name] / best - 1.0
+
+
+def cmd_score(a: argparse.Namespace) -> int:
+    doc = json.loads(a.asks.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        store, gpu = _store_of(a.runs, tmp)
+        rows = []
+        for x in doc["answers"]:
+            w = parse_workload_spec(x["workload"])
+            ranked, _ = rank(store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"))
+            t = {r.backend: r.time.median_us for r in ranked}
+            measured = recommend(store, w, gpu, policy=None, interface=None) if ranked else None
+            drops = {o.backend: o.kernel_us for o in measured.options if o.drop_in} if measured else {}
+            best = min(t.values(), default=None)
+            best_drop = min(drops.values(), default=None)
+            paged_decode = w.phase.value == "decode" and w.kv_layout.value == "paged"
+            vllm = "flashinfer-decode-tc" if paged_decode else "sdpa-cudnn"
+            rows.append({
+                "workload": x["workload"], "tag": x["workload_tag"], "phase": w.phase.value, "status": x["status"],
+                "best_measured": min(t, key=t.get) if t else None, "best_us": best,
+                "best_drop_in_measured": min(drops, key=drops.get) if drops else None, "best_drop_in_us": best_drop,
+                "headline": x["best"], "headline_us": t.get(x["best"]) if x["best"] else None,
+                "headline_regret": _regret(t, x["best"], best),
+                "headline_unmeasured": bool(x["best"]) and x["best"] not in t,
+                "drop_in": x["best_drop_in"], "drop_in_us": drops.get(x["best_drop_in"]) if x["best_drop_in"] else None,
+                "drop_in_regret": _regret(drops, x["best_drop_in"], best_drop),
+                "drop_in_unmeasured": bool(x["best_drop_in"]) and x["best_drop_in"] not in drops,
+                "contested_by": x["contested_by"], "unmeasured_here": [u["backend"] for u in x["unmeasured_here"]],
+                "sdpa_cudnn_regret": _regret(t, "sdpa-cudnn", best),
+                "fi_tc_regret": _regret(t, "flashinfer-decode-tc", best) if paged_decode else None,
+                "vllm_regret": _regret(drops, vllm, best_drop),
+                "measured": t,
+            })
+        store.close()
+    print(f"asked at {doc['commit']} from {len(doc['runs'])} runs; measured in {', '.join(str(r) for r in a.runs)}\n")
+    print("| workload | asked | headline pick | regret | drop-in pick | regret | best measured | best drop-in |")
+    print("|---|---|---|---:|---|---:|---|---|")
+
+    def pct(v: float | None) -> str:
+        return "—" if v is None else f"{v * 100:.1f} %"
+
+    for r in rows:
+        h = r["headline"] or ("unknown" + (f" (contested by {', '.join(r['contested_by'])})" if r["contested_by"] else ""))
+        print(f"| {r['tag']} | {r['status']} | {h}{' (NOT MEASURED)' if r['headline_unmeasured'] else ''} | "
+              f"{pct(r['headline_regret'])} | {r['drop_in'] or 'none'}{' (NOT MEASURED)' if r['drop_in_unmeasured'] else ''} | "
+              f"{pct(r['drop_in_regret'])} | {r['best_measured']} {r['best_us']:.1f} µs | "
+              f"{r['best_drop_in_measured']} {r['best_drop_in_us']:.1f} µs |" if r["best_us"] else f"| {r['tag']} | not measured |")
+    print()
+
+    def score(key: str, phase: str | None = None) -> str:
+        vals = [r[key] for r in rows if (phase is None or r["phase"] == phase)]
+        got = [v for v in vals if v is not None]
+        if not got:
+            return "no answer"
+        hits = sum(v <= HIT for v in got)
+        return (f"{len(got)}/{len(vals)} answered, {hits} hits (≤ 3 %), mean {sum(got) / len(got) * 100:.1f} %, "
+                f"worst {max(got) * 100:.1f} %")
+
+    for phase in (None, "decode", "prefill", "train"):
+        print(f"{phase or 'all'}:")
+        print(f"  headline pick          {score('headline_regret', phase)}")
+        print(f"  always sdpa-cudnn      {score('sdpa_cudnn_regret', phase)}")
+        if phase in (None, "decode"):
+            print(f"  always fi-decode-tc    {score('fi_tc_regret', phase)}")
+        print(f"  drop-in pick           {score('drop_in_regret', phase)}   (against the best drop-in)")
+        print(f"  vLLM FlashInfer const  {score('vllm_regret', phase)}   (against the best drop-in)")
+    worst_h = max((r["headline_regret"] for r in rows if r["headline_regret"] is not None), default=None)
+    worst_d = max((r["drop_in_regret"] for r in rows if r["drop_in_regret"] is not None), default=None)
+    unmeasured = sum(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
+    print(f"\ndone-when: headline worst {pct(worst_h)} (≤ 25 %: {'yes' if worst_h is None or worst_h <= 0.25 else 'NO'}); "
+          f"drop-in worst {pct(worst_d)} (≤ 10 %: {'yes' if worst_d is None or worst_d <= 0.10 else 'NO'}); "
+          f"picks the run did not measure: {unmeasured}")
+    if a.json is not None:
+        a.json.write_text(json.dumps({"schema": "profattn.heldout-score", "version": 1, "asks": doc["commit"],
+                                      "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("shapes")
+    s.add_argument("--seed", type=int, default=34)
+    s.add_argument("--decode", type=int, default=40)
+    s.add_argument("--prefill", type=int, default=10)
+    s.add_argument("--train", type=int, default=10)
+    s.add_argument("--exclude-workloads", type=Path, nargs="*", default=[], help="workload files whose shapes to skip too")
+    k = sub.add_parser("ask")
+    k.add_argument("workloads", type=Path)
+    k.add_argument("--out", type=Path, required=True)
+    k.add_argument("--exclude", type=Path, nargs="*", default=[REPO / "examples" / "h200-heldout"])
+    b = sub.add_parser("backends")
+    b.add_argument("asks", type=Path)
+    c = sub.add_parser("score")
+    c.add_argument("asks", type=Path)
+    c.add_argument("runs", type=Path, nargs="+")
+    c.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    try:
+        return {"shapes": cmd_shapes, "ask": cmd_ask, "backends": cmd_backends, "score": cmd_score}[a.cmd](a)
+    except (ProfattnError, OSError, ValueError) as exc:
+        print(f"heldout: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""``benchmarks/heldout.py``: the held-out shapes are deterministic and outside the store, and the committed H200
+check scores what examples/h200-heldout/README.md says (the asks pinned at 6f13009 before the measurement)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import script_module
+
+from profattn.store import workload_key
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "heldout.py"
+HELD = REPO / "examples" / "h200-heldout"
+
+
+@pytest.fixture(scope="module")
+def job():
+    with script_module(SCRIPT, "heldout") as module:
+        yield module
+
+
+def test_shapes_are_deterministic_and_skip_known_keys(job):
+    first = job.draw_shapes(34, 6, 2, 2, set())
+    assert [workload_key(w) for w in first] == [workload_key(w) for w in job.draw_shapes(34, 6, 2, 2, set())]
+    assert [w.phase.value for w in first].count("decode") == 6 and len(first) == 10
+    skip = {workload_key(first[0]), workload_key(first[7])}
+    again = job.draw_shapes(34, 6, 2, 2, skip)
+    assert not skip & {workload_key(w) for w in again} and len(again) == 10
+    for w in first:
+        assert w.num_q_heads % w.num_kv_heads == 0 and w.num_q_heads // w.num_kv_heads in (1, 2, 4, 8)
+        if w.phase.value == "decode":
+            assert 2 <= w.batch <= 200 and 496 <= w.kv_len <= 30_000 and w.page_size in (16, 64)
+            assert w.batch * w.kv_len <= 2_000_000
+        else:
+            assert w.q_len == w.kv_len and 512 <= w.q_len <= 16_384
+
+
+def test_committed_heldout_score(job):
+    doc = json.loads((HELD / "asks-6f13009.json").read_text())
+    assert doc["commit"] == "6f13009" and len(doc["answers"]) == 60
+    rows = job.score_rows(doc, [HELD / d for d in ("decode-a", "decode-b", "dense", "rivals")])
+    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)  # every pick was measured
+    got, n, hits, mean, worst = job.summary(rows, "headline_regret")
+    assert (got, n, hits) == (27, 60, 24) and worst == pytest.approx(0.108, abs=5e-4)  # ≤ 1.25×: met
+    got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
+    assert (got, n, hits) == (43, 60, 39) and worst == pytest.approx(0.189, abs=5e-4)  # > 10 %: not met
+    worst_row = max((r for r in rows if r["drop_in_regret"] is not None), key=lambda r: r["drop_in_regret"])
+    assert worst_row["tag"].startswith("decode_b60_q1_kv8960") and worst_row["best_drop_in_measured"] == "flashinfer-cudnn-decode"
+    vllm = job.summary(rows, "vllm_regret")
+    native = job.summary(rows, "drop_in_native_regret")
+    assert vllm[:3] == (60, 60, 24) and native[2] / native[0] > vllm[2] / vllm[0] and native[3] < vllm[3]

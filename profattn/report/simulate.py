@@ -281,6 +281,11 @@ def provenance_rows(report: SimulationReport) -> list[dict[str, Any]]:
             notes = list(p.notes)
             if p.fp8_factor is not None:
                 notes.append(f"FP8 factor {p.fp8_factor:.2f} from {p.fp8_cells} FP8 cells")
+            if p.part.value == "decode" and any(d.deployment.scheduler.enable_prefix_caching for d in report.results):
+                notes.append(f"a read of a page another sequence shares costs {_pct(1.0 - p.shared_saving, 0)} of an "
+                             f"unshared one ({p.shared_cells} shared-prefix cell{'s' * (p.shared_cells != 1)})"
+                             if p.shared_saving is not None else
+                             "no shared-prefix cell: pages shared by prefix caching priced as unshared")
             out.append(dict(backend=p.backend, part=p.part.value, cells=p.cells, runs=len(p.runs),
                             items=f"{p.items[0]:,.0f}–{p.items[1]:,.0f}", roof=f"{fmt_us(p.roof_us[0])} – {fmt_us(p.roof_us[1])}",
                             floor=f"{fmt_us(p.floor_us)} ({p.floor_rule})", held_out=f"{v.held_out}", error=err,
@@ -401,13 +406,14 @@ def verdict_sentences(report: SimulationReport) -> list[str]:
                         "no preemption)")
     if caps:
         out.append("KV capacity — " + "; ".join(caps) + ".")
-    pcs = [(r.deployment.label, r.run.prefix) for r in report.results if r.run.prefix is not None]
+    pcs = [(r.deployment.label, r.run.prefix, r.decode_shared_share) for r in report.results if r.run.prefix is not None]
     if pcs:
         out.append("Prefix caching at the trace's rate — " + "; ".join(
             f"{lb}: {_pct(p.hit_rate, 1)} of the full prompt blocks looked up were cached, {p.hit_tokens:,} prefill "
             f"tokens saved ({_pct(p.saved_share, 1)} of the tokens asked at admission; first admissions "
             f"{_pct(p.first_hit_tokens / p.first_queried_tokens if p.first_queried_tokens else None, 1)}), "
-            f"{p.evicted_blocks:,} cached blocks of {p.block_tokens} tokens evicted" for lb, p in pcs) + ".")
+            f"{p.evicted_blocks:,} cached blocks of {p.block_tokens} tokens evicted, {_pct(sh, 2)} of the decode K/V "
+            f"reads on pages another running request shares" for lb, p, sh in pcs) + ".")
     if f.fp8_capacity_ratio:
         out.append(f"The FP8 cache holds {f.fp8_capacity_ratio:.2f}× the tokens of the bf16 cache in the same memory.")
     ext = [(r.deployment.label, r.extrapolated) for r in report.results if r.extrapolated.get("any", 0) > 0.005]
@@ -548,7 +554,8 @@ def _prov(p: Provenance) -> dict[str, Any]:
             "items": list(p.items), "roof_us": list(p.roof_us), "floor_us": p.floor_us, "floor_rule": p.floor_rule.value, "uncertainty": p.uncertainty,
             "validation": {"held_out": v.held_out, "median_error": v.median_error, "p90_error": v.p90_error,
                            "worst_error": v.worst_error, "worst": v.worst},
-            "fp8_factor": p.fp8_factor, "fp8_cells": p.fp8_cells, "notes": list(p.notes)}
+            "fp8_factor": p.fp8_factor, "fp8_cells": p.fp8_cells, "shared_saving": p.shared_saving,
+            "shared_cells": p.shared_cells, "notes": list(p.notes)}
 
 
 def _point_dict(p: RatePoint) -> dict[str, Any]:
@@ -588,7 +595,8 @@ def _result_dict(r: DeploymentResult) -> dict[str, Any]:
             "hit_blocks": r.run.prefix.hit_blocks, "hit_rate": r.run.prefix.hit_rate,
             "queried_tokens": r.run.prefix.queried_tokens, "saved_prefill_tokens": r.run.prefix.hit_tokens,
             "saved_share": r.run.prefix.saved_share, "first_queried_tokens": r.run.prefix.first_queried_tokens,
-            "first_saved_tokens": r.run.prefix.first_hit_tokens, "evicted_blocks": r.run.prefix.evicted_blocks},
+            "first_saved_tokens": r.run.prefix.first_hit_tokens, "evicted_blocks": r.run.prefix.evicted_blocks,
+            "decode_shared_share": r.decode_shared_share},
         "rate_search": None if r.search is None else {
             "best_scale": r.search.best_scale, "best_rate_per_s": r.search.best_rate_per_s,
             "resolution": r.search.resolution, "ceiling": r.search.ceiling, "floor_scale": r.search.floor,

@@ -110,6 +110,9 @@ class PrefixCache:
         self.block_tokens = block_tokens
         self.pages_per_block = block_tokens // page
         self.ref: dict[int, int] = {}
+        #: Σ over cached blocks of (references − 1) where referenced: the blocks running requests read again from a
+        #: page another running request also reads (× block_tokens: the duplicate K/V tokens of a decode step)
+        self.extra_refs = 0
         self.evictable: OrderedDict[int, None] = OrderedDict()
         self.version = 0
         self.queried_blocks = self.hit_blocks = self.queried_tokens = self.hit_tokens = 0
@@ -119,6 +122,13 @@ class PrefixCache:
     def evictable_pages(self) -> int:
         """Pages of cached blocks no running request references (free, but holding a cached block)."""
         return len(self.evictable) * self.pages_per_block
+
+    @property
+    def shared_tokens(self) -> int:
+        """K/V tokens running requests hold in a cached block another running request also holds, counted once per
+        extra reference (``extra_refs × block_tokens``): what a decode step over them reads twice or more from one
+        page."""
+        return self.extra_refs * self.block_tokens
 
     def hit(self, keys: Sequence[int], prompt: int) -> tuple[int, int]:
         """``(blocks, pages pinned)`` of a lookup: the leading cached blocks of ``keys`` (at most ``prompt − 1``
@@ -139,6 +149,8 @@ class PrefixCache:
         for k in keys[:blocks]:
             if self.ref[k] == 0:
                 del self.evictable[k]
+            else:
+                self.extra_refs += 1
             self.ref[k] += 1
         self.queried_blocks += min(len(keys), (prompt - 1) // self.block_tokens)
         self.hit_blocks += blocks
@@ -165,7 +177,9 @@ class PrefixCache:
         for k in reversed(keys):
             n = self.ref[k] - 1
             self.ref[k] = n
-            if n == 0:
+            if n:
+                self.extra_refs -= 1
+            else:
                 self.evictable[k] = None
                 freed += self.pages_per_block
         self.version += 1

@@ -111,7 +111,8 @@ class StepLog:
     query ``prefill_tiles``, the chunk with most pairs ``prefill_top_q`` / ``prefill_top_kv``); times over all layers in µs
     (``attn_decode_us``, ``attn_prefill_us``, ``rest_us``); ``extrapolation`` (:class:`Extrapolation` bits of both parts);
     ``pages_used`` after the step's allocation (for a step of a decode-only run: after the run's last allocation,
-    exact at its last step, an upper bound before)."""
+    exact at its last step, an upper bound before); ``decode_shared_kv``: of ``decode_kv``, the tokens read from
+    pages another running request shares (prefix caching; :meth:`Scheduler.decode_shared_kv`)."""
 
     start_s: np.ndarray
     dur_s: np.ndarray
@@ -130,6 +131,7 @@ class StepLog:
     rest_us: np.ndarray
     extrapolation: np.ndarray
     pages_used: np.ndarray
+    decode_shared_kv: np.ndarray
 
     def __len__(self) -> int:
         return int(self.start_s.shape[0])
@@ -144,7 +146,8 @@ class StepLog:
     def decode_calls(self, group: int) -> CallSums:
         """The decode part of every step that has one."""
         m = self.num_decode > 0
-        return CallSums.decode(self.num_decode[m], self.decode_kv[m], self.decode_max_kv[m], group)
+        return CallSums.decode(self.num_decode[m], self.decode_kv[m], self.decode_max_kv[m], group,
+                               shared_kv=self.decode_shared_kv[m].astype(np.float64))
 
     def prefill_calls(self, group: int) -> CallSums:
         """The prefill part of every step that has one."""
@@ -159,7 +162,7 @@ _LOG_TYPES = {"start_s": np.float64, "dur_s": np.float64, "num_decode": np.int32
               "decode_max_kv": np.int64, "prefill_seqs": np.int32, "prefill_tokens": np.int64, "prefill_kv": np.int64,
               "prefill_pairs": np.float64, "prefill_tiles": np.float64, "prefill_top_q": np.int64,
               "prefill_top_kv": np.int64, "attn_decode_us": np.float32, "attn_prefill_us": np.float32,
-              "rest_us": np.float32, "extrapolation": np.int8, "pages_used": np.int32}
+              "rest_us": np.float32, "extrapolation": np.int8, "pages_used": np.int32, "decode_shared_kv": np.int64}
 
 
 class _Recorder:
@@ -175,11 +178,11 @@ class _Recorder:
         self.rows.append(values)
 
     def run(self, ends: np.ndarray, dur: np.ndarray, n: int, kv: np.ndarray, top: np.ndarray, rest_s: float,
-            flags: np.ndarray | int, pages: int) -> None:
+            flags: np.ndarray | int, pages: int, shared: int = 0) -> None:
         """A decode-only run: its steps' end times and durations (s), ``n`` sequences over ``kv`` K/V tokens (the
-        longest ``top``), the rest of each step (s; attention is the remainder of the duration), the flags and the
-        pages in use after the run's allocations."""
-        self.runs.append((ends, dur, n, kv, top, rest_s, flags, pages))
+        longest ``top``), the rest of each step (s; attention is the remainder of the duration), the flags, the
+        pages in use after the run's allocations and the shared K/V tokens of each of its steps."""
+        self.runs.append((ends, dur, n, kv, top, rest_s, flags, pages, shared))
 
     def log(self, steps: int) -> StepLog:
         """The :class:`StepLog` of ``steps`` steps: a general-path step's row sits at its own index (its first
@@ -193,7 +196,7 @@ class _Recorder:
             for f, c in zip(_LOG_FIELDS, cols[1:]):
                 out[f][idx] = c
         if self.runs:
-            ends, dur, n, kv, top, rest, flags, pages = zip(*self.runs)
+            ends, dur, n, kv, top, rest, flags, pages, shared = zip(*self.runs)
             lens = np.array([len(d) for d in dur])
             d = np.concatenate(dur)
             if all(isinstance(f, int) for f in flags):
@@ -205,7 +208,8 @@ class _Recorder:
             run = dict(start_s=np.concatenate(ends) - d, dur_s=d, num_decode=np.repeat(np.array(n, dtype=np.int32), lens),
                        decode_kv=np.concatenate(kv), decode_max_kv=np.concatenate(top),
                        attn_decode_us=d * 1e6 - rest_us, rest_us=rest_us,
-                       extrapolation=fl, pages_used=np.repeat(np.array(pages, dtype=np.int32), lens))
+                       extrapolation=fl, pages_used=np.repeat(np.array(pages, dtype=np.int32), lens),
+                       decode_shared_kv=np.repeat(np.array(shared, dtype=np.int64), lens))
             for f, v in run.items():
                 out[f][mask] = v
         return StepLog(**out)
@@ -379,8 +383,9 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
             cut_at_arrival = nxt < math.inf and not sched.waiting
             if cut_at_arrival:  # no step is shorter than its rest: bound the run by the arrival
                 k = min(k, int((nxt - now) / rest_s) + 1)
+            shared = min(sched.decode_shared_kv(), sched.decode_kv(s))
             calls = CallSums.decode_run(n, sched.decode_kv(s), sched.decode_max_base() + s, k, group,
-                                        lambda j, s=s: _decode_lengths(sched, s + j))
+                                        lambda j, s=s: _decode_lengths(sched, s + j), shared)
             est = source.attention_us(dec, CallPart.DECODE, calls)
             dur = est.us
             dur *= layers * 1e-6
@@ -399,7 +404,7 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
                 snaps.append(StepShape(j, float(ends[j - s] - dur[j - s]), tuple(sched.decode_sequences(j)), ()))
             now = float(ends[-1])
             done, used = sched.advance_decode(k, now)
-            rec.run(ends, dur, n, calls.kv_tokens[:k], calls.top_kv[:k], rest_s, flags, used)
+            rec.run(ends, dur, n, calls.kv_tokens[:k], calls.top_kv[:k], rest_s, flags, used, shared)
             if done:
                 tpot_fail(done)
             continue
@@ -411,12 +416,13 @@ def run_simulation(trace: RequestTrace, deployment: Deployment, source: StepCost
             now = max(now, nxt)
             continue
         used = sched.pages_in_use
-        end, row = _step_cost(plan, sched, source, rest, dec, pre, layers, group, now)
+        shared_now = min(sched.decode_shared_kv(), plan.decode_kv) if plan.num_decode else 0
+        end, row = _step_cost(plan, sched, source, rest, dec, pre, layers, group, now, shared_now)
         if plan.index % SNAPSHOT_EVERY == 0:
             snaps.append(StepShape(plan.index, now, tuple(sched.decode_sequences(plan.index)),
                                    tuple((new, kv) for _, new, kv in plan.chunks)))
         done = sched.complete(plan, end)
-        rec.row(plan.index, now, end - now, *row, used)
+        rec.row(plan.index, now, end - now, *row, used, shared_now)
         if slo is not None:
             for r, _, _ in plan.chunks:
                 if sched.first_token_s[r] == end and sched.generated[r] == 1 and not fail_mark[r] \
@@ -458,8 +464,9 @@ def _first_flag(x: np.ndarray | int) -> int:
 
 
 def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: RestOfStep, dec: str, pre: str,
-               layers: int, group: int, now: float) -> tuple[float, tuple]:
-    """End time of a general-path step and its log row (without start, duration and pages)."""
+               layers: int, group: int, now: float, shared: int = 0) -> tuple[float, tuple]:
+    """End time of a general-path step and its log row (without start, duration, pages and shared tokens);
+    ``shared``: the decode part's K/V tokens on shared pages."""
     nd = plan.num_decode
     flags = 0
     attn_d = 0.0
@@ -468,7 +475,7 @@ def _step_cost(plan: StepPlan, sched: Scheduler, source: StepCostSource, rest: R
     if nd:
         dcall = CallSums(1, float(nd), float(nd), float(plan.decode_kv), float(plan.decode_kv),
                          float(nd * -(-group // 128)), 1.0, float(plan.decode_max_kv), group,
-                         lambda j: _decode_lengths(sched, plan.index))
+                         lambda j: _decode_lengths(sched, plan.index), shared_kv=float(shared))
     if nd and not one_launch:
         e = source.attention_us(dec, CallPart.DECODE, dcall)
         attn_d = float(e.us[0]) * layers

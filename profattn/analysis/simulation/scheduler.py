@@ -287,6 +287,15 @@ class Scheduler:
         """Σ kv_len of the decoding sequences at step ``s``."""
         return self.base_sum + len(self.base) * s
 
+    def decode_shared_kv(self) -> int:
+        """K/V tokens the running requests read from a page another running request also reads (prefix caching's
+        shared blocks, each extra reference counted: :attr:`PrefixCache.shared_tokens`); 0 without prefix caching or
+        with nothing decoding. The prefilling request's references count too (a mixed step's decode call is credited
+        with them: an upper bound there); the caller caps it at the decode call's K/V tokens."""
+        if self.cache is None or not self.base:
+            return 0
+        return self.cache.shared_tokens
+
     def decode_max_base(self) -> int:
         """The largest decoding base (the longest sequence attends over ``base + s``); 0 when none decodes."""
         h = self.longest_heap

@@ -245,6 +245,9 @@ class DeploymentResult:
     provenance: tuple[Provenance, ...]
     concurrency_peak: int
     mean_decode_batch: float
+    #: of the decode K/V tokens read over the run, the share read from pages another running request shares
+    #: (prefix caching; priced at each backend's shared-prefix saving, :meth:`MeasuredCells.shared_saving`)
+    decode_shared_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -343,7 +346,8 @@ def _result(run: SimulationRun, slo: SLO, trace: RequestTrace, search: RateSearc
         LatencySummary.of(run.itl_s, run.itl_weight), LatencySummary.of(run.e2e_s),
         float(run.output_tokens.sum()) / makespan, run.requests / makespan, run.attainment(slo),
         float(run.meets(slo).sum()) / (trace.duration_s or 1.0), float(st.attn_decode_us.sum()) * 1e-6,
-        float(st.attn_prefill_us.sum()) * 1e-6, float(st.rest_us.sum()) * 1e-6, ext, search, provenance, conc, mean_b)
+        float(st.attn_prefill_us.sum()) * 1e-6, float(st.rest_us.sum()) * 1e-6, ext, search, provenance, conc, mean_b,
+        float(st.decode_shared_kv.sum()) / float(st.decode_kv.sum()) if len(st) and st.decode_kv.sum() > 0 else 0.0)
 
 
 def simulate(trace: RequestTrace, deployments: Sequence[Deployment], sources: dict[str | None, StepCostSource],

@@ -29,7 +29,7 @@ import enum
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -200,7 +200,8 @@ class CallSums:
     simulation sets it; valid while the source prices the calls, as the scheduler moves on after). ``run``: the calls are
     consecutive decode steps of one unchanged set of sequences (``num_seqs``, ``q_tokens``, ``tiles``, ``top_q``
     constant floats; ``kv_tokens`` and ``top_kv`` growing by ``num_seqs`` and 1 per step), which a source may
-    exploit (:meth:`decode_run`).
+    exploit (:meth:`decode_run`). ``shared_kv``: of ``kv_tokens``, the K/V token slots read from a page another
+    sequence of the call also reads (prefix caching's shared blocks, each extra reader counted; 0: none shared).
     """
 
     k: int
@@ -214,6 +215,7 @@ class CallSums:
     group: int
     sequences: object = None
     run: bool = False
+    shared_kv: Sums = 0.0
 
     def __len__(self) -> int:
         return self.k
@@ -236,24 +238,27 @@ class CallSums:
 
     @classmethod
     def decode(cls, num_seqs: np.ndarray, kv_tokens: np.ndarray, top_kv: np.ndarray, group: int,
-               sequences: object = None) -> "CallSums":
+               sequences: object = None, shared_kv: np.ndarray | float = 0.0) -> "CallSums":
         """``k`` decode calls: ``num_seqs`` sequences of one query each over ``kv_tokens`` K/V slots in all, the
         longest over ``top_kv`` (arrays ``[k]``; pairs = kv slots; one tile per sequence up to 128 query heads per
-        KV head)."""
+        KV head), ``shared_kv`` of the slots on pages another of them reads too."""
         n = np.asarray(num_seqs, dtype=np.float64)
         kv = np.asarray(kv_tokens, dtype=np.float64)
+        sh = np.asarray(shared_kv, dtype=np.float64) if isinstance(shared_kv, np.ndarray) else float(shared_kv)
         return cls(int(n.shape[0]), n, n, kv, kv, n * math.ceil(group / ROWS_PER_TILE), 1.0,
-                   np.asarray(top_kv, dtype=np.float64), group, sequences)
+                   np.asarray(top_kv, dtype=np.float64), group, sequences, shared_kv=sh)
 
     @classmethod
     def decode_run(cls, num_seqs: int, kv_tokens: int, top_kv: int, steps: int, group: int,
-                   sequences: object = None) -> "CallSums":
+                   sequences: object = None, shared_kv: int = 0) -> "CallSums":
         """``steps`` consecutive decode steps of ``num_seqs`` sequences over ``kv_tokens`` K/V tokens in all at the
-        first (the longest over ``top_kv``), each step every sequence one token longer (:attr:`run`)."""
+        first (the longest over ``top_kv``), each step every sequence one token longer (:attr:`run`); ``shared_kv``
+        of the slots on shared pages, the same every step (new tokens go to each sequence's own pages)."""
         kv = np.arange(kv_tokens, kv_tokens + num_seqs * steps, num_seqs, dtype=np.float64)
         top = np.arange(top_kv, top_kv + steps, dtype=np.float64)
         n = float(num_seqs)
-        return cls(steps, n, n, kv, kv, n * math.ceil(group / ROWS_PER_TILE), 1.0, top, group, sequences, True)
+        return cls(steps, n, n, kv, kv, n * math.ceil(group / ROWS_PER_TILE), 1.0, top, group, sequences, True,
+                   float(shared_kv))
 
     def column(self, name: str) -> np.ndarray:
         """Field ``name`` as float64 ``[k]`` (a float broadcast)."""
@@ -263,7 +268,8 @@ class CallSums:
     def select(self, mask: np.ndarray) -> "CallSums":
         """The calls where the boolean ``mask`` ``[k]`` holds (``sequences`` and ``run`` dropped)."""
         pick = lambda v: v[mask] if isinstance(v, np.ndarray) else v  # noqa: E731
-        return CallSums(int(np.count_nonzero(mask)), *(pick(getattr(self, f)) for f in _SUM_FIELDS), self.group)
+        return CallSums(int(np.count_nonzero(mask)), *(pick(getattr(self, f)) for f in _SUM_FIELDS), self.group,
+                        shared_kv=pick(self.shared_kv))
 
     def joined(self, other: "CallSums") -> "CallSums":
         """One call per step over this call's sequences and ``other``'s (equal ``k`` and group): the sums added,
@@ -277,7 +283,8 @@ class CallSums:
         mine = causal_pairs_array(self.top_q, self.top_kv) >= causal_pairs_array(other.top_q, other.top_kv)
         pick = lambda a, b: np.where(mine, a, b) if isinstance(mine, np.ndarray) else (a if mine else b)  # noqa: E731
         return CallSums(self.k, *(getattr(self, f) + getattr(other, f) for f in _SUM_FIELDS[:5]),
-                        pick(self.top_q, other.top_q), pick(self.top_kv, other.top_kv), self.group)
+                        pick(self.top_q, other.top_q), pick(self.top_kv, other.top_kv), self.group,
+                        shared_kv=self.shared_kv + other.shared_kv)
 
     def longest(self) -> "CallSums":
         """Each call's longest sequence alone, as calls of one sequence."""
@@ -346,7 +353,10 @@ class Provenance:
     items and roofline-time ranges (``items``, ``roof_us``: (min, max)), the small-call floor (µs; ``floor_rule``: where
     it came from, :func:`small_call_floor`), the relative
     uncertainty of an estimate (``uncertainty``: the e-fold half-width of ``lo``–``hi``), its :class:`Validation`,
-    the KV dtype of the cells and, for an FP8 cache priced from bf16 cells, the FP8 factor and the cells behind it."""
+    the KV dtype of the cells and, for an FP8 cache priced from bf16 cells, the FP8 factor and the cells behind it;
+    for decode, ``shared_saving`` (:meth:`MeasuredCells.shared_saving`: the share of a read's cost a page shared with
+    another sequence of the call saves; None: no shared-prefix cell, shared pages priced as unshared) and the
+    ``shared_cells`` behind it."""
 
     source: str
     backend: str
@@ -363,6 +373,8 @@ class Provenance:
     fp8_cells: int = 0
     notes: tuple[str, ...] = ()
     floor_rule: FloorRule = FloorRule.FASTEST
+    shared_saving: float | None = None
+    shared_cells: int = 0
 
 
 class StepCostSource(Protocol):
@@ -611,7 +623,9 @@ class MeasuredCells:
     16, 64 and 256 within 2 % of each other). A cell must be eligible, causal, without window, shared prefix or
     drawn lengths (:func:`_usable`). For an FP8 cache, decode is the bf16 interpolation at the FP8 call's physics
     times the backend's FP8 factor: the median over its FP8 cells of measured / interpolated; prefill is priced as
-    its bf16 call (no prefill backend has FP8 cells).
+    its bf16 call (no prefill backend has FP8 cells). A decode call with K/V on pages shared between its sequences
+    (:attr:`CallSums.shared_kv`, prefix caching) is its unshared price × (1 − s · shared_kv / kv_tokens), ``s`` the
+    backend's :meth:`shared_saving` from its shared-prefix decode cells (none: priced as unshared).
     """
 
     name = "measured cells (interpolated)"
@@ -621,10 +635,21 @@ class MeasuredCells:
         self.ceilings = ceilings
         self.points: dict[tuple[str, CallPart, str | None], list[CellPoint]] = {}
         self.groups: dict[tuple[str, CallPart], set[int]] = {}
+        #: per backend, its shared-prefix decode cells: (work items, unshared roofline µs, latency µs, duplicate share)
+        self.shared_points: dict[str, list[tuple[float, float, float, float]]] = {}
         for m in cells:
             w = m.workload()
             part = _part_of(w)
-            if part is None or w.dtype != shape.dtype or not _usable(m, w):
+            if part is None or w.dtype != shape.dtype:
+                continue
+            if part is CallPart.DECODE and w.shared_prefix_len and w.kv_dtype is None and w.batch > 1 \
+                    and _usable(m, replace(w, shared_prefix_len=0)):
+                cell_shape = AttentionShape(w.num_q_heads, w.num_kv_heads, w.head_dim, w.dtype, None)
+                _, _, items, roof = call_physics(CallSums.of(w.q_lens, w.kv_lens, w.group_size), cell_shape, ceilings)
+                dup = (w.batch - 1) * w.shared_prefix_len / float(sum(w.kv_lens))
+                self.shared_points.setdefault(m.backend, []).append((float(items), float(roof), float(m.latency_us), dup))
+                continue
+            if not _usable(m, w):
                 continue
             cell_shape = AttentionShape(w.num_q_heads, w.num_kv_heads, w.head_dim, w.dtype, w.kv_dtype)
             sums = CallSums.of(w.q_lens, w.kv_lens, w.group_size)
@@ -637,11 +662,28 @@ class MeasuredCells:
             self.groups.setdefault((m.backend, part), set()).add(w.group_size)
         self._surfaces: dict[tuple[str, CallPart], tuple[_Surface, float, float | None, int, Validation]] = {}
         self._memo: dict[tuple, tuple[float, int]] = {}
+        self._savings: dict[str, float] = {}
         fp8 = int(Extrapolation.KV_DTYPE) if shape.kv_dtype else 0
         prefill_shape = AttentionShape(shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.dtype, None)
         self._coef = {CallPart.DECODE: (*_coefficients(shape, ceilings), shape.num_kv_heads, fp8),
                       CallPart.PREFILL: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8),
                       CallPart.MIXED: (*_coefficients(prefill_shape, ceilings), shape.num_kv_heads, fp8)}
+
+    def shared_saving(self, backend: str) -> tuple[float, int] | None:
+        """``(s, cells)``: the share of a K/V read's cost that a page shared with another sequence of the call saves
+        on ``backend``'s decode, from its shared-prefix cells (``batch`` sequences over ``kv_len``, the first
+        ``shared_prefix_len`` tokens on one set of pages): per cell ``(1 − measured / unshared price) / duplicate
+        share`` (duplicate share = (batch − 1) · shared_prefix_len / Σ kv_len: the reads another sequence already
+        made), the median over its cells, clamped to [0, 1] (0: sharing buys nothing; 1: a shared read is free).
+        None: no such cell (shared pages are priced as unshared)."""
+        pts = self.shared_points.get(backend)
+        if not pts or not self.points.get((backend, CallPart.DECODE, None)):
+            return None
+        surf = self._surface(backend, CallPart.DECODE)[0]
+        vals = [(1.0 - lat / math.exp(surf.scalar(items, roof)[0])) / dup for items, roof, lat, dup in pts if dup > 0]
+        if not vals:
+            return None
+        return min(1.0, max(0.0, float(statistics.median(vals)))), len(vals)
 
     def other_phases_us(self, backend: str, part: CallPart) -> float | None:
         """The fastest usable cell of ``backend`` in a phase other than ``part`` at the compute dtype's cache (µs;
@@ -757,7 +799,18 @@ class MeasuredCells:
             if bits:
                 flags = flags | np.int8(bits)
             us = np.exp(lt + shift if shift else lt)
+        if part is CallPart.DECODE and (type(calls.shared_kv) is not float or calls.shared_kv > 0.0):
+            saving = self._saving(backend)
+            if saving:
+                us = us * (1.0 - saving * np.minimum(calls.column("shared_kv") / calls.column("kv_tokens"), 1.0))
         return AttentionEstimate(us, flags, unc)
+
+    def _saving(self, backend: str) -> float:
+        got = self._savings.get(backend)
+        if got is None:
+            s = self.shared_saving(backend)
+            got = self._savings[backend] = s[0] if s is not None else 0.0
+        return got
 
     def provenance(self, backend: str, part: CallPart) -> Provenance:
         """What ``backend``'s ``part`` is priced from (:class:`StepCostSource`).
@@ -776,10 +829,12 @@ class MeasuredCells:
             notes.append(f"GQA group {self.shape.group} not among its cells' ({', '.join(map(str, sorted(groups)))})")
         if self.shape.kv_dtype is not None and part is CallPart.PREFILL:
             notes.append(f"prefill over a {self.shape.kv_dtype} cache priced as its bf16 call (no FP8 prefill cell)")
+        shared = self.shared_saving(backend) if part is CallPart.DECODE else None
         return Provenance(self.name, backend, part, len(pts), tuple(sorted({p.run_id for p in pts})),
                           (min(p.items for p in pts), max(p.items for p in pts)),
                           (min(p.roof_us for p in pts), max(p.roof_us for p in pts)), surf.floor_us, unc,
-                          val, None, factor, n8, tuple(notes), surf.floor_from)
+                          val, None, factor, n8, tuple(notes), surf.floor_from,
+                          shared[0] if shared else None, shared[1] if shared else 0)
 
 
 def _floats(v: Sums, k: int) -> list[float]:

@@ -45,3 +45,36 @@ def test_scheduler_shares_a_prefix_once_and_saves_its_prefill():
     assert chunks == [(0, 1100, 1100), (1, 76, 1100)]  # 1,024 tokens hit: only the tail is prefilled
     st = s.prefix_stats
     assert (st.hit_blocks, st.queried_blocks, st.hit_tokens) == (2, 4, 1024) and s.pages_in_use == 0
+
+
+def test_shared_tokens_count_each_extra_reference():
+    c = PrefixCache(512, 16)
+    assert c.insert(1) and c.insert(2) and c.shared_tokens == 0  # one request holds both blocks
+    c.acquire([1, 2], 2, 1100, 1100, True)  # a second request reads both from the same pages
+    assert c.extra_refs == 2 and c.shared_tokens == 1024
+    c.acquire([1], 1, 1100, 1100, True)  # a third reads the first
+    assert c.shared_tokens == 1536
+    c.release([1, 2])  # the second leaves
+    assert c.shared_tokens == 512 and c.ref == {1: 2, 2: 1}
+    c.release([1])
+    c.release([1, 2])  # nobody reads them: cached, free, nothing shared
+    assert c.shared_tokens == 0 and list(c.evictable) == [2, 1]
+
+
+def test_scheduler_reports_the_decoders_shared_tokens():
+    # the second request arrives while the first decodes: both read the first block (512 tokens) from one page set
+    tr = RequestTrace(np.array([0.0, 0.001]), np.array([600, 600]), np.array([40, 40]), np.array([2, 3]), "t",
+                      block_ids=(np.array([7, 8]), np.array([7, 5])), block_tokens=512)
+    s = Scheduler(tr, SchedulerConfig(num_gpu_blocks=400, enable_prefix_caching=True), audit=True)
+    now, seen = 0.0, []
+    while not s.done:
+        s.arrive(now)
+        p = s.schedule(now)
+        if p is None:
+            now = s.next_arrival()
+            continue
+        seen.append((p.num_decode, s.decode_shared_kv()))
+        s.complete(p, now + 0.01)
+        now += 0.01
+    assert (1, 0) in seen and (2, 512) in seen  # one decoder: nothing shared; two: one block read twice
+    assert s.decode_shared_kv() == 0

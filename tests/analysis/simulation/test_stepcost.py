@@ -229,3 +229,24 @@ def test_median_ceilings():
     assert (m.bandwidth_gbps, m.matmul_tflops) == (4600.0, 690.0)
     with pytest.raises(StepCostError, match="no run in the store recorded its ceilings"):
         median_ceilings([])
+
+
+def test_shared_pages_priced_from_the_shared_prefix_cells():
+    # a shared-prefix cell: 4 sequences of 4,000 tokens, the first 2,000 on one set of pages; the unshared call is
+    # the (4, 4000) cell, 40 µs; measured 31 µs: (1 − 31/40) / (3 · 2000 / 16000) = 0.225 / 0.375 = 0.6 of a
+    # duplicate read's cost saved
+    w = decode(4, 4000, shared_prefix_len=2000)
+    src = source([cell(w, "X", 31.0)])
+    saving, n = src.shared_saving("X")
+    assert saving == pytest.approx(0.6, rel=1e-9) and n == 1
+    assert src.provenance("X", CallPart.DECODE).shared_saving == pytest.approx(0.6) and source().shared_saving("X") is None
+    base = src.attention_us("X", CallPart.DECODE, CallSums.decode(np.array([4.0]), np.array([16000.0]), np.array([4000.0]), 4))
+    half = CallSums.decode(np.array([4.0]), np.array([16000.0]), np.array([4000.0]), 4, shared_kv=np.array([6000.0]))
+    assert float(base.us[0]) == pytest.approx(40.0, rel=1e-9)
+    assert float(src.attention_us("X", CallPart.DECODE, half).us[0]) == pytest.approx(40.0 * (1 - 0.6 * 6000 / 16000))
+    run_ = CallSums.decode_run(4, 16000, 4000, 3, 4, shared_kv=6000)  # the same in a decode run, and per step
+    got = src.attention_us("X", CallPart.DECODE, run_).us
+    plain = src.attention_us("X", CallPart.DECODE, CallSums.decode_run(4, 16000, 4000, 3, 4)).us
+    assert got == pytest.approx(plain * (1 - 0.6 * 6000 / run_.kv_tokens))
+    # a backend without shared-prefix cells prices shared pages as unshared; the prefill part never applies it
+    assert float(source().attention_us("X", CallPart.DECODE, half).us[0]) == pytest.approx(40.0, rel=1e-9)

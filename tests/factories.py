@@ -158,3 +158,17 @@ def simulation(us_per_token: dict[str, float], decoders=("A", "B"), *, search: b
                     shapes={None: shape}, slo=SLO(ttft_s=0.5, tpot_s=0.02), search=search, resolution=0.05,
                     sample=sample, gpu="test GPU", ceilings=ceil)
 
+
+def drive(s, dt: float = 0.01):
+    """Run the scheduler ``s`` (:class:`~profattn.analysis.simulation.scheduler.Scheduler`) to the end, each step
+    ``dt`` s long, yielding every plan before it completes."""
+    now = 0.0
+    while not s.done:
+        s.arrive(now)
+        p = s.schedule(now)
+        if p is None:
+            now = s.next_arrival()
+            continue
+        yield p
+        s.complete(p, now + dt)
+        now += dt

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from factories import drive
 from profattn.analysis.simulation.prefix import PrefixCache, chain_keys
 from profattn.analysis.simulation.scheduler import Scheduler, SchedulerConfig
 from profattn.workload.requests import RequestTrace
@@ -32,16 +33,7 @@ def test_scheduler_shares_a_prefix_once_and_saves_its_prefill():
     tr = RequestTrace(np.array([0.0, 1.0]), np.array([1100, 1100]), np.array([50, 50]), np.array([2, 3]), "t",
                       block_ids=(np.array([7, 8, 9]), np.array([7, 8, 4])), block_tokens=512)
     s = Scheduler(tr, SchedulerConfig(num_gpu_blocks=400, enable_prefix_caching=True), audit=True)
-    now, chunks = 0.0, []
-    while not s.done:
-        s.arrive(now)
-        p = s.schedule(now)
-        if p is None:
-            now = s.next_arrival()
-            continue
-        chunks += [(r, new, kv) for r, new, kv in p.chunks]
-        s.complete(p, now + 0.01)
-        now += 0.01
+    chunks = [(r, new, kv) for p in drive(s) for r, new, kv in p.chunks]
     assert chunks == [(0, 1100, 1100), (1, 76, 1100)]  # 1,024 tokens hit: only the tail is prefilled
     st = s.prefix_stats
     assert (st.hit_blocks, st.queried_blocks, st.hit_tokens) == (2, 4, 1024) and s.pages_in_use == 0
@@ -66,15 +58,6 @@ def test_scheduler_reports_the_decoders_shared_tokens():
     tr = RequestTrace(np.array([0.0, 0.001]), np.array([600, 600]), np.array([40, 40]), np.array([2, 3]), "t",
                       block_ids=(np.array([7, 8]), np.array([7, 5])), block_tokens=512)
     s = Scheduler(tr, SchedulerConfig(num_gpu_blocks=400, enable_prefix_caching=True), audit=True)
-    now, seen = 0.0, []
-    while not s.done:
-        s.arrive(now)
-        p = s.schedule(now)
-        if p is None:
-            now = s.next_arrival()
-            continue
-        seen.append((p.num_decode, s.decode_shared_kv()))
-        s.complete(p, now + 0.01)
-        now += 0.01
+    seen = [(p.num_decode, s.decode_shared_kv()) for p in drive(s)]
     assert (1, 0) in seen and (2, 512) in seen  # one decoder: nothing shared; two: one block read twice
     assert s.decode_shared_kv() == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from factories import drive
 from profattn.analysis.simulation.replay import BackendPair, Deployment, run_simulation
 from profattn.analysis.simulation.scheduler import Scheduler, SchedulerConfig, SchedulerError, activation_bytes, kv_capacity
 from profattn.analysis.simulation.stepcost import AttentionEstimate, AttentionShape, CallSums, Provenance
@@ -122,15 +123,8 @@ def test_scheduler_emits_exactly_the_output_tokens():
     tr = load_requests(SLICE).head(60)
     s = Scheduler(tr, SchedulerConfig(num_gpu_blocks=400, max_num_batched_tokens=512, max_num_seqs=8, block_size=16),
                   audit=True)
-    now = 0.0
-    while not s.done:
-        s.arrive(now)
-        plan = s.schedule(now)
-        if plan is None:
-            now = s.next_arrival()
-            continue
-        now += 0.001
-        s.complete(plan, now)
+    for _ in drive(s, 0.001):
+        pass
     assert s.generated == tr.output_tokens.tolist() and s.pages_in_use == 0
 
 

@@ -25,6 +25,9 @@ _DB_HELP = "Results store (default: $PROFATTN_DB, else ~/.cache/profattn/results
 #: serving run at chunk 2048 and 512.
 DEFAULT_PREFILL = "flashinfer-prefill-paged"
 GIB = 1 << 30
+#: What a bare ``--search`` (no KNOBS) stands for: the rate search alone. Not a string a user can type as KNOBS, so
+#: ``--search ""`` (an empty knob list) is told apart from it and refused.
+RATE_ONLY = "\0rate-only"
 
 
 MAX_RATE_SCALE = 1e6
@@ -209,7 +212,7 @@ def _validate(run_dir: str, simulation_path: str | None) -> None:
 @click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True, help="Split prompts longer than the budget left.")
 @click.option("--slo", "slo_text", default="ttft=500,tpot=50,attainment=90%", show_default=True, metavar="ttft=MS,tpot=MS[,attainment=P%]",
               help="Latency targets and the share of requests that must meet both.")
-@click.option("--search", "search_axes", is_flag=False, flag_value="", default="", metavar="[KNOBS]",
+@click.option("--search", "search_axes", is_flag=False, flag_value=RATE_ONLY, default=RATE_ONLY, metavar="[KNOBS]",
               help="Search the highest rate scale that meets the SLO (the default); with KNOBS (max_num_batched_tokens,"
                    "max_num_seqs[,chunked_prefill][,page_size][,kv_dtype]) also the scheduler setting that serves the "
                    "most per deployment, one knob at a time from vLLM's defaults (tokens 512–16,384, seqs 32–1,024).")
@@ -258,9 +261,9 @@ def simulate(requests_path: str | None, rate_scale: float | None, rate: float | 
     from profattn.analysis.simulation.operating import DEFAULT_GRID, parse_axes
 
     search = not no_search
-    if no_search and search_axes:
+    if no_search and search_axes != RATE_ONLY:
         raise ProfattnError("give --search KNOBS or --no-search, not both")
-    knob_axes = parse_axes(search_axes) if search_axes else ()
+    knob_axes = parse_axes(search_axes) if search_axes != RATE_ONLY else ()
     if rate is not None and rate_scale is not None:
         raise ProfattnError("give --rate or --rate-scale, not both")
     for name, v, top in (("--rate", rate, MAX_RATE_PER_S), ("--rate-scale", rate_scale, MAX_RATE_SCALE),

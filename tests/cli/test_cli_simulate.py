@@ -201,3 +201,14 @@ def test_search_names_an_unknown_knob():
         parse_axes("bogus_knob")
     with pytest.raises(ProfattnError, match="given twice"):
         parse_axes("max_num_seqs,max-num-seqs")
+
+
+def test_search_with_an_empty_knob_list_is_refused(tmp_path: Path):
+    """``--search ""`` names no knob: refused in one line naming the knobs, not read as the bare ``--search``."""
+    base = ["simulate", "--requests", str(tmp_path / "none.csv"), "--model", "llama-3-8b", "--backend", "triton-paged-decode"]
+    res = CliRunner().invoke(main, [*base, "--search", ""])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "--search: name at least one of max_num_batched_tokens, max_num_seqs" in res.output
+    for bare in (["--search"], []):  # the rate search alone gets past the knobs, to the missing trace
+        res = CliRunner().invoke(main, [*base, *bare])
+        assert res.exit_code == 2 and "no such file" in res.output and "--search" not in res.output, res.output

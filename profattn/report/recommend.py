@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from profattn.analysis.selection.costmodel import Estimate
+from profattn.analysis.selection.costmodel import Estimate, Outside
 from profattn.analysis.selection.policy import (
     BASELINES, Policy, Score, Validation, policy_to_dict, validation_dict,
 )
@@ -101,6 +101,44 @@ def _time_text(o: Option) -> str:
     return f"{fmt_us(e.us)} predicted ({_estimate_text(e)})"
 
 
+#: How each number a model's span bounds is named, and its largest and smallest ends, for a reader.
+OUTSIDE_TEXT = {"bytes_mb": ("bytes read", "most", "fewest"), "gflop": ("GFLOP", "most", "fewest"),
+                "batch": ("batch", "largest", "smallest"), "kv_len": ("kv_len", "longest", "shortest"),
+                "q_len": ("q_len", "longest", "shortest")}
+
+
+def _outside_value(x: Outside, v: float) -> str:
+    if x.field == "bytes_mb":
+        return fmt_bytes(v * 1e6)
+    return fmt_sig(v) if x.field == "gflop" else f"{round(v):,}"
+
+
+def outside_text(x: Outside) -> str:
+    """``kv_len 1,000,000 is 31× (4.9 octaves) beyond the longest measured, 32,768``."""
+    name, most, fewest = OUTSIDE_TEXT[x.field]
+    factor = x.value / x.measured if x.above else x.measured / x.value
+    return (f"{name} {_outside_value(x, x.value)} is {fmt_sig(factor, 2)}× ({x.octaves:.1f} octaves) "
+            f"{'beyond' if x.above else 'below'} the {most if x.above else fewest} measured, {_outside_value(x, x.measured)}")
+
+
+def extrapolated_line(rec: Recommendation) -> str | None:
+    """``  extrapolated: kv_len 1,000,000 is 31× … beyond the longest measured, 32,768; …`` when something the
+    answer offers is priced outside its model's cells (:attr:`Recommendation.extrapolated`), else None."""
+    if not rec.extrapolated:
+        return None
+    beyond = rec.beyond_measured
+    if not beyond:
+        return "  extrapolated: priced by a model that never saw this head_dim or GQA group"
+    first = ("batch", "kv_len", "q_len")  # the workload's own numbers before the bytes and FLOPs they make
+    beyond = sorted(beyond, key=lambda x: (x.field not in first, x.field not in first or first.index(x.field)))
+    return (f"  extrapolated: {'; '.join(outside_text(x) for x in beyond)} — the times below are predictions "
+            "outside the measured range")
+
+
+def _outside_json(x: Outside) -> dict[str, Any]:
+    return {"field": x.field, "value": x.value, "measured": x.measured, "above": x.above, "octaves": x.octaves}
+
+
 def _measure_line(w: Any, backend: str | None = None) -> str:
     return f"profattn profile --workload {shlex.quote(workload_spec(w))}" + (f" --backend {backend}" if backend else "")
 
@@ -164,6 +202,9 @@ def recommend_text(rec: Recommendation) -> str:
                      "cells — nothing is picked (measure it)")
     else:
         lines.append("unknown: no measurement of this workload on this GPU and no cost model for its kind of call")
+    extra = extrapolated_line(rec)
+    if extra is not None:
+        lines.append(extra)
     if rec.status in (Status.PREDICTED, Status.UNKNOWN):
         lines.append(f"  measure it: {_measure_line(w)}")
     drop, fast = rec.best_drop_in, rec.fastest
@@ -244,6 +285,7 @@ def _option_json(o: Option) -> dict[str, Any]:
                               "gbps": c.gbps, "gather_sdpa_measured_us": c.path_us} for c in o.costs],
             "kernel_us": o.kernel_us, "total_us": o.total_us, "measured": o.measured is not None,
             "sigma": e.sigma if e else None, "extrapolated": e.extrapolated if e else None,
+            "outside": [_outside_json(x) for x in e.outside] if e else [],
             "loo_error": {"median": e.loo_median, "worst": e.loo_worst} if e else None,
             "bound_us": o.bound_us, "pickable": o.pickable,
             "unmeasured": o.predicted.unmeasured if o.predicted is not None else None,
@@ -258,7 +300,15 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
     Version 3 (issue 34): ``best`` and ``best_drop_in`` are measured or bounded picks (``best`` null when nothing
     measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``; later
     additions: ``contested_by`` / ``best_bounded`` (no pick: an unbounded candidate is estimated below the best
-    bounded one's bound) and ``drop_in_contested_by`` (the same for the drop-in pick)."""
+    bounded one's bound) and ``drop_in_contested_by`` (the same for the drop-in pick).
+
+    ``extrapolated`` is true whenever anything the answer offers is priced outside its model's cells: the predicted
+    answer, a pickable option, or — with nothing measured on the workload — any option shown that is not dominated
+    (until this addition it was the predicted answer alone: that is now ``answer_extrapolated``);
+    ``beyond_measured``: when ``extrapolated``, each number of the workload outside those models' cells (``field``
+    one of bytes_mb, gflop, batch, kv_len, q_len; ``value``; ``measured``, the nearest end any of them measured;
+    ``above``; ``octaves`` between), else empty; each option's ``outside``: the same against its own model (empty
+    when measured or inside)."""
     e = rec.evidence
     c = rec.choice
     return {
@@ -266,6 +316,8 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "workload_tag": rec.workload.tag, "status": rec.status.value, "interface": rec.interface.value,
         "best": rec.best, "best_drop_in": rec.best_drop_in.backend if rec.best_drop_in else None,
         "fastest": rec.fastest.backend if rec.fastest else None, "extrapolated": rec.extrapolated,
+        "answer_extrapolated": rec.answer_extrapolated,
+        "beyond_measured": [_outside_json(x) for x in rec.beyond_measured],
         "near_tie_with": list(rec.tied),
         "drop_in_near_tie_with": list(rec.drop_in_pick.near_tie_with) if rec.drop_in_pick else [],
         "contested_by": list(c.contested_by) if c is not None else [],

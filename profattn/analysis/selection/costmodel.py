@@ -210,13 +210,34 @@ def features(w: Workload, reads: Layout | str, num_sms: int | None, executed_pai
     return x, Shape(mb, gflop, w.batch, w.kv_len, w.q_len, w.head_dim, w.group_size)
 
 
+#: The numbers a :class:`Span` bounds, in its order.
+SPAN_FIELDS = ("bytes_mb", "gflop", "batch", "kv_len", "q_len")
+
+
+@dataclass(frozen=True)
+class Outside:
+    """One number of a shape outside a model's span: its ``field`` (of :data:`SPAN_FIELDS`), the shape's ``value``,
+    the ``measured`` end of the span nearest it (the largest measured when ``value`` lies above, else the smallest)
+    and the ``octaves`` between them (> 0)."""
+
+    field: str
+    value: float
+    measured: float
+    octaves: float
+
+    @property
+    def above(self) -> bool:
+        """Whether ``value`` lies above the span (else below)."""
+        return self.value > self.measured
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A predicted latency: ``us`` (µs), ``sigma`` (the relative uncertainty, as a standard deviation of
     ``log(measured / predicted)``), ``extrapolated`` (outside the model's span) and ``distance`` (octaves beyond the
     span plus unseen categories counted, 0 inside), ``octaves`` (the numeric part of that distance) and the model's
     own leave-one-out error (``loo_median``, ``loo_worst``: fractions, None when the model was not checked; see the
-    module docstring)."""
+    module docstring); ``outside``: each number of the shape outside the span, how far (empty inside)."""
 
     us: float
     sigma: float
@@ -225,6 +246,7 @@ class Estimate:
     octaves: float = 0.0
     loo_median: float | None = None
     loo_worst: float | None = None
+    outside: tuple[Outside, ...] = ()
 
     @property
     def bound_us(self) -> float | None:
@@ -272,10 +294,20 @@ class Span:
         unseen = float(s.head_dim not in self.head_dims) + float(s.group not in self.groups)
         return octaves, unseen
 
+    def outside(self, s: Shape) -> tuple[Outside, ...]:
+        """Each of ``s``'s numbers (:data:`SPAN_FIELDS`) outside the span, with the nearest measured end (empty inside)."""
+        out = []
+        values = (s.bytes_mb, s.gflop, s.batch, s.kv_len, s.q_len)
+        for name, value, v, lo, hi in zip(SPAN_FIELDS, values, self._logs(s), self.lo, self.hi):
+            if v > hi or v < lo:
+                end = hi if v > hi else lo
+                out.append(Outside(name, float(value), float(f"{2.0 ** end:.12g}"), abs(v - end)))
+        return tuple(out)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON values."""
         return {"log2_lo": list(self.lo), "log2_hi": list(self.hi), "head_dims": list(self.head_dims),
-                "groups": list(self.groups), "of": ["bytes_mb", "gflop", "batch", "kv_len", "q_len"]}
+                "groups": list(self.groups), "of": list(SPAN_FIELDS)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Span":
@@ -325,7 +357,8 @@ class BackendModel:
         us = max(self.terms_us(x) * math.exp(self.correction(shape)), floor_us)
         octaves, unseen = self.span.distance(shape)
         sigma = math.sqrt(self.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2 + (UNSEEN_SIGMA * unseen) ** 2)
-        return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen, octaves, self.loo_median, self.loo_worst)
+        return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen, octaves, self.loo_median, self.loo_worst,
+                        self.span.outside(shape))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values (``coef`` by feature name)."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from profattn.analysis.common.margins import JudgedTime, judged_margin
+from profattn.analysis.selection.costmodel import SPAN_FIELDS, Outside
 from profattn.analysis.selection.policy import (
     Choice, Contender, Pick, Policy, Predicted, contesting, learn, policy_from_dict, policy_to_dict, pooled_time, store_ceilings,
 )
@@ -233,9 +234,39 @@ class Recommendation:
         return min(usable, key=lambda o: o.contender().bound_us, default=None)
 
     @property
-    def extrapolated(self) -> bool:
+    def answer_extrapolated(self) -> bool:
         """A predicted answer outside its model's span (or from no model: the regime's default)."""
         return self.status is Status.PREDICTED and self.choice is not None and self.choice.extrapolated
+
+    @property
+    def priced_outside(self) -> tuple[Option, ...]:
+        """The options shown that count toward :attr:`extrapolated`: priced outside their model's cells and either
+        pickable (one :attr:`fastest` may name) or — with nothing measured on the workload, so that every time
+        shown is a prediction — not dominated (a possible pick once measured)."""
+        out = [o for o in self.options if o.predicted is not None and o.predicted.estimate.extrapolated]
+        return tuple(o for o in out if o.pickable or (not self.ranked and not o.predicted.dominated))  # type: ignore[union-attr]
+
+    @property
+    def extrapolated(self) -> bool:
+        """Whether anything this answer offers is priced outside its model's cells: the predicted answer
+        (:attr:`answer_extrapolated`) or an option of :attr:`priced_outside`."""
+        return self.answer_extrapolated or bool(self.priced_outside)
+
+    @property
+    def beyond_measured(self) -> tuple[Outside, ...]:
+        """When :attr:`extrapolated`, each number of the workload outside the cells of the answer's and
+        :attr:`priced_outside`'s models (:data:`~profattn.analysis.selection.costmodel.SPAN_FIELDS` order), against
+        the nearest end any of them measured (the least distance); empty otherwise."""
+        if not self.extrapolated:
+            return ()
+        estimates = [o.predicted.estimate for o in self.priced_outside]  # type: ignore[union-attr]
+        if self.answer_extrapolated and self.choice is not None and self.choice.estimate is not None:
+            estimates.append(self.choice.estimate)
+        nearest: dict[str, Outside] = {}
+        for x in (x for e in estimates for x in e.outside):
+            if x.field not in nearest or x.octaves < nearest[x.field].octaves:
+                nearest[x.field] = x
+        return tuple(nearest[f] for f in SPAN_FIELDS if f in nearest)
 
 
 def resolve_gpu(store: ResultsStore, name: str | None) -> str:

@@ -81,6 +81,14 @@ def test_a_known_model_is_recovered_and_generalizes():
     x, shape = features(far, "paged", 132)
     e = m.predict(x, shape)
     assert e.extrapolated and e.distance > 2 and e.sigma > m.sigma
+    # batch 256 is 2 octaves above the largest fitted (64), kv 65,536 2 above the longest (16,384)
+    out = {o.field: o for o in e.outside}
+    assert (out["batch"].value, out["batch"].measured, out["batch"].octaves) == (256, 64, pytest.approx(2.0))
+    assert (out["kv_len"].value, out["kv_len"].measured, out["kv_len"].octaves) == (65536, 16384, pytest.approx(2.0))
+    assert out["kv_len"].above and "q_len" not in out  # q_len 1 is inside: every cell had it
+    assert m.predict(*features(w, "paged", 132)).outside == ()
+    below = m.predict(*features(Workload(batch=1, kv_len=8192, **DECODE), "paged", 132)).outside
+    assert [(o.field, o.value, o.measured, o.above) for o in below if o.field == "batch"] == [("batch", 1, 4, False)]
     unseen = Workload(batch=16, kv_len=4096, **{**DECODE, "head_dim": 64})
     x, shape = features(unseen, "paged", 132)
     assert m.predict(x, shape).extrapolated  # a head_dim never measured

@@ -3,12 +3,14 @@ the advice for a committed trace's calls with the saving computed by hand."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from profattn.analysis.selection.recommend import Status, advise_trace, recommend, resolve_gpu, trace_gpu
 from profattn.errors import ProfattnError
+from profattn.report.format import fmt_sig
 from profattn.store import import_runs, open_store
 from profattn.workload import parse_workload_spec
 
@@ -105,6 +107,29 @@ def test_predicted_is_marked_and_a_dense_prefill_gets_an_sdpa_drop_in(store):
     ragged = next((o for o in pre.options if o.backend == "flashinfer-prefill-ragged"), None)
     if ragged is not None:  # packing the tokens is priced
         assert [c.change.value for c in ragged.costs] == ["pack", "plan-run"] and ragged.costs[0].us > 0
+
+
+def test_a_workload_beyond_the_longest_kv_measured_is_marked_extrapolated(store):
+    """kv 1,000,000 with nothing measured on it: every option is priced far outside its model's cells, so the
+    answer is extrapolated though none is picked, and it says how far beyond the longest kv any of them measured."""
+    from profattn.report.recommend import recommend_json, recommend_text
+
+    r = ask(store, f"phase=decode,b=8,kv=1000000,{SHAPE},page=16")
+    assert r.ranked == () and r.options and not r.answer_extrapolated and r.extrapolated
+    assert {o.backend for o in r.priced_outside} == {o.backend for o in r.options if not o.predicted.dominated}
+    longest = max(x.measured for o in r.priced_outside for x in o.predicted.estimate.outside if x.field == "kv_len")
+    kv = next(x for x in r.beyond_measured if x.field == "kv_len")
+    assert kv.value == 1_000_000 and kv.above and kv.measured == longest and 8192 <= longest < 1_000_000
+    doc = recommend_json(r)
+    assert doc["extrapolated"] is True and doc["answer_extrapolated"] is False
+    assert {"field": "kv_len", "value": 1e6, "measured": longest, "above": True,
+            "octaves": pytest.approx(math.log2(1e6 / longest))} in doc["beyond_measured"]
+    assert all(o["outside"] for o in doc["options"])
+    line = next(x for x in recommend_text(r).splitlines() if x.startswith("  extrapolated: "))
+    assert f"kv_len 1,000,000 is {fmt_sig(1e6 / longest, 2)}× " in line and f"beyond the longest measured, {longest:,.0f}" in line
+    inside = ask(store, f"phase=decode,b=64,kv=8192,{SHAPE},page=16")  # measured here: nothing extrapolated offered
+    assert not inside.extrapolated and inside.beyond_measured == () and recommend_json(inside)["beyond_measured"] == []
+    assert "extrapolated:" not in recommend_text(inside)
 
 
 def test_unknown_prints_the_command_that_measures_it(store):

@@ -49,7 +49,8 @@ def compare(ctx: click.Context, base: str, head: str, threshold: str, out_path: 
     winners; or, with --ab, two backends (BASE_BACKEND HEAD_BACKEND) timed alternately in one process.
 
     Exit code 0: no regression; 1: a regression beyond the threshold; 2: bad input; 3: inconclusive (no regression
-    found, but cells too noisy to judge: compare --ab, more --repeat, fewer threads)."""
+    found, but cells too noisy to judge: compare --ab, more --repeat, fewer threads; or, with --force, the runs share
+    no cell, so nothing was compared)."""
     from profattn.analysis.comparison import compare as comparison
 
     given = [name for name, v in (("--preset", preset), ("--workload", workload_specs), ("--device", device_name),
@@ -107,7 +108,8 @@ def _measure_ab(ctx: click.Context, base: str, head: str, t: float, *, preset, w
 
 
 def _report(cmp, out_file: Path, md_file: Path | None) -> None:
-    """Print the comparison's warnings, drift and regressions, write its HTML (and Markdown), exit 1 on a regression."""
+    """Print the comparison's warnings, drift and regressions, write its HTML (and Markdown); exit 1 on a regression,
+    3 when inconclusive or nothing was compared (:attr:`Comparison.passed` false without a regression), else 0."""
     from profattn.report import compare as compare_report
     from profattn.report.verdict import workload_label
 
@@ -120,12 +122,13 @@ def _report(cmp, out_file: Path, md_file: Path | None) -> None:
         click.echo(message_text(f"regression: {workload_label(c.workload)} · {c.backend}: "
                                 f"{'; '.join(compare_report.regression_texts(c))}"))
     click.echo(compare_report.summary_line(cmp))
-    if cmp.inconclusive is not None:
-        click.echo(f"{compare_report.inconclusive_headline(cmp)}: {compare_report.inconclusive_why(cmp)}")
+    headline = compare_report.inconclusive_headline(cmp)
+    if headline is not None:
+        click.echo(f"{headline}: {compare_report.inconclusive_why(cmp)}")
     click.echo(f"compare: {compare_report.write_html(cmp, out_file)}")
     if md_file is not None:
         from profattn.report.markdown import comparison_markdown
         from profattn.report.render import write_html_file
 
         click.echo(f"markdown: {write_html_file(comparison_markdown(cmp), md_file)}")
-    sys.exit(1 if cmp.regression else INCONCLUSIVE_EXIT if cmp.inconclusive is not None else 0)
+    sys.exit(1 if cmp.regression else 0 if cmp.passed else INCONCLUSIVE_EXIT)

@@ -98,18 +98,22 @@ def drift_text(cmp: Comparison) -> str | None:
 
 
 def inconclusive_headline(cmp: Comparison) -> str | None:
-    """``inconclusive: the runs are too noisy to judge N cells`` (None: every tested cell was judged)."""
+    """``inconclusive: the runs are too noisy to judge N cells``, or ``inconclusive: the runs share no cell, so
+    nothing was compared`` (None: they share one and every tested cell was judged)."""
     inc = cmp.inconclusive
     if inc is None:
-        return None
+        return None if cmp.shared else "inconclusive: the runs share no cell, so nothing was compared"
     return f"inconclusive: the runs are too noisy to judge {inc.cells} cell{'s' if inc.cells != 1 else ''}"
 
 
 def inconclusive_why(cmp: Comparison) -> str | None:
-    """Why the inconclusive cells could not be judged and what gives a conclusive answer (None: none)."""
+    """Why the inconclusive cells could not be judged (or nothing was compared) and what gives a conclusive answer
+    (None: none)."""
     inc = cmp.inconclusive
     if inc is None:
-        return None
+        return None if cmp.shared else (
+            "every cell is only in one run (another --regime, --backend, preset or workload selection); profile the "
+            "same selection on both sides and compare again.")
     causes = {
         NoiseCause.FEW_SAMPLES: f"{inc.fewest_samples} timing sample(s) a side (a simultaneous interval from so few is wide)",
         NoiseCause.NOISY_MACHINE: ("a run's machine was noisy (load above its CPUs, or many spread cells), so the cells' "
@@ -271,6 +275,8 @@ def summary_line(cmp: Comparison) -> str:
         head = f"{len(cmp.regressions)} regression(s)"
     elif cmp.inconclusive is not None:
         head = f"inconclusive ({cmp.inconclusive.cells} cell(s) too noisy to judge), no regression"
+    elif not cmp.shared:
+        head = "inconclusive (no cell in both runs: nothing compared), no regression"
     else:
         head = "no regression"
     shift = ""

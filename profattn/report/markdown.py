@@ -164,7 +164,7 @@ def comparison_markdown(cmp: Comparison, *, limit: int = MAX_CHARS, top: int = 1
                           r["base"], r["head"], r["change"], r["correctness"], r["launch"][:200], r["bytes"], r["reasons"][:200]] for r in rs], cap)
 
     def render(cap: int | None) -> str:
-        outcome = "❌ regression" if cmp.regression else "⚠️ inconclusive" if cmp.inconclusive else "✅ no regression"
+        outcome = "❌ regression" if cmp.regression else "✅ no regression" if cmp.passed else "⚠️ inconclusive"
         headline = inconclusive_headline(cmp)
         # profattn's own sentence (numbers and command lines only, no name from a run): its code spans kept
         parts = [f"**{headline}** — {inconclusive_why(cmp)}"] if headline else []

@@ -372,9 +372,15 @@ class Comparison:
         return bool(self.regressions)
 
     @property
+    def shared(self) -> int:
+        """Cells both runs hold (the others are only in one run: listed, not compared)."""
+        return sum(c.classification not in (CompareClass.ONLY_BASE, CompareClass.ONLY_HEAD) for c in self.cells)
+
+    @property
     def passed(self) -> bool:
-        """No regression and no cell too noisy to judge: the CLI exits 0 (inconclusive without a regression: 3)."""
-        return not self.regression and self.inconclusive is None
+        """No regression, no cell too noisy to judge, and at least one cell both runs hold: the CLI exits 0
+        (inconclusive without a regression, or no cell shared — nothing compared, not a pass: 3)."""
+        return not self.regression and self.inconclusive is None and self.shared > 0
 
     def count(self, classification: CompareClass) -> int:
         return sum(1 for c in self.cells if c.classification == classification)

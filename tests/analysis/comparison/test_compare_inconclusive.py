@@ -87,3 +87,27 @@ def test_an_aa_compare_of_identical_runs_still_passes(tmp_path: Path, name: str)
 def test_the_readme_documents_the_exit_codes():
     readme = (REPO / "README.md").read_text()
     assert "3: inconclusive" in readme and "--ab" in readme
+
+
+def test_runs_that_share_no_cell_are_inconclusive_not_a_pass(tmp_path: Path):
+    """Two runs of disjoint backends, compared with --force: every cell is only in one run, nothing is compared;
+    before, "✅ no regression" and exit 0 over 0 tested cells."""
+    run = read_results(CPU_AA / "first")
+    names = sorted({c.backend for c in run.cells})
+    base = replace(run, cells=tuple(c for c in run.cells if c.backend == names[0]))
+    head = replace(read_results(CPU_AA / "second"), cells=tuple(c for c in run.cells if c.backend != names[0]))
+    cmp = compare_runs(base, head, force=True)
+    assert cmp.shared == 0 and cmp.tested == 0 and not cmp.regression and not cmp.passed
+    assert cmp.count(CompareClass.ONLY_BASE) == len(base.cells) and cmp.count(CompareClass.ONLY_HEAD) == len(head.cells)
+    b = write_results(base, tmp_path / "base" / "results.json").parent
+    h = write_results(head, tmp_path / "head" / "results.json").parent
+    args = ["compare", str(b), str(h), "--out", str(tmp_path / "c.html"), "--markdown", str(tmp_path / "c.md")]
+    res = CliRunner().invoke(main, [*args, "--force"])
+    assert res.exit_code == 3, res.output
+    assert "inconclusive: the runs share no cell, so nothing was compared: every cell is only in one run" in res.output
+    md = (tmp_path / "c.md").read_text()
+    assert "✅" not in md and "**⚠️ inconclusive**: inconclusive (no cell in both runs: nothing compared)" in md
+    refused = CliRunner().invoke(main, args)  # without --force the head lacking the base's cells is refused
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+    same = CliRunner().invoke(main, ["compare", str(b), str(b), "--out", str(tmp_path / "d.html")])
+    assert same.exit_code == 0, same.output  # a shared cell: the A/A pass is untouched

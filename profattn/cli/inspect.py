@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import distinct_outputs, main, output_file, read_run, resolve_device, run_inputs
+from profattn.cli.main import check_device_name, distinct_outputs, main, output_file, read_run, resolve_device, run_inputs
 from profattn.errors import ProfattnError, message_text
 
 
@@ -165,6 +165,7 @@ def summary(run_dir: Path, out_path: str | None, keep_host_info: bool) -> None:
 @click.option("--device", "device_name", default=None, metavar="DEVICE", help="cuda or cpu (default: cuda when available).")
 def backends(device_name: str | None) -> None:
     """List backends and whether they can run here (and why not); installed plugins included."""
+    check_device_name(device_name)  # before the backends' (torch's) import
     from profattn.backends import backend_info
     from profattn.workload import Phase
 

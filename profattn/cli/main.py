@@ -178,14 +178,24 @@ def run_inputs(path: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
+def check_device_name(name: str | None) -> None:
+    """Refuse a ``--device NAME`` that is not cuda, cuda:N or cpu, without importing torch: a command calls it
+    before its heavy imports so that a typo is one line at once (:func:`resolve_device` checks the rest).
+
+    Raises:
+        ProfattnError: not cuda, cuda:N or cpu.
+    """
+    if name is not None and name not in ("cuda", "cpu") and not name.startswith("cuda:"):
+        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")
+
+
 def resolve_device(name: str | None):
     """The ``torch.device`` that ``--device NAME`` names (None: cuda when available, else cpu).
 
     Raises:
         ProfattnError: not cuda, cuda:N or cpu; CUDA asked for but absent; an index past the device count.
     """
-    if name is not None and name not in ("cuda", "cpu") and not name.startswith("cuda:"):
-        raise ProfattnError(f"unknown device {name!r}; valid: cuda, cuda:N, cpu")  # before torch's 2-s import
+    check_device_name(name)  # before torch's 2-s import
     import torch
 
     if name is None:

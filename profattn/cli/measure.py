@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from profattn.cli.main import REGIMES, main, resolve_device
+from profattn.cli.main import REGIMES, check_device_name, main, resolve_device
 from profattn.errors import ProfattnError
 
 
@@ -47,6 +47,7 @@ def profile(regime: str, backend_names: tuple[str, ...], preset: str | None, dev
 
     --backend takes a registered name (see `profattn backends`; installed plugins included) or a plugin
     object as package.module:object."""
+    check_device_name(device_name)  # a bad --device is one line before torch and the backends are imported
     from rich.console import Console
     from rich.markup import escape
 

@@ -47,3 +47,17 @@ def test_analyze_imports_no_plotly_and_no_torch(tmp_path: Path):
     trace = REPO / "tests" / "data" / "traces" / "h200_sdpa_decode_flash_gqa.pt.trace.json.gz"
     code, loaded = _loaded(tmp_path, "analyze", str(trace), "--out", str(tmp_path / "a.html"))
     assert code in (0, None) and set(loaded) == {"pandas", "numpy", "jinja2"}, loaded
+
+
+def test_an_unknown_device_is_refused_before_any_heavy_import(tmp_path: Path):
+    """``profile --device tpu`` imported torch and every backend (~3 s) before refusing; now one line, exit 2,
+    nothing heavy loaded (likewise ``backends`` and ``sweep``)."""
+    for args in (["profile", "--device", "tpu", "--out", str(tmp_path / "r")], ["backends", "--device", "tpu"],
+                 ["sweep", "decode", "--device", "tpu"]):
+        code, loaded = _loaded(tmp_path, *args)
+        assert code == 2 and loaded == [], (args, loaded)
+    assert not (tmp_path / "r").exists()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-m", "profattn", "profile", "--device", "tpu"], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert res.returncode == 2 and res.stderr == "profattn: error: unknown device 'tpu'; valid: cuda, cuda:N, cpu\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,26 @@ def test_an_unreadable_trace_is_a_problem_of_its_cells(tmp_path: Path, kind: str
     assert all(f"{cell_id}: {sentence}" in page for cell_id in named)  # the warning, per cell
     # the list below the verdict and the note on each cell's row; the one banner above the verdict quotes the first
     assert page.count(sentence) == 2 * len(named) + 1
+
+
+def test_a_trace_file_leaving_the_run_directory_is_never_opened(tmp_path: Path, monkeypatch):
+    """A results.json naming ``../../etc/passwd`` (or an absolute path, or a link out) as a cell's trace: the file is
+    never handed to the trace loader, the cell is an OUTSIDE_RUN problem, and the run's own traces are still read."""
+    import profattn.analysis.run.reattach as reattach_module
+
+    run_dir, decode = _copy(tmp_path)
+    (tmp_path / "secret.json.gz").write_bytes(b"not for the report")
+    os.symlink(tmp_path / "secret.json.gz", run_dir / "traces" / "out.json.gz")
+    run = read_results(run_dir)
+    traced = [c for c in run.cells if c.trace is not None]
+    bad = {traced[0].cell_id: "../../etc/passwd", traced[1].cell_id: "/etc/passwd", traced[2].cell_id: "traces/out.json.gz"}
+    for c in traced[:3]:
+        run = run.with_cell(replace(c, trace=replace(c.trace, trace_file=bad[c.cell_id])))
+    opened: list[Path] = []
+    real = reattach_module.load_trace
+    monkeypatch.setattr(reattach_module, "load_trace", lambda p: opened.append(Path(p)) or real(p))
+    read = reattach_traces(run, run_dir)
+    assert sorted((p.cell_id, p.trace_file, p.kind) for p in read.problems) == sorted(
+        (cid, f, TraceProblemKind.OUTSIDE_RUN) for cid, f in bad.items())
+    assert opened and all(p.resolve().is_relative_to(run_dir.resolve()) for p in opened), opened
+    assert decode.resolve() in [p.resolve() for p in opened]  # the run's own traces are read

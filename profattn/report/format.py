@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from profattn.errors import message_text
@@ -291,6 +291,38 @@ def md_code(v: Any) -> str:
     fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
     pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) or not s else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+#: A code span in one of profattn's sentences: ``profattn profile --regime all`` between single backticks.
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def _bold_run(part: str) -> str:
+    """``part`` in bold, escaped as by :func:`md_text`, the white space at its ends outside the markers
+    (``** x**`` is not bold)."""
+    core = part.strip()
+    if not core:
+        return " " if part else ""
+    lead, trail = part[: len(part) - len(part.lstrip())], part[len(part.rstrip()):]
+    return f"{' ' if lead else ''}**{md_text(core)}**{' ' if trail else ''}"
+
+
+def md_bold(v: Any, code: Collection[str] = ()) -> str:
+    """A sentence of profattn's (a verdict) in bold, the code spans it wrote itself — `` `S` `` for each ``S`` in
+    ``code`` (``profattn profile --regime all``) — kept as code *outside* the bold: ``**… measured:** `profattn
+    profile --regime all` **adds …**``. GitHub does not render a code span nested in bold, and an escaped backtick
+    inside it shows as a stray character. Every other backtick (a name from a run) is text, escaped as by
+    :func:`md_text` like the rest."""
+    s = "" if v is None else str(v)
+    out: list[str] = []
+    text_from = 0
+    for m in _CODE_SPAN.finditer(s):
+        if m.group(1) not in code:
+            continue
+        out += [_bold_run(s[text_from:m.start()]), md_code(m.group(1))]
+        text_from = m.end()
+    out.append(_bold_run(s[text_from:]))
+    return "".join(out)
 
 
 def chart_text(v: Any) -> str:

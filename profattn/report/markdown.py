@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from profattn.analysis.comparison.compare import CompareClass, Comparison, EnvField
 from profattn.results import CellStatus
 from profattn.files import MARKDOWN_MARKER
-from profattn.report.format import Md, md_code, md_text
+from profattn.report.format import Md, md_bold, md_code, md_text
 from profattn.report.compare import (cell_rows, drift_text, inconclusive_headline, inconclusive_why, method_text, summary_line,
                                      verdict_change_text, verdict_unchanged_text, winner_rows)
-from profattn.report.verdict import summary as verdict_summary
+from profattn.report.verdict import COMMAND_SPANS, summary as verdict_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from profattn.analysis.run.analyze import RunAnalysis
@@ -128,7 +128,7 @@ def run_markdown(a: RunAnalysis, *, limit: int = MAX_CHARS) -> str:
              + machine_text(e) + "."),
         ]
         parts += [f"> ⚠️ Noisy machine: {md_text(w)}" for w in noise]
-        parts += ["### Verdict", f"**{md_text(v.summary)}**"]
+        parts += ["### Verdict", md_bold(v.summary, code=COMMAND_SPANS)]
         if verdict_rows:
             parts.append(md_table(verdict_headers, verdict_rows, cap))
         for title, rows in serving:

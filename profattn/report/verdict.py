@@ -383,6 +383,10 @@ def _winner_text(row: WorkloadVerdict, label: str) -> str:
     return f"{label} → {row.winner_backend}"
 
 
+#: The code spans the verdict's sentences write themselves (what :func:`~profattn.report.format.md_bold` keeps as code).
+COMMAND_SPANS = ("profattn profile --regime all", "--threads 1", "--repeat")
+
+
 def summary(v: Verdict) -> str:
     """The run's verdict in a few sentences (the report's bold line, ``profattn profile``'s last line),
     derived from the typed standings: "depends on context length" only when some KV length is held and

@@ -10,6 +10,7 @@ import pytest
 from profattn.analysis.run.analyze import analyze_run
 from profattn.report.format import (
     MISSING,
+    md_bold,
     causal_text,
     fmt_bytes,
     fmt_count,
@@ -155,3 +156,16 @@ def test_seed_run_rows_use_these_formatters():
     cudnn_cell = next(r for r in launch_rows(analyze_run(run)) if r["backend"] == "sdpa-cudnn" and r["phase"] == "train")
     cudnn = next(k for k in cudnn_cell["kernels"] if k["grid"] == "[132, 1, 1]")
     assert (cudnn["block"], cudnn["ctas"], cudnn["registers"]) == ("[384, 1, 1]", "132", "168")
+
+
+def test_md_bold_keeps_code_spans_outside_the_bold():
+    """The verdict was ``**… measured: \\`profattn profile --regime all\\` adds …**``: GitHub does not render a
+    code span nested in bold, so the command showed with stray backticks. Each bold run now stops at a span profattn
+    wrote; any other backtick (a name from a run) stays escaped text."""
+    own = ("profattn profile --regime all", "b_c")
+    sentence = "Only decode was measured: `profattn profile --regime all` adds the other regimes."
+    assert md_bold(sentence, code=own) == ("**Only decode was measured:** `profattn profile --regime all` "
+                                           "**adds the other regimes.**")
+    assert md_bold("`b_c` and `b_c`", code=own) == "`b_c` **and** `b_c`"  # a span's content literal, never escaped
+    assert md_bold("x_y `c` *z*", code=own) == "**x\\_y \\`c\\` \\*z\\***"  # not profattn's: text, escaped
+    assert md_bold("no span") == "**no span**" and md_bold("") == ""

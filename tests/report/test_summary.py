@@ -109,3 +109,18 @@ def test_cpu_summary_rates_in_their_headers_unit_and_no_eager_column():
     assert lines[header] == "| backend | workload | status | latency | GB/s | GFLOP/s | out err | reason |"
     # 8,320 requested bytes and 16,384 FLOPs per call at 200 µs
     assert lines[header + 2] == "| **eager** 🏆 | decode kv 128 (B=1) | ok | 200.0 µs | 0.0416 | 0.0819 | 3.0e-03 |  |"
+
+
+def test_the_verdict_keeps_its_command_out_of_the_bold():
+    """A decode-only run's verdict names `profattn profile --regime all`: bold stops before the code span and
+    resumes after it (it was escaped backticks inside one bold run)."""
+    w = Workload(phase="decode", batch=1, q_len=1, kv_len=128, num_q_heads=2, num_kv_heads=1, head_dim=16)
+    md = run_markdown(analyze_run(run([cell(w, "eager", 200.0)], device="cpu")))
+    lines = md.splitlines()
+    verdict = next(x for x in lines[lines.index("### Verdict") + 1:] if x.strip())
+    assert "Only decode was measured:** `profattn profile --regime all` **adds the other regimes" in verdict, verdict
+    assert verdict.startswith("**This run has no training workload") and verdict.endswith("**") and "\\`" not in verdict
+    from markdown_it import MarkdownIt
+
+    out = MarkdownIt("commonmark").render(verdict)
+    assert "measured:</strong> <code>profattn profile --regime all</code> <strong>adds the other" in out, out

@@ -172,7 +172,7 @@ def cmd_ask(a: argparse.Namespace) -> int:
 
 
 def cmd_backends(a: argparse.Namespace) -> int:
-    doc = json.loads(a.asks.read_text())
+    doc = _asks(a.asks)
     for phase in ("decode", "prefill", "train"):
         names = list(CONTENDERS[phase])
         for x in doc["answers"]:
@@ -258,7 +258,7 @@ def summary(rows: list[dict], key: str, phase: str | None = None) -> tuple[int, 
 
 
 def cmd_score(a: argparse.Namespace) -> int:
-    doc = json.loads(a.asks.read_text())
+    doc = _asks(a.asks)
     rows = score_rows(doc, a.runs)
     print(f"asked at {doc['commit']} from {len(doc['runs'])} runs; measured in {', '.join(str(r) for r in a.runs)}\n")
     print("| workload | asked | headline pick | regret | drop-in pick | regret | best measured | best drop-in |")
@@ -308,14 +308,32 @@ def cmd_score(a: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a count of shapes is ≥ 0, not {n}")
+    return n
+
+
+def _asks(path: Path) -> dict:
+    """The asks document at ``path``. Raises ProfattnError: unreadable or not an asks file."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ProfattnError(f"{path}: not a readable asks JSON (write one with `heldout.py ask`): {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "profattn.heldout-asks":
+        raise ProfattnError(f"{path}: not an asks file (schema profattn.heldout-asks; write one with `heldout.py ask`)")
+    return doc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("shapes")
     s.add_argument("--seed", type=int, default=34)
-    s.add_argument("--decode", type=int, default=40)
-    s.add_argument("--prefill", type=int, default=10)
-    s.add_argument("--train", type=int, default=10)
+    s.add_argument("--decode", type=_count, default=40)
+    s.add_argument("--prefill", type=_count, default=10)
+    s.add_argument("--train", type=_count, default=10)
     s.add_argument("--exclude-workloads", type=Path, nargs="*", default=[], help="workload files whose shapes to skip too")
     k = sub.add_parser("ask")
     k.add_argument("workloads", type=Path)

@@ -52,3 +52,24 @@ def test_committed_heldout_score(job):
     vllm = job.summary(rows, "vllm_regret")
     native = job.summary(rows, "drop_in_native_regret")
     assert vllm[:3] == (60, 60, 24) and native[2] / native[0] > vllm[2] / vllm[0] and native[3] < vllm[3]
+
+
+def test_bad_input_is_one_line(job, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        job_main(job, ["shapes", "--decode", "-1"])
+    assert e.value.code == 2 and "a count of shapes is ≥ 0, not -1" in capsys.readouterr().err
+    assert job_main(job, ["score", str(HELD / "workloads.txt"), str(HELD / "decode-a")]) == 2
+    assert "not a readable asks JSON" in capsys.readouterr().err
+    (tmp_path / "a.json").write_text("{}")
+    assert job_main(job, ["score", str(tmp_path / "a.json"), str(HELD / "decode-a")]) == 2
+    assert "not an asks file" in capsys.readouterr().err
+
+
+def job_main(job, argv):
+    import sys
+    old = sys.argv
+    sys.argv = ["heldout.py", *argv]
+    try:
+        return job.main()
+    finally:
+        sys.argv = old

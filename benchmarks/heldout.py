@@ -35,18 +35,19 @@ import math
 import random
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # selection.py: the committed runs, a store of one GPU
 
 from profattn.analysis.common.margins import judged_margin  # noqa: E402
 from profattn.analysis.selection.recommend import policy_for, rank, recommend  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import recommend_json  # noqa: E402
-from profattn.store import import_runs, open_store, workload_key  # noqa: E402
+from profattn.store import workload_key  # noqa: E402
 from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
+from selection import committed_runs, one_gpu_store  # noqa: E402
 
 #: The contenders measured for every shape of a phase (besides every backend an answer names).
 CONTENDERS = {
@@ -55,19 +56,6 @@ CONTENDERS = {
     "train": ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
 }
 HIT = 0.03
-
-
-def committed_runs(exclude: list[Path]) -> list[Path]:
-    """Every run directory under ``examples/`` measured on a GPU, less those under an ``exclude`` folder."""
-    ex = [e.resolve() for e in exclude]
-    out = []
-    for p in sorted((REPO / "examples").rglob("results.json")):
-        d = p.parent.resolve()
-        if any(d == e or e in d.parents for e in ex):
-            continue
-        if '"device": "cuda"' in p.read_text()[:4000]:
-            out.append(p.parent)
-    return out
 
 
 def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
@@ -115,22 +103,11 @@ def draw_shapes(seed: int, n_decode: int, n_prefill: int, n_train: int, known: s
     return out
 
 
-def _store_of(runs: list[Path], tmp: str):  # noqa: ANN202
-    store = open_store(Path(tmp) / "s.sqlite")
-    import_runs(store, runs)
-    gpus = store.cuda_gpus()
-    if len(gpus) != 1:
-        raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
-    return store, gpus[0]
-
-
 def cmd_shapes(a: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        store, gpu = _store_of(committed_runs([]), tmp)
+    with one_gpu_store(committed_runs(a.exclude)) as (store, gpu):
         known = {c.workload_key for c in store.cells_on(gpu)}
-        for f in a.exclude_workloads:
-            known |= {workload_key(w) for w in read_workloads(f)}
-        store.close()
+    for f in a.exclude_workloads:
+        known |= {workload_key(w) for w in read_workloads(f)}
     skip = "".join(f" --exclude-workloads {f}" for f in a.exclude_workloads)
     print(f"# {a.decode} paged decodes, {a.prefill} dense prefills, {a.train} training steps outside the store "
           f"(python benchmarks/heldout.py shapes --seed {a.seed} --decode {a.decode} --prefill {a.prefill} "
@@ -148,8 +125,7 @@ def cmd_ask(a: argparse.Namespace) -> int:
     ws = read_workloads(a.workloads)
     runs = committed_runs(a.exclude)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    with tempfile.TemporaryDirectory() as tmp:
-        store, gpu = _store_of(runs, tmp)
+    with one_gpu_store(runs) as (store, gpu):
         policy = policy_for(store, gpu)
         answers = []
         for w in ws:
@@ -161,7 +137,6 @@ def cmd_ask(a: argparse.Namespace) -> int:
                                                   "drop_in_contested_by", "unmeasured_here", "prediction")}
                            | {"options": [{k: o.get(k) for k in ("backend", "drop_in", "kernel_us", "bound_us")}
                                           for o in doc["options"]]})
-        store.close()
     a.out.write_text(json.dumps({"schema": "profattn.heldout-asks", "version": 1, "commit": commit, "gpu": gpu,
                                  "runs": [str(r.relative_to(REPO)) for r in runs], "answers": answers}, indent=1) + "\n")
     heads = sum(x["best"] is not None for x in answers)
@@ -202,8 +177,7 @@ def _noise_tie(times: dict, name: str | None, pool: dict[str, float]) -> bool:
 def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
     """One row per asked shape of ``doc`` (an ``asks.json``): the picks, what ``runs`` measured there (µs), each
     pick's regret against its pool and whether it is within noise of the pool's fastest (``noise_tie``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        store, gpu = _store_of(runs, tmp)
+    with one_gpu_store(runs) as (store, gpu):
         rows = []
         for x in doc["answers"]:
             w = parse_workload_spec(x["workload"])
@@ -241,7 +215,6 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
                 "drop_in_native_regret": _regret(native, x["best_drop_in"], min(native.values(), default=None)),
                 "measured": t, "spread": {b: [v.p10_us, v.p90_us] for b, v in jt.items()},
             })
-        store.close()
     return rows
 
 
@@ -335,6 +308,8 @@ def main() -> int:
     s.add_argument("--prefill", type=_count, default=10)
     s.add_argument("--train", type=_count, default=10)
     s.add_argument("--exclude-workloads", type=Path, nargs="*", default=[], help="workload files whose shapes to skip too")
+    s.add_argument("--exclude", type=Path, nargs="*", default=[REPO / "examples" / "h200-heldout"],
+                   help="run folders left out of the store (default: the held-out runs, so the draw is reproducible)")
     k = sub.add_parser("ask")
     k.add_argument("workloads", type=Path)
     k.add_argument("--out", type=Path, required=True)

@@ -18,6 +18,8 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,17 +28,36 @@ sys.path.insert(0, str(REPO))
 from profattn.analysis.selection.policy import SliceResult, store_ceilings, validate, validation_dict  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import score_text, two_scores_table, validation_table  # noqa: E402
-from profattn.store import import_runs, open_store  # noqa: E402
+from profattn.store import ResultsStore, import_runs, open_store  # noqa: E402
 
 
-def committed_runs() -> list[Path]:
-    """Every run directory under ``examples/`` measured on a GPU (its results.json names a CUDA device)."""
+def committed_runs(exclude: Sequence[Path] = ()) -> list[Path]:
+    """Every run directory under ``examples/`` measured on a GPU (its results.json names a CUDA device), less those
+    at or under an ``exclude`` folder."""
+    ex = [e.resolve() for e in exclude]
     out = []
     for p in sorted((REPO / "examples").rglob("results.json")):
-        head = p.read_text()[:4000]
-        if '"device": "cuda"' in head:
+        d = p.parent.resolve()
+        if any(d == e or e in d.parents for e in ex):
+            continue
+        if '"device": "cuda"' in p.read_text()[:4000]:
             out.append(p.parent)
     return out
+
+
+@contextmanager
+def one_gpu_store(runs: Sequence[Path]) -> Iterator[tuple[ResultsStore, str]]:
+    """A temporary store holding ``runs`` and the one CUDA GPU they were measured on.
+
+    Raises:
+        ProfattnError: the runs hold no or several GPUs (or a run cannot be read).
+    """
+    with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "s.sqlite") as store:
+        import_runs(store, runs)
+        gpus = store.cuda_gpus()
+        if len(gpus) != 1:
+            raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
+        yield store, gpus[0]
 
 
 def main() -> int:
@@ -46,12 +67,7 @@ def main() -> int:
     args = ap.parse_args()
     runs = args.runs or committed_runs()
     try:
-        with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "s.sqlite") as store:
-            import_runs(store, runs)
-            gpus = [g for g in store.cuda_gpus()]
-            if len(gpus) != 1:
-                raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
-            gpu = gpus[0]
+        with one_gpu_store(runs) as (store, gpu):
             cells = store.cells_on(gpu)
             t = time.perf_counter()
             v = validate(cells, gpu, ceilings=store_ceilings(store.runs(), gpu))

@@ -358,7 +358,7 @@ class BackendModel:
         octaves, unseen = self.span.distance(shape)
         sigma = math.sqrt(self.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2 + (UNSEEN_SIGMA * unseen) ** 2)
         return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen, octaves, self.loo_median, self.loo_worst,
-                        self.span.outside(shape))
+                        self.span.outside(shape) if octaves > 0 else ())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values (``coef`` by feature name)."""

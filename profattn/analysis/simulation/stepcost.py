@@ -662,7 +662,7 @@ class MeasuredCells:
             self.groups.setdefault((m.backend, part), set()).add(w.group_size)
         self._surfaces: dict[tuple[str, CallPart], tuple[_Surface, float, float | None, int, Validation]] = {}
         self._memo: dict[tuple, tuple[float, int]] = {}
-        self._savings: dict[str, float] = {}
+        self._savings: dict[str, tuple[float, int] | None] = {}
         fp8 = int(Extrapolation.KV_DTYPE) if shape.kv_dtype else 0
         prefill_shape = AttentionShape(shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.dtype, None)
         self._coef = {CallPart.DECODE: (*_coefficients(shape, ceilings), shape.num_kv_heads, fp8),
@@ -675,15 +675,18 @@ class MeasuredCells:
         ``shared_prefix_len`` tokens on one set of pages): per cell ``(1 − measured / unshared price) / duplicate
         share`` (duplicate share = (batch − 1) · shared_prefix_len / Σ kv_len: the reads another sequence already
         made), the median over its cells, clamped to [0, 1] (0: sharing buys nothing; 1: a shared read is free).
-        None: no such cell (shared pages are priced as unshared)."""
+        None: no such cell (shared pages are priced as unshared). Computed once per backend."""
+        if backend in self._savings:
+            return self._savings[backend]
         pts = self.shared_points.get(backend)
-        if not pts or not self.points.get((backend, CallPart.DECODE, None)):
-            return None
-        surf = self._surface(backend, CallPart.DECODE)[0]
-        vals = [(1.0 - lat / math.exp(surf.scalar(items, roof)[0])) / dup for items, roof, lat, dup in pts if dup > 0]
-        if not vals:
-            return None
-        return min(1.0, max(0.0, float(statistics.median(vals)))), len(vals)
+        got = None
+        if pts and self.points.get((backend, CallPart.DECODE, None)):
+            surf = self._surface(backend, CallPart.DECODE)[0]
+            vals = [(1.0 - lat / math.exp(surf.scalar(items, roof)[0])) / dup for items, roof, lat, dup in pts if dup > 0]
+            if vals:
+                got = min(1.0, max(0.0, float(statistics.median(vals)))), len(vals)
+        self._savings[backend] = got
+        return got
 
     def other_phases_us(self, backend: str, part: CallPart) -> float | None:
         """The fastest usable cell of ``backend`` in a phase other than ``part`` at the compute dtype's cache (µs;
@@ -800,17 +803,10 @@ class MeasuredCells:
                 flags = flags | np.int8(bits)
             us = np.exp(lt + shift if shift else lt)
         if part is CallPart.DECODE and (type(calls.shared_kv) is not float or calls.shared_kv > 0.0):
-            saving = self._saving(backend)
-            if saving:
-                us = us * (1.0 - saving * np.minimum(calls.column("shared_kv") / calls.column("kv_tokens"), 1.0))
+            saving = self.shared_saving(backend)
+            if saving is not None and saving[0] > 0.0:
+                us = us * (1.0 - saving[0] * np.minimum(calls.column("shared_kv") / calls.column("kv_tokens"), 1.0))
         return AttentionEstimate(us, flags, unc)
-
-    def _saving(self, backend: str) -> float:
-        got = self._savings.get(backend)
-        if got is None:
-            s = self.shared_saving(backend)
-            got = self._savings[backend] = s[0] if s is not None else 0.0
-        return got
 
     def provenance(self, backend: str, part: CallPart) -> Provenance:
         """What ``backend``'s ``part`` is priced from (:class:`StepCostSource`).

@@ -78,6 +78,9 @@ def test_markdown_and_html(faster_a, tmp_path: Path):
     for marker in ('id="sim-deployments"', 'id="sim-shapes"', 'id="sim-rates"', 'id="sim-provenance"', 'id="sim-steps"',
                    'id="chart-data-latency"', 'id="chart-data-breakdown"', 'id="chart-data-batch"'):
         assert marker in html
+    rows = out.provenance_rows(faster_a)
+    assert rows and all(f'<td class="num">{r["items"]}</td>' in html for r in rows)  # the work items, not dict.items
+    assert "built-in method" not in html
     assert out.latency_chart(faster_a)["layout"]["title"]["text"].startswith("Latency against request rate")
     p = out.write_html(faster_a, tmp_path / "r.html")
     assert is_profattn_output(p)

@@ -233,7 +233,7 @@ def recommend_text(rec: Recommendation) -> str:
             lines.append(f"  {i:>2} {o.backend + kind:<26} {fmt_us(o.kernel_us):>11} {fmt_us(o.total_us):>13} {vs:>9}  "
                          f"{option_text(o)}")
         lines.append("  (drop-ins first; *: predicted, not measured on this workload; †: predicted, and measured slower than "
-                     "another on every workload of its regime, so never the pick; ?: predicted by a model that cannot be "
+                     "another on every workload of its regime around this shape, so never the pick; ?: predicted by a model that cannot be "
                      "bounded here, never the pick; 'with changes': the kernel plus the per-call cost of the changes it "
                      "needs, what your call would pay)")
     lines += unmeasured_lines(rec)
@@ -426,7 +426,8 @@ def policy_text(p: Policy) -> str:
                      f"{r['launch']:>9}  {r['gbps']:>14}  {r['tflops']:>16}  LOO median/worst {r['loo']}")
     lines.append("defaults (most workloads won): " + ", ".join(f"{k} → {b}" for k, b in sorted(p.defaults.items())))
     if p.dominated:
-        lines.append("dominated (never a pick there): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(p.dominated.items())))
+        lines.append("dominated (never a pick within the shapes it lost on): " + "; ".join(
+            f"{k}: {', '.join(p.dominated_in(k))}" for k in sorted(p.dominated)))
     if p.validation is not None:
         lines.append("held out (leave one slice out; hit = within 3 % or noise of the measured best):")
         for r in slice_rows(p.validation):

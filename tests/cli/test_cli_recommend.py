@@ -43,7 +43,7 @@ def test_import_list_recommend_forget(tmp_path: Path):
     res = invoke("recommend", "--export", str(out))
     assert res.exit_code == 0 and "held out (leave one slice out" in res.output
     policy = json.loads(out.read_text())
-    assert policy["schema"] == "profattn.policy" and policy["version"] == 3
+    assert policy["schema"] == "profattn.policy" and policy["version"] == 4
     assert invoke("recommend", "--export", str(out)).exit_code == 0  # its own earlier export is replaced
     assert {s["field"] for s in policy["validation"]["slices"]} >= {"batch_decade", "kv_decade", "page_size"}
     assert invoke("db", "forget", "run-4c593dd77f72").output == "forgot 1 run(s)\n"

@@ -162,7 +162,8 @@ def regime_of(w: Workload, reads: Layout | str) -> Regime | None:
 @dataclass(frozen=True)
 class Shape:
     """The numbers a prediction's span check reads: ``bytes_mb``, ``gflop``, ``batch``, ``kv_len``, ``q_len``,
-    ``head_dim``, GQA ``group``."""
+    ``head_dim``, GQA ``group``; ``items``: the work items a kernel's grid spreads over the SMs (the idle terms'
+    ``items``: B·Hkv for a decode-like call, 128-row query tiles × Hq otherwise), which a dominance's span reads."""
 
     bytes_mb: float
     gflop: float
@@ -171,6 +172,7 @@ class Shape:
     q_len: int
     head_dim: int
     group: int
+    items: int = 1
 
     @cached_property
     def coords(self) -> tuple[float, ...]:
@@ -207,7 +209,7 @@ def features(w: Workload, reads: Layout | str, num_sms: int | None, executed_pai
     idle = max(0.0, sms / max(items, 1) - 1.0)
     tile_idle = max(0.0, sms / max(tiles, 1) - 1.0)
     x = (1.0, mb, mb * idle, gflop, gflop * tile_idle)
-    return x, Shape(mb, gflop, w.batch, w.kv_len, w.q_len, w.head_dim, w.group_size)
+    return x, Shape(mb, gflop, w.batch, w.kv_len, w.q_len, w.head_dim, w.group_size, max(items, 1))
 
 
 #: The numbers a :class:`Span` bounds, in its order.

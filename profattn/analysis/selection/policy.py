@@ -9,7 +9,9 @@ The pick (:meth:`Policy.choose`):
    phase, layout, KV dtype, dtype and head_dim class, so no model learnt in one prices another), minus those the
    store saw refuse the same kind of call (:func:`refusal_key`) and those **dominated** in that regime — slower
    beyond noise than one other candidate on every one (at least :data:`MIN_DOMINANCE`) of the regime's measured
-   workloads where both ran. The backends with no model in the regime are listed as unmeasured (``unmodelled``).
+   workloads where both ran, and the workload lies within the span of those workloads (:class:`Dominance`: a
+   measured ordering is not carried beyond the shapes it was measured on, as a cost model is not). The backends with
+   no model in the regime are listed as unmeasured (``unmodelled``).
 2. **Bounded only** (issue 34): a candidate makes a pick only when its model's own leave-one-out error is known
    (≥ 3 workloads), its median at most :data:`MAX_LOO_ERROR`, and the shape lies within :data:`MAX_OUTSIDE_OCTAVES`
    of its cells; the others are listed, with why, as unmeasured here. Among the rest, the least **pessimistic bound**
@@ -40,8 +42,8 @@ from typing import Any
 
 from profattn.analysis.common.margins import JudgedTime, judged_margin
 from profattn.analysis.selection.costmodel import (
-    BANDWIDTH_OCTAVES, FEATURE_DOC, FEATURES, SHRINK, BackendModel, CostModels, Estimate, Regime, features, fit_all,
-    regime_of, sample,
+    BANDWIDTH_OCTAVES, FEATURE_DOC, FEATURES, SHRINK, BackendModel, CostModels, Estimate, Regime, Shape, Span, features,
+    fit_all, regime_of, sample,
 )
 from profattn.errors import ProfattnWarning, WorkloadError
 from profattn.interfaces import Adoption, Layout, adoption_of, caller_interface, changes, layout_read
@@ -50,7 +52,7 @@ from profattn.workload import Workload
 
 #: ``schema`` and ``version`` of the exported policy (``profattn recommend --export``).
 POLICY_SCHEMA = "profattn.policy"
-POLICY_VERSION = 3
+POLICY_VERSION = 4
 #: A model whose median leave-one-out error on its own workloads exceeds this never makes a pick (issue 34).
 MAX_LOO_ERROR = 0.25
 #: A shape more octaves than this beyond a model's cells (summed over bytes, FLOPs, batch, kv, q) is not bounded by
@@ -60,6 +62,9 @@ MAX_OUTSIDE_OCTAVES = 1.0
 NEAREST_SHAPES = 3
 #: Workloads two backends must share before "slower on every one" makes one dominated.
 MIN_DOMINANCE = 3
+#: Octaves (summed over bytes, FLOPs, batch, kv, q and GQA group) a shape may lie beyond the workloads a dominance
+#: was measured on and still be ruled by it.
+DOMINANCE_OCTAVES = 0.5
 #: A pick within this fraction of the measured best hits (TransformerEngine's 3 %), as does one within noise.
 HIT_FRACTION = 0.03
 #: The cost of choosing a backend with no eligible cell on a workload (as a regret: 10× its time).
@@ -197,9 +202,50 @@ def refusal_key(w: Workload) -> tuple:
 
 
 @dataclass(frozen=True)
+class Dominance:
+    """``backend`` measured slower beyond noise than ``by`` on every one of the ``workloads`` (at least
+    :data:`MIN_DOMINANCE`) of one regime where both ran; ``span``: those workloads' :class:`Span` as ``backend`` read
+    them, and ``items``: the (least, most) work items of their grids (:attr:`Shape.items`). It rules a shape only
+    within them (:meth:`covers`): a 2-head prefill of 192 query tiles is not ruled by 4–32-head ones of thousands."""
+
+    backend: str
+    by: str
+    workloads: int
+    span: Span
+    items: tuple[int, int] = (1, 1)
+
+    def octaves_outside(self, shape: Shape) -> float:
+        """How far ``shape`` lies beyond the workloads (octaves, summed over the span's five numbers, the log2 GQA
+        group against the groups measured and the log2 work items against :attr:`items`; 0 inside)."""
+        octaves, _ = self.span.distance(shape)
+        g, groups = math.log2(max(shape.group, 1)), [math.log2(max(x, 1)) for x in self.span.groups]
+        n, lo, hi = math.log2(shape.items), math.log2(self.items[0]), math.log2(self.items[1])
+        return octaves + max(0.0, min(groups) - g, g - max(groups)) + max(0.0, lo - n, n - hi)
+
+    def covers(self, shape: Shape) -> bool:
+        """Whether ``shape`` lies within :data:`DOMINANCE_OCTAVES` of the workloads (:meth:`octaves_outside`)."""
+        return self.octaves_outside(shape) <= DOMINANCE_OCTAVES
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON values."""
+        return {"backend": self.backend, "by": self.by, "workloads": self.workloads, "span": self.span.to_dict(),
+                "items": list(self.items)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Dominance":
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            KeyError, ValueError: a malformed entry.
+        """
+        lo, hi = (int(x) for x in d["items"])
+        return cls(str(d["backend"]), str(d["by"]), int(d["workloads"]), Span.from_dict(d["span"]), (lo, hi))
+
+
+@dataclass(frozen=True)
 class Predicted:
     """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, whether
-    it is ``dominated`` in its regime (estimated and shown, never the pick) and, when its model cannot bound the
+    it is ``dominated`` in its regime at this shape (estimated and shown, never the pick; :class:`Dominance`) and, when its model cannot bound the
     estimate, why (``unmeasured``: too few workloads to check its error, a leave-one-out error above
     :data:`MAX_LOO_ERROR`, or a shape beyond :data:`MAX_OUTSIDE_OCTAVES` of its cells; never the pick)."""
 
@@ -302,7 +348,7 @@ class Choice:
 @dataclass(frozen=True)
 class Policy:
     """A selection policy for one GPU: its cost ``models``, each backend's ``adoptions``, the regimes' ``defaults``
-    and ``dominated`` backends, the calls the store saw refused (``refused``: backend → refusal keys), where it came
+    and the :class:`Dominance` records of each regime (``dominated``), the calls the store saw refused (``refused``: backend → refusal keys), where it came
     from (``workloads``, ``cells``, ``runs``), the ``measured`` shapes a near tie reads, and its ``validation`` when
     computed."""
 
@@ -311,7 +357,7 @@ class Policy:
     models: CostModels
     adoptions: dict[str, Adoption]
     defaults: dict[str, str]
-    dominated: dict[str, tuple[str, ...]]
+    dominated: dict[str, tuple[Dominance, ...]]
     refused: dict[str, frozenset] = field(default_factory=dict)
     fallback: tuple[str, ...] = ()
     workloads: int = 0
@@ -324,6 +370,10 @@ class Policy:
     def backends(self) -> tuple[str, ...]:
         """Every backend with a model."""
         return tuple(sorted({b for b, _ in self.models.models}))
+
+    def dominated_in(self, regime_key: str) -> tuple[str, ...]:
+        """The backends dominated somewhere in the regime (sorted; each only within its :class:`Dominance` span)."""
+        return tuple(sorted({d.backend for d in self.dominated.get(regime_key, ())}))
 
     @property
     def regimes(self) -> tuple[str, ...]:
@@ -354,10 +404,10 @@ class Policy:
                 if reg is not None:
                     unmodelled.append(b)
                 continue
-            beaten = b in self.dominated.get(reg.key, ())  # type: ignore[union-attr]
+            x, shape = features(w, reads, self.num_sms)
+            beaten = any(d.backend == b and d.covers(shape) for d in self.dominated.get(reg.key, ()))  # type: ignore[union-attr]
             if beaten:
                 dominated.append(b)
-            x, shape = features(w, reads, self.num_sms)
             est = model.predict(x, shape, self.models.floor_us(x))
             out.append(Predicted(b, reads, est, beaten, unbounded_reason(est, model.workloads)))
         out.sort(key=lambda p: (not p.pickable, p.estimate.bound_us or math.inf, p.estimate.us, p.backend))
@@ -459,34 +509,33 @@ def _defaults(ws: Sequence[WorkloadTimes]) -> dict[str, str]:
     return out
 
 
-def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption]) -> dict[str, tuple[str, ...]]:
-    """Per regime a backend reads in, the backends slower beyond noise than one other on every one (at least
-    :data:`MIN_DOMINANCE`) of the workloads where both ran (workloads of that regime as the backend read them)."""
-    by: dict[str, list[tuple[WorkloadTimes, set[str]]]] = {}
+def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption], sms: int | None
+               ) -> dict[str, tuple[Dominance, ...]]:
+    """Per regime a backend reads in, a :class:`Dominance` for each pair (backend, other) where the backend is slower
+    beyond noise than the other on every one (at least :data:`MIN_DOMINANCE`) of the workloads where both ran
+    (workloads of that regime as the backend read them), with those workloads' span."""
+    by: dict[str, dict[str, list[tuple[WorkloadTimes, Shape]]]] = {}
     for w in ws:
         for t in w.times:
             reads = layout_read(adoptions.get(t.backend) or adoption_of(t.backend), w.workload.kv_layout.value,
                                 packed=w.workload.is_packed)
             reg = regime_of(w.workload, reads)
             if reg is not None:
-                by.setdefault(reg.key, []).append((w, {t.backend}))
-    out: dict[str, tuple[str, ...]] = {}
-    for key, entries in by.items():
-        members: dict[str, list[WorkloadTimes]] = {}
-        for w, names in entries:
-            for b in names:
-                members.setdefault(b, []).append(w)
+                by.setdefault(reg.key, {}).setdefault(t.backend, []).append((w, features(w.workload, reads, sms)[1]))
+    out: dict[str, tuple[Dominance, ...]] = {}
+    for key, members in by.items():
         dom = []
-        for b, wls in members.items():
-            for c in members:
+        for b, wls in sorted(members.items()):
+            for c in sorted(members):
                 if c == b:
                     continue
-                both = [w for w in wls if w.time_of(c) is not None]
-                if len(both) >= MIN_DOMINANCE and all(_beats(w, c, b) for w in both):
-                    dom.append(b)
-                    break
+                both = [(w, shape) for w, shape in wls if w.time_of(c) is not None]
+                if len(both) >= MIN_DOMINANCE and all(_beats(w, c, b) for w, _ in both):
+                    shapes = [shape for _, shape in both]
+                    dom.append(Dominance(b, c, len(both), Span.of(shapes), (min(x.items for x in shapes),
+                                                                            max(x.items for x in shapes))))
         if dom:
-            out[key] = tuple(sorted(dom))
+            out[key] = tuple(dom)
     return out
 
 
@@ -542,7 +591,7 @@ def learn(cells: Sequence[Measurement], gpu: str, *, runs: Sequence[str] = (),
     wins = {b: sum(w.best.backend == b for w in ws) for b in names}
     fallback = tuple(sorted(names, key=lambda b: (-wins[b], sum(w.cost(b) for w in ws), b)))
     models = fit_all(samples, sms, read_gbps=ceilings[0], matmul_tflops=ceilings[1])
-    return Policy(gpu, sms, models, adoptions, _defaults(ws), _dominated(ws, adoptions), _refused(mine),
+    return Policy(gpu, sms, models, adoptions, _defaults(ws), _dominated(ws, adoptions, sms), _refused(mine),
                   fallback, len(ws), sum(w.cells for w in ws), tuple(runs or sorted({c.run_id for c in mine})),
                   measured=_measured_shapes(ws, sms))
 
@@ -820,22 +869,27 @@ def validation_dict(v: Validation | None) -> dict[str, Any] | None:
 def policy_to_dict(p: Policy) -> dict[str, Any]:
     """The exported, versioned policy (``schema`` :data:`POLICY_SCHEMA`, ``version`` :data:`POLICY_VERSION`)::
 
-        {"schema": "profattn.policy", "version": 3, "gpu": "NVIDIA H200", "num_sms": 132,
+        {"schema": "profattn.policy", "version": 4, "gpu": "NVIDIA H200", "num_sms": 132,
          "features": {name: meaning},                  # the terms, in the order of every model's coef_us
          "correction": {"bandwidth_octaves", "shrink"}, # the local residual correction
          "models": [{"backend", "regime", "coef_us": {feature: µs per unit}, "sigma", "cells", "workloads",
                      "span": {...}, "anchors": [{"at": [coords], "log_residual"}],
                      "loo_error": {"median", "worst"}}],  # fractions; null: fewer than 3 workloads
-         "defaults": {regime: backend}, "dominated": {regime: [backend]}, "refused": {backend: [[refusal key]]},
+         "defaults": {regime: backend},
+         "dominated": {regime: [{"backend", "by", "workloads", "span": {...}, "items": [lo, hi]}]},  # within them only
+         "refused": {backend: [[refusal key]]},
          "adoptions": {backend: {"interface", "reads", "plan_run", "how"}},
          "fallback": [backend],
-         "selection": {"max_loo_error", "max_outside_octaves", "nearest_shapes", "hit_fraction"},
+         "selection": {"max_loo_error", "max_outside_octaves", "dominance_octaves", "min_dominance",
+                       "nearest_shapes", "hit_fraction"},
          "measured": [{"tag", "kind", "coords", "times_us": {backend: µs}}],  # what a near tie is decided on
          "derived_from": {"workloads", "cells", "runs"},
          "validation": {...} | null}
 
     Version 3 (issue 34): regime keys have eight parts (dtype and head_dim class added), models carry their
-    leave-one-out error, and the pick is by the pessimistic bound. To apply it without profattn: a candidate is a
+    leave-one-out error, and the pick is by the pessimistic bound. Version 4: a dominance carries the span of the
+    workloads it was measured on and rules a shape only within ``dominance_octaves`` of it (its five numbers,
+    the log2 GQA group and the log2 work items of the grid: B·Hkv for ≤ 16 query rows, 128-row tiles × Hq otherwise). To apply it without profattn: a candidate is a
     backend with a model in the regime of the workload as that backend reads it; its time is ``Σ coef · feature``
     times the correction; it may be picked when its ``loo_error.median`` ≤ ``max_loo_error`` and the shape lies
     within ``max_outside_octaves`` of its span; take the least ``time × (1 + loo_error.worst) × exp(0.15 ×
@@ -848,11 +902,12 @@ def policy_to_dict(p: Policy) -> dict[str, Any]:
                        "coords": "log2 batch, kv_len, q_len, group, bytes_mb; 2·log2 head_dim"},
         "roofs": {"read_gbps": p.models.read_gbps, "matmul_tflops": p.models.matmul_tflops},
         "models": [m.to_dict() for m in p.models.models.values()],
-        "defaults": dict(sorted(p.defaults.items())), "dominated": {k: list(v) for k, v in sorted(p.dominated.items())},
+        "defaults": dict(sorted(p.defaults.items())), "dominated": {k: [d.to_dict() for d in v] for k, v in sorted(p.dominated.items())},
         "refused": {b: sorted([list(k) for k in ks], key=str) for b, ks in sorted(p.refused.items())},
         "adoptions": {b: a.to_dict() for b, a in sorted(p.adoptions.items())},
         "fallback": list(p.fallback),
         "selection": {"max_loo_error": MAX_LOO_ERROR, "max_outside_octaves": MAX_OUTSIDE_OCTAVES,
+                      "dominance_octaves": DOMINANCE_OCTAVES, "min_dominance": MIN_DOMINANCE,
                       "nearest_shapes": NEAREST_SHAPES, "hit_fraction": HIT_FRACTION},
         "measured": [{"tag": m.tag, "kind": list(m.kind), "coords": list(m.coords), "times_us": m.times}
                      for m in p.measured],
@@ -875,16 +930,16 @@ def policy_from_dict(d: Mapping[str, Any]) -> Policy:
             d["gpu"], d.get("num_sms"), CostModels({(m.backend, m.regime.key): m for m in models}, d.get("num_sms"),
                                                    d.get("roofs", {}).get("read_gbps"), d.get("roofs", {}).get("matmul_tflops")),
             {b: Adoption.from_dict(a) for b, a in d.get("adoptions", {}).items()}, dict(d.get("defaults", {})),
-            {k: tuple(v) for k, v in d.get("dominated", {}).items()},
+            {k: tuple(Dominance.from_dict(x) for x in v) for k, v in d.get("dominated", {}).items()},
             {b: frozenset(tuple(k) for k in ks) for b, ks in d.get("refused", {}).items()},
             tuple(d.get("fallback", ())), int(d["derived_from"]["workloads"]), int(d["derived_from"]["cells"]), tuple(d["derived_from"]["runs"]),
             measured=tuple(MeasuredShape(m["tag"], tuple(m["kind"]), tuple(float(c) for c in m["coords"]),
                                          {b: float(t) for b, t in m["times_us"].items()}) for m in d.get("measured", ())))
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed {POLICY_SCHEMA} document: {exc}") from None
 
 
-__all__ = ["BASELINES", "HIT_FRACTION", "MAX_LOO_ERROR", "MAX_OUTSIDE_OCTAVES", "NEAREST_SHAPES", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice", "Contender", "MeasuredShape", "Pick", "drop_ins", "shape_kind",
+__all__ = ["BASELINES", "HIT_FRACTION", "MAX_LOO_ERROR", "MAX_OUTSIDE_OCTAVES", "NEAREST_SHAPES", "DOMINANCE_OCTAVES", "MIN_DOMINANCE", "Dominance", "POLICY_SCHEMA", "POLICY_VERSION", "SLICES", "VLLM_PRIORITY", "Choice", "Contender", "MeasuredShape", "Pick", "drop_ins", "shape_kind",
            "contesting", "unbounded_reason",
            "HeldOut", "Policy", "Predicted", "Score", "Scored", "SliceResult", "Validation", "WorkloadTimes", "derive",
            "learn", "policy_from_dict", "policy_to_dict", "pooled_time", "refusal_key", "store_ceilings", "validate",

@@ -90,9 +90,15 @@ def test_a_dense_decode_call_is_answered_from_the_contiguous_copies(store):
 def test_predicted_is_marked_and_a_dense_prefill_gets_an_sdpa_drop_in(store):
     from profattn.report.recommend import recommend_text
 
-    r = ask(store, f"phase=decode,b=16,kv=4096,{SHAPE},page=16")
+    r = ask(store, f"phase=decode,b=8,kv=4096,{SHAPE},page=16")
     assert r.status is Status.PREDICTED and r.ranked == () and r.choice.modelled
     assert r.best in ("sdpa-cudnn", "triton-paged-decode") and not r.extrapolated
+    assert "flex" in r.choice.dominated  # flex lost to cuDNN on all three b8 decodes (kv 512–8,192): ruled out here
+    # … but not at batch 16: its ordering was measured at batch 8 only (2 octaves of batch and grid away), so its
+    # estimate (from three cells of one batch) under cuDNN's bound contests the headline: measure it
+    far = ask(store, f"phase=decode,b=16,kv=4096,{SHAPE},page=16")
+    assert far.status is Status.UNKNOWN and far.choice.contested_by == ("flex",) and "flex" not in far.choice.dominated
+    assert far.choice.best_bounded == "sdpa-cudnn" and far.best_drop_in.backend == "triton-paged-decode"
     pre = ask(store, "phase=prefill,b=4,q=3072,kv=3072,hq=32,hkv=8,d=128")
     # flex, measured on one prefill workload (too few to check its model), is estimated under the best bounded
     # candidate's bound: no headline pick until it is measured; the drop-in pick stands (no unchecked drop-in under it)

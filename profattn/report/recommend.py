@@ -146,7 +146,9 @@ def _measure_line(w: Any, backend: str | None = None) -> str:
 def unmeasured_lines(rec: Recommendation) -> list[str]:
     """One line per backend that cannot be picked here for want of measurements (``unmeasured here: … — measure it
     with …``)."""
-    why = {o.backend: o.predicted.unmeasured for o in rec.options if o.predicted is not None and o.predicted.unmeasured}
+    why = {o.backend: o.predicted.unmeasured + (f"; measured slower than {', '.join(o.predicted.lost_to)} on every "
+                                                "workload both ran, none near this shape" if o.predicted.lost_to else "")
+           for o in rec.options if o.predicted is not None and o.predicted.unmeasured}
     return [f"  unmeasured here: {b} ({why.get(b) or 'no cell in this regime'}) — measure it with "
             f"{_measure_line(rec.workload, b)}" for b in rec.unmeasured]
 
@@ -289,6 +291,8 @@ def _option_json(o: Option) -> dict[str, Any]:
             "loo_error": {"median": e.loo_median, "worst": e.loo_worst} if e else None,
             "bound_us": o.bound_us, "pickable": o.pickable,
             "unmeasured": o.predicted.unmeasured if o.predicted is not None else None,
+            "dominated": o.predicted.dominated if o.predicted is not None else False,
+            "lost_to": list(o.predicted.lost_to) if o.predicted is not None else [],
             "interface": o.adoption.interface.value if o.adoption else None,
             "reads": o.adoption.reads.value if o.adoption else None, "how": list(o.adoption.how) if o.adoption else []}
 
@@ -300,7 +304,9 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
     Version 3 (issue 34): ``best`` and ``best_drop_in`` are measured or bounded picks (``best`` null when nothing
     measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``; later
     additions: ``contested_by`` / ``best_bounded`` (no pick: an unbounded candidate is estimated below the best
-    bounded one's bound) and ``drop_in_contested_by`` (the same for the drop-in pick).
+    bounded one's bound) and ``drop_in_contested_by`` (the same for the drop-in pick); each option's ``dominated``
+    (measured slower than another around this shape: never a pick) and ``lost_to`` (measured slower than these on every
+    workload both ran, none near this shape: a candidate, but one that never contests).
 
     ``extrapolated`` is true whenever anything the answer offers is priced outside its model's cells: the predicted
     answer, a pickable option, or — with nothing measured on the workload — any option shown that is not dominated

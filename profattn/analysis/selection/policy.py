@@ -247,13 +247,18 @@ class Predicted:
     """One candidate of a :class:`Choice`: its ``backend``, the layout its kernel ``reads``, its ``estimate``, whether
     it is ``dominated`` in its regime at this shape (estimated and shown, never the pick; :class:`Dominance`) and, when its model cannot bound the
     estimate, why (``unmeasured``: too few workloads to check its error, a leave-one-out error above
-    :data:`MAX_LOO_ERROR`, or a shape beyond :data:`MAX_OUTSIDE_OCTAVES` of its cells; never the pick)."""
+    :data:`MAX_LOO_ERROR`, or a shape beyond :data:`MAX_OUTSIDE_OCTAVES` of its cells; never the pick).
+    ``lost_to``: the backends it was measured slower than on every workload both ran in its regime, all beyond this
+    shape (a :class:`Dominance` that does not reach here): it stays a candidate, and a pick when its own model bounds it
+    here, but an unbounded one never contests a pick (:func:`contesting`) — the only measurements of the pair say it
+    loses."""
 
     backend: str
     reads: Layout
     estimate: Estimate
     dominated: bool = False
     unmeasured: str | None = None
+    lost_to: tuple[str, ...] = ()
 
     @property
     def pickable(self) -> bool:
@@ -405,11 +410,13 @@ class Policy:
                     unmodelled.append(b)
                 continue
             x, shape = features(w, reads, self.num_sms)
-            beaten = any(d.backend == b and d.covers(shape) for d in self.dominated.get(reg.key, ()))  # type: ignore[union-attr]
+            mine = [d for d in self.dominated.get(reg.key, ()) if d.backend == b]  # type: ignore[union-attr]
+            beaten = any(d.covers(shape) for d in mine)
             if beaten:
                 dominated.append(b)
             est = model.predict(x, shape, self.models.floor_us(x))
-            out.append(Predicted(b, reads, est, beaten, unbounded_reason(est, model.workloads)))
+            lost = () if beaten else tuple(sorted({d.by for d in mine}))
+            out.append(Predicted(b, reads, est, beaten, unbounded_reason(est, model.workloads), lost))
         out.sort(key=lambda p: (not p.pickable, p.estimate.bound_us or math.inf, p.estimate.us, p.backend))
         return out, dominated, refused, unmodelled
 
@@ -473,12 +480,14 @@ class Policy:
 def contesting(candidates: Iterable[Predicted], bound_us: float, extra_us: Mapping[str, float] | None = None
                ) -> tuple[str, ...]:
     """The ``candidates`` that contest a pick whose pessimistic time is ``bound_us`` (µs): unbounded
-    (:attr:`Predicted.unmeasured`), not dominated, and estimated below it — plus ``extra_us[backend]`` (µs: the
+    (:attr:`Predicted.unmeasured`), neither dominated here nor measured slower than another wherever both ran
+    (:attr:`Predicted.lost_to`), and estimated below it — plus ``extra_us[backend]`` (µs: the
     per-call cost of the changes it needs, when the pick compares whole calls). A model too little checked to be a
     pick cannot rule out that such a candidate is faster, so the pick is not an answer until it is measured."""
     extra = extra_us or {}
     return tuple(c.backend for c in candidates
-                 if c.unmeasured is not None and not c.dominated and c.estimate.us + extra.get(c.backend, 0.0) < bound_us)
+                 if c.unmeasured is not None and not c.dominated and not c.lost_to
+                 and c.estimate.us + extra.get(c.backend, 0.0) < bound_us)
 
 
 def unbounded_reason(e: Estimate, workloads: int) -> str | None:

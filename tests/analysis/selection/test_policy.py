@@ -70,9 +70,10 @@ def test_a_dominance_rules_only_the_shapes_it_was_measured_on():
     """D (a light launch, a slower stream: 6 + 0.30 µs/MB) was measured beside A (12 + 0.22 µs/MB) only on big calls
     (134–1,074 MB, batch 16–64), where it is 11–33 % slower on all four: dominated there. At b32 kv8192 (537 MB, inside
     those shapes) it is out and A is the pick. At b1 kv1024 (2.1 MB: 6 octaves of bytes below) the ordering was never
-    measured — D's estimate, 6.6 µs, lies under A's 12.5 µs: D is not ruled out by a dominance it never showed there;
-    its model is unmeasured that far out, so it contests A and there is no pick (measure it). The old rule (dominated
-    anywhere in the regime) answered A."""
+    measured — D's estimate, 6.6 µs, lies under A's 12.5 µs: D is not ruled out by a dominance it never showed there
+    (it would be a pick if its own model bounded it there); its model is unmeasured that far out, and the only
+    measurements of the pair say it loses, so it is listed to measure (``lost_to`` A) and does not contest: A is the
+    pick. A backend never measured beside A (E, from three small cells of its own) does contest."""
     D = lambda w: 6.0 + 0.30 * mb(w)  # noqa: E731
     cells = []
     for b, n in ((16, 8192), (64, 1024), (64, 8192), (32, 4096)):
@@ -92,9 +93,19 @@ def test_a_dominance_rules_only_the_shapes_it_was_measured_on():
     assert mb(small) == pytest.approx(2.105604) and D(small) < A(small)
     outside = p.choose(small)
     assert outside.dominated == () and outside.estimate_of("D").estimate.us == pytest.approx(D(small), rel=0.02)
-    assert outside.backend is None and outside.contested_by == ("D",) and outside.best_bounded == "A"
+    d = outside.estimate_of("D")
+    assert d.lost_to == ("A",) and "octaves beyond" in d.unmeasured and not d.dominated
+    assert outside.backend == "A" and outside.contested_by == ()
     back = policy_from_dict(json.loads(json.dumps(policy_to_dict(p))))
-    assert back.dominated == p.dominated and back.choose(small).contested_by == ("D",)
+    assert back.dominated == p.dominated and back.choose(small).backend == "A"
+    # E: D's times, measured on three big calls A never ran: nothing says it loses, so it contests A at b1
+    for b, n in ((16, 1024), (32, 2048), (64, 2048)):
+        w = Workload(batch=b, kv_len=n, **DECODE)
+        cells.append(cell(w, "E", D(w), family="flex"))
+    with_e = learn(measurements(run(cells)), "NVIDIA H200").choose(small)
+    assert with_e.estimate_of("E").lost_to == () and with_e.estimate_of("E").unmeasured is not None
+    assert with_e.backend is None and with_e.contested_by == ("E",) and with_e.best_bounded == "A"
+
 
 
 def test_a_model_of_few_workloads_is_never_the_pick():

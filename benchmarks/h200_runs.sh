@@ -19,7 +19,9 @@
 # serving   the serving preset with every backend, no counters
 # heldout-a / heldout-b  issue 34's held-out decode shapes 1-20 / 21-40 (examples/h200-heldout/workloads.txt) with the
 #           four decode contenders; heldout-dense its 20 dense shapes with the dense contenders; heldout-rivals the
-#           contested decode shapes with the backends that contested them (sdpa-nested, flashinfer-decode)
+#           contested decode shapes with the backends that contested them (sdpa-nested, flashinfer-decode);
+#           HELD, CONTESTED, RIVALS name another draw's files and contesters (the second draw: examples/h200-heldout-2,
+#           whose README gives the command); heldout-rivals-dense its contested dense shapes (CONTESTED_DENSE, RIVALS_DENSE)
 # corpus-dense  22 dense prefill / training shapes for the store (examples/h200-corpus/workloads-dense.txt)
 # replay-mixed  the Azure conversation replay priced with triton-paged-prefill's one-launch mixed steps
 #           (examples/simulate-azure-llama3-8b/triton-mixed/steps.txt), --repeat 3
@@ -43,7 +45,11 @@ DECODE4=(--backend triton-paged-decode --backend flashinfer-decode-tc --backend 
 specs() { grep -v '^#' "$1" | sed 's/^/--workload /'; }
 lines() { grep -v '^#' "$1" | sed -n "$2,$3p" | sed 's/^/--workload /'; }
 steps_specs() { grep -v '^#' "$1" | cut -f2 | sed 's/^/--workload /'; }
-HELD=examples/h200-heldout/workloads.txt
+HELD=${HELD:-examples/h200-heldout/workloads.txt}  # HELD=examples/h200-heldout-2/workloads.txt for the second draw
+CONTESTED=${CONTESTED:-examples/h200-heldout/workloads-contested.txt}
+read -ra RIVALS <<<"${RIVALS:-sdpa-nested flashinfer-decode}"
+CONTESTED_DENSE=${CONTESTED_DENSE:-examples/h200-heldout-2/workloads-contested-dense.txt}
+read -ra RIVALS_DENSE <<<"${RIVALS_DENSE:-eager flashinfer-prefill-paged flex sdpa-efficient sdpa-nested}"
 DENSE=(--backend sdpa-flash --backend sdpa-efficient --backend sdpa-cudnn --backend flashinfer-prefill-ragged)
 replay_specs() { grep -v '^#' examples/simulate-azure-llama3-8b/steps.txt | cut -f2 | sed 's/^/--workload /'; }
 step() {  # step NAME TIMEOUT_S COMMAND...: run, log, tar
@@ -78,8 +84,10 @@ for s in "$@"; do
     heldout-a) step heldout-a 280 profattn profile $(lines $HELD 1 20) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-a" ;;
     heldout-b) step heldout-b 285 profattn profile $(lines $HELD 21 40) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-b" ;;
     heldout-dense) step heldout-dense 270 profattn profile $(lines $HELD 41 60) "${DENSE[@]}" --no-counters --out "$W/heldout-dense" ;;
-    heldout-rivals) step heldout-rivals 200 profattn profile $(lines examples/h200-heldout/workloads-contested.txt 1 100) \
-              --backend sdpa-nested --backend flashinfer-decode --no-counters --out "$W/heldout-rivals" ;;
+    heldout-rivals) step heldout-rivals 330 profattn profile $(lines "$CONTESTED" 1 100) \
+              $(printf -- '--backend %s ' "${RIVALS[@]}") --no-counters --out "$W/heldout-rivals" ;;
+    heldout-rivals-dense) step heldout-rivals-dense 250 profattn profile $(lines "$CONTESTED_DENSE" 1 100) \
+              $(printf -- '--backend %s ' "${RIVALS_DENSE[@]}") --no-counters --out "$W/heldout-rivals-dense" ;;
     corpus-dense) step corpus-dense 270 profattn profile $(lines examples/h200-corpus/workloads-dense.txt 1 100) "${DENSE[@]}" \
               --no-counters --out "$W/corpus-dense" ;;
     replay-mixed) step replay-mixed 200 profattn profile $(steps_specs examples/simulate-azure-llama3-8b/triton-mixed/steps.txt) \

@@ -21,7 +21,7 @@
 #           four decode contenders; heldout-dense its 20 dense shapes with the dense contenders; heldout-rivals the
 #           contested decode shapes with the backends that contested them (sdpa-nested, flashinfer-decode);
 #           HELD, CONTESTED, RIVALS name another draw's files and contesters (the second draw: examples/h200-heldout-2,
-#           whose README gives the command); heldout-rivals-dense its contested dense shapes (CONTESTED_DENSE, RIVALS_DENSE)
+#           whose README gives the commands; RIVALS_OUT names the run folder); heldout-rivals-dense its contested dense shapes (CONTESTED_DENSE, RIVALS_DENSE)
 # corpus-dense  22 dense prefill / training shapes for the store (examples/h200-corpus/workloads-dense.txt)
 # replay-mixed  the Azure conversation replay priced with triton-paged-prefill's one-launch mixed steps
 #           (examples/simulate-azure-llama3-8b/triton-mixed/steps.txt), --repeat 3
@@ -84,8 +84,8 @@ for s in "$@"; do
     heldout-a) step heldout-a 280 profattn profile $(lines $HELD 1 20) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-a" ;;
     heldout-b) step heldout-b 285 profattn profile $(lines $HELD 21 40) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-b" ;;
     heldout-dense) step heldout-dense 270 profattn profile $(lines $HELD 41 60) "${DENSE[@]}" --no-counters --out "$W/heldout-dense" ;;
-    heldout-rivals) step heldout-rivals 330 profattn profile $(lines "$CONTESTED" 1 100) \
-              $(printf -- '--backend %s ' "${RIVALS[@]}") --no-counters --out "$W/heldout-rivals" ;;
+    heldout-rivals) step heldout-rivals 380 profattn profile $(lines "$CONTESTED" 1 100) \
+              $(printf -- '--backend %s ' "${RIVALS[@]}") --no-counters --out "$W/${RIVALS_OUT:-heldout-rivals}" ;;
     heldout-rivals-dense) step heldout-rivals-dense 250 profattn profile $(lines "$CONTESTED_DENSE" 1 100) \
               $(printf -- '--backend %s ' "${RIVALS_DENSE[@]}") --no-counters --out "$W/heldout-rivals-dense" ;;
     corpus-dense) step corpus-dense 270 profattn profile $(lines examples/h200-corpus/workloads-dense.txt 1 100) "${DENSE[@]}" \

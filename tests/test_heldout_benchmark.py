@@ -1,5 +1,6 @@
 """``benchmarks/heldout.py``: the held-out shapes are deterministic and outside the store, and the committed H200
-check scores what examples/h200-heldout/README.md says (the asks pinned at 6f13009 before the measurement)."""
+check scores what examples/h200-heldout/README.md says (the asks pinned at 6f13009 before the measurement), and the
+second draw what examples/h200-heldout-2/README.md says (asked at 62b4a8b, the first draw in the store)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from profattn.store import workload_key
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "heldout.py"
 HELD = REPO / "examples" / "h200-heldout"
+HELD2 = REPO / "examples" / "h200-heldout-2"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,34 @@ def test_committed_heldout_score(job):
     vllm = job.summary(rows, "vllm_regret")
     native = job.summary(rows, "drop_in_native_regret")
     assert vllm[:3] == (60, 60, 24) and native[2] / native[0] > vllm[2] / vllm[0] and native[3] < vllm[3]
+
+
+def test_second_draw_score(job):
+    """Asked at 62b4a8b (dominance within its span; a backend that lost wherever it was compared never contests),
+    measured after: every pick measured, headline ≤ 1.25× met, the drop-in 11.7 % at worst (cuDNN's paged decode
+    faster than ours at b111 d64: ≤ 10 % not met), and the 29 contests the lost_to rule stopped were all slower than
+    the pick."""
+    doc = json.loads((HELD2 / "asks-62b4a8b.json").read_text())
+    assert doc["commit"] == "62b4a8b" and len(doc["answers"]) == 60
+    assert any("h200-heldout/decode-a" in r for r in doc["runs"]) and not any("h200-heldout-2" in r for r in doc["runs"])
+    runs = [HELD2 / d for d in ("decode-a", "decode-b", "dense", "rivals-a", "rivals-b", "rivals-dense")]
+    rows = job.score_rows(doc, runs)
+    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
+    got, n, hits, mean, worst = job.summary(rows, "headline_regret")
+    assert (got, n, hits) == (51, 60, 47) and worst == pytest.approx(0.106, abs=5e-4)
+    got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
+    assert (got, n, hits) == (54, 60, 49) and worst == pytest.approx(0.117, abs=5e-4)
+    worst_row = max((r for r in rows if r["drop_in_regret"] is not None), key=lambda r: r["drop_in_regret"])
+    assert worst_row["tag"].startswith("decode_b111_q1_kv4064") and worst_row["best_drop_in_measured"] == "flashinfer-cudnn-decode"
+    vllm, native = job.summary(rows, "vllm_regret"), job.summary(rows, "drop_in_native_regret")
+    assert vllm[:3] == (60, 60, 19) and native[2] / native[0] > vllm[2] / vllm[0] and native[3] < vllm[3]
+    span_only = {x["workload"]: x for x in json.loads((HELD2 / "asks-934b35b.json").read_text())["answers"]}
+    by = {r["workload"]: r for r in rows}
+    stopped = [(w, c) for w, x in span_only.items() for c in set(x["contested_by"]) - set(by[w]["contested_by"])]
+    measured = [(w, c) for w, c in stopped if c in by[w]["measured"]]
+    assert len(measured) == 29
+    pick = {x["workload"]: x["best"] or x["best_bounded"] for x in doc["answers"]}
+    assert all(by[w]["measured"][c] > by[w]["measured"][pick[w]] for w, c in measured)
 
 
 def test_bad_input_is_one_line(job, tmp_path, capsys):

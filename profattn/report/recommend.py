@@ -143,12 +143,17 @@ def _measure_line(w: Any, backend: str | None = None) -> str:
     return f"profattn profile --workload {shlex.quote(workload_spec(w))}" + (f" --backend {backend}" if backend else "")
 
 
+def _unmeasured_why(rec: Recommendation) -> dict[str, str]:
+    """Why each predicted backend of ``rec`` cannot be picked here (its unbounded reason, and whom it lost to)."""
+    return {o.backend: o.predicted.unmeasured + (f"; measured slower than {', '.join(o.predicted.lost_to)} on every "
+                                                 "workload both ran, none near this shape" if o.predicted.lost_to else "")
+            for o in rec.options if o.predicted is not None and o.predicted.unmeasured}
+
+
 def unmeasured_lines(rec: Recommendation) -> list[str]:
     """One line per backend that cannot be picked here for want of measurements (``unmeasured here: … — measure it
     with …``)."""
-    why = {o.backend: o.predicted.unmeasured + (f"; measured slower than {', '.join(o.predicted.lost_to)} on every "
-                                                "workload both ran, none near this shape" if o.predicted.lost_to else "")
-           for o in rec.options if o.predicted is not None and o.predicted.unmeasured}
+    why = _unmeasured_why(rec)
     return [f"  unmeasured here: {b} ({why.get(b) or 'no cell in this regime'}) — measure it with "
             f"{_measure_line(rec.workload, b)}" for b in rec.unmeasured]
 
@@ -300,7 +305,8 @@ def _option_json(o: Option) -> dict[str, Any]:
 def recommend_json(rec: Recommendation) -> dict[str, Any]:
     """The ``--json`` document of ``profattn recommend`` (``schema`` ``profattn.recommend``, version 3; times µs,
     ``ratio`` = latency / best latency, ``sigma`` a relative standard deviation; ``options`` drop-ins first, each
-    prediction with its model's ``loo_error`` and ``bound_us``; ``unmeasured_here``: the backends to measure).
+    prediction with its model's ``loo_error`` and ``bound_us``; ``unmeasured_here``: the backends to measure, each
+    with ``why`` — null: no cell in this regime).
     Version 3 (issue 34): ``best`` and ``best_drop_in`` are measured or bounded picks (``best`` null when nothing
     measured in the regime can bound it), ``prediction`` drops ``kept_default`` and adds ``near_tie_with``; later
     additions: ``contested_by`` / ``best_bounded`` (no pick: an unbounded candidate is estimated below the best
@@ -329,7 +335,8 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "contested_by": list(c.contested_by) if c is not None else [],
         "best_bounded": c.best_bounded if c is not None else None,
         "drop_in_contested_by": list(rec.drop_in_contested_by),
-        "unmeasured_here": [{"backend": b, "measure": _measure_line(rec.workload, b)} for b in rec.unmeasured],
+        "unmeasured_here": [{"backend": b, "why": _unmeasured_why(rec).get(b), "measure": _measure_line(rec.workload, b)}
+                            for b in rec.unmeasured],
         "options": [_option_json(o) for o in rec.options],
         "ranked": [{"backend": r.backend, "latency_us": r.time.median_us, "p10_us": r.time.p10_us, "p90_us": r.time.p90_us,
                     "ratio": r.ratio, "tie": r.tie, "samples": r.samples, "timing": r.timing_kind,

@@ -102,6 +102,9 @@ def test_predicted_is_marked_and_a_dense_prefill_gets_an_sdpa_drop_in(store):
     assert "flex" not in far.choice.dominated and flex.lost_to == ("sdpa-cudnn",) and flex.unmeasured is not None
     assert far.status is Status.PREDICTED and far.choice.contested_by == () and "flex" in far.unmeasured
     assert "unmeasured here: flex (" in recommend_text(far) and "measured slower than sdpa-cudnn on every" in recommend_text(far)
+    from profattn.report.recommend import recommend_json
+    (entry,) = [u for u in recommend_json(far)["unmeasured_here"] if u["backend"] == "flex"]
+    assert "measured slower than sdpa-cudnn" in entry["why"] and entry["measure"].endswith("--backend flex")
     pre = ask(store, "phase=prefill,b=4,q=3072,kv=3072,hq=32,hkv=8,d=128")
     # flex, measured on one prefill workload (too few to check its model), is estimated under the best bounded
     # candidate's bound: no headline pick until it is measured; the drop-in pick stands (no unchecked drop-in under it)

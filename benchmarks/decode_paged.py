@@ -14,7 +14,8 @@ relative error of sequences 0 and B−1 against an fp32 reference. "ours (before
 and split rule it had before the wave-quantization rule (3 stages, at least 2 tiles per split, splits until
 about 4 programs per SM, separate combine), for the before/after in one run.
 
-    python benchmarks/decode_paged.py [--kv 512 2048 8192] [--batch 8] [--page-size 16] [--tune]
+    python benchmarks/decode_paged.py [--kv 512 2048 8192] [--batch 8] [--hq 16 --hkv 4 --head-dim 128] [--page-size 16]
+        [--tune [--tune-block-n 32 64] [--tune-warps 4] [--tune-splits 1 2 4 8 16 32]]
     python benchmarks/decode_paged.py --sweep [--batches 1 8 64 128 256] [--kv ...] [--groups 1 4 8]
         [--max-gb 17.2] [--out DIR]
 """
@@ -253,8 +254,8 @@ def seed(args) -> None:
           f"kernels {floor2:.2f} us")
     rows = []
     for kv in args.kv:
-        w = Workload(phase="decode", batch=args.batch, q_len=1, kv_len=kv, num_q_heads=16, num_kv_heads=4, head_dim=128,
-                     kv_layout="paged", page_size=args.page_size)
+        w = Workload(phase="decode", batch=args.batch, q_len=1, kv_len=kv, num_q_heads=args.hq, num_kv_heads=args.hkv,
+                     head_dim=args.head_dim, kv_layout="paged", page_size=args.page_size)
         inp = make_inputs(w, dev, seed=kv)
         ref = reference(w, inp)
         c = inp.paged
@@ -278,22 +279,25 @@ def seed(args) -> None:
                 fn = lambda: F.scaled_dot_product_attention(inp.q, inp.k, inp.v, enable_gqa=True)  # noqa: E731
                 times[name] = time_cuda_graph(fn, dev).median_us
         gbps = w.kv_bytes / (t_ours * 1e-6) / 1e9
-        plan = tp.choose_num_splits(batch=w.batch, num_kv_heads=4, max_kv_len=kv, num_sms=sms)
+        plan = tp.choose_num_splits(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=kv, num_sms=sms)
         rows.append((kv, t_ours, gbps, gbps / ceil.copy_gbps, gbps / ceil.read_gbps, times["flash"], times["cudnn"],
                      err, plan))
         if args.tune:
             print(f"\n-- tuning kv {kv} (default {t_ours:.2f} us, plan {plan})")
             results = []
-            for cb, bn, ns, s in itertools.product(("separate", "fused"), (32, 64), (2, 3, 4), (1, 2, 4, 8, 16, 32)):
-                p = tp.split_plan(batch=w.batch, num_kv_heads=4, max_kv_len=kv, num_splits=s, block_n=bn)
+            for cb, bn, ns, nw, s in itertools.product(("separate", "fused"), args.tune_block_n, (2, 3, 4),
+                                                       args.tune_warps, args.tune_splits):
+                p = tp.split_plan(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=kv, num_splits=s, block_n=bn)
+                if p.num_splits == 1 and cb == "fused":
+                    continue  # one split runs no combine: the same launch as "separate"
                 try:
-                    f = ours(p, tp.NUM_WARPS, ns, cb)
+                    f = ours(p, nw, ns, cb)
                     e = rel_err(f().unsqueeze(2), ref.out)
-                    results.append((time_cuda_graph(f, dev).median_us, cb, bn, ns, p.num_splits, e))
+                    results.append((time_cuda_graph(f, dev).median_us, cb, bn, ns, nw, p.num_splits, e))
                 except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
-                    results.append((float("inf"), cb, bn, ns, p.num_splits, str(exc)[:60]))
+                    results.append((float("inf"), cb, bn, ns, nw, p.num_splits, str(exc)[:60]))
             for r in sorted(results, key=lambda r: r[0])[:12]:
-                print("  %8.2f us  combine=%s BLOCK_N=%d stages=%d splits=%d err=%s" % r)
+                print("  %8.2f us  combine=%s BLOCK_N=%d stages=%d warps=%d splits=%d err=%s" % r)
 
     print("\n| kv_len | ours (us) | unique KV GB/s | of copy | of read | SDPA flash (us) | cuDNN (us) | vs flash | "
           "vs cuDNN | rel err | splits |")
@@ -338,6 +342,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--hq", type=int, default=16, help="query heads of the seed-mode shapes")
+    ap.add_argument("--hkv", type=int, default=4, help="KV heads of the seed-mode shapes")
+    ap.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
+    ap.add_argument("--tune-block-n", type=int, nargs="+", default=[32, 64])
+    ap.add_argument("--tune-warps", type=int, nargs="+", default=[4])
+    ap.add_argument("--tune-splits", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 128, 256])
     ap.add_argument("--groups", type=int, nargs="+", default=[1, 4, 8], choices=[1, 2, 4, 8, 16])

@@ -198,13 +198,12 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
             jt = {r.backend: r.time for r in ranked}
             measured = recommend(store, w, gpu, policy=None, interface=None) if ranked else None
             # measured options only: the store of the measured runs gives every unmeasured backend a prediction too
-            drops = {o.backend: o.kernel_us for o in measured.options if o.drop_in and o.measured is not None} \
-                if measured else {}
+            options = [o for o in measured.options if o.measured is not None] if measured else []
+            drops = {o.backend: o.kernel_us for o in options if o.drop_in}
             # every kernel that reads the caller's own cache layout (a drop-in, or one that needs only an API change,
             # like FlashInfer's wrapper on a block-table caller): the pool the vLLM constant is judged in
-            native = {o.backend: o.kernel_us for o in measured.options
-                      if o.measured is not None and o.adoption is not None
-                      and o.adoption.reads.value == w.kv_layout.value} if measured else {}
+            native = {o.backend: o.kernel_us for o in options
+                      if o.adoption is not None and o.adoption.reads.value == w.kv_layout.value}
             best = min(t.values(), default=None)
             best_drop = min(drops.values(), default=None)
             paged_decode = w.phase.value == "decode" and w.kv_layout.value == "paged"

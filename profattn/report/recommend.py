@@ -323,6 +323,7 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
     when measured or inside)."""
     e = rec.evidence
     c = rec.choice
+    why = _unmeasured_why(rec)
     return {
         "schema": "profattn.recommend", "version": 3, "gpu": rec.gpu, "workload": workload_spec(rec.workload),
         "workload_tag": rec.workload.tag, "status": rec.status.value, "interface": rec.interface.value,
@@ -335,7 +336,7 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "contested_by": list(c.contested_by) if c is not None else [],
         "best_bounded": c.best_bounded if c is not None else None,
         "drop_in_contested_by": list(rec.drop_in_contested_by),
-        "unmeasured_here": [{"backend": b, "why": _unmeasured_why(rec).get(b), "measure": _measure_line(rec.workload, b)}
+        "unmeasured_here": [{"backend": b, "why": why.get(b), "measure": _measure_line(rec.workload, b)}
                             for b in rec.unmeasured],
         "options": [_option_json(o) for o in rec.options],
         "ranked": [{"backend": r.backend, "latency_us": r.time.median_us, "p10_us": r.time.p10_us, "p90_us": r.time.p90_us,

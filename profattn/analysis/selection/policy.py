@@ -525,12 +525,16 @@ def _dominated(ws: Sequence[WorkloadTimes], adoptions: Mapping[str, Adoption], s
     (workloads of that regime as the backend read them), with those workloads' span."""
     by: dict[str, dict[str, list[tuple[WorkloadTimes, Shape]]]] = {}
     for w in ws:
+        read_as: dict[str, tuple[Regime | None, Shape | None]] = {}  # the backends reading one layout share both
         for t in w.times:
-            reads = layout_read(adoptions.get(t.backend) or adoption_of(t.backend), w.workload.kv_layout.value,
-                                packed=w.workload.is_packed)
-            reg = regime_of(w.workload, reads)
+            reads = str(layout_read(adoptions.get(t.backend) or adoption_of(t.backend), w.workload.kv_layout.value,
+                                    packed=w.workload.is_packed))
+            if reads not in read_as:
+                reg = regime_of(w.workload, reads)
+                read_as[reads] = (reg, features(w.workload, reads, sms)[1] if reg is not None else None)
+            reg, shape = read_as[reads]
             if reg is not None:
-                by.setdefault(reg.key, {}).setdefault(t.backend, []).append((w, features(w.workload, reads, sms)[1]))
+                by.setdefault(reg.key, {}).setdefault(t.backend, []).append((w, shape))  # type: ignore[arg-type]
     out: dict[str, tuple[Dominance, ...]] = {}
     for key, members in by.items():
         dom = []

@@ -127,7 +127,7 @@ def sweep(args) -> None:
                    kv_bytes=w.kv_bytes, cells={})
         lens = w.kv_lens if len(set(w.kv_lens)) > 1 else None
         launch = tp.choose_launch(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=w.kv_len, num_sms=sms,
-                                  kv_lens=lens)
+                                  head_dim=w.head_dim, kv_lens=lens)
         plan = launch.plan
         row["plan"] = dict(splits=plan.num_splits, ctas=launch.programs, combine=tp.combine_for(plan.num_splits),
                            block_n=plan.block_n, stages=launch.num_stages)
@@ -279,7 +279,8 @@ def seed(args) -> None:
                 fn = lambda: F.scaled_dot_product_attention(inp.q, inp.k, inp.v, enable_gqa=True)  # noqa: E731
                 times[name] = time_cuda_graph(fn, dev).median_us
         gbps = w.kv_bytes / (t_ours * 1e-6) / 1e9
-        plan = tp.choose_num_splits(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=kv, num_sms=sms)
+        plan = tp.choose_launch(batch=w.batch, num_kv_heads=w.num_kv_heads, max_kv_len=kv, num_sms=sms,
+                                head_dim=w.head_dim).plan
         rows.append((kv, t_ours, gbps, gbps / ceil.copy_gbps, gbps / ceil.read_gbps, times["flash"], times["cudnn"],
                      err, plan))
         if args.tune:

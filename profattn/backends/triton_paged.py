@@ -61,6 +61,11 @@ NUM_STAGES = 3
 DIRECT_BLOCK_N = 64
 DIRECT_NUM_STAGES = 2
 DIRECT_MIN_KV = 2048
+#: The head_dim the tiles above are counted at: a smaller head_dim takes proportionally more tokens per tile, so a
+#: tile moves the same bytes of K and V (:func:`tile_tokens`; ``benchmarks/decode_tile_rule.py``, NOTES.md).
+TILE_HEAD_DIM = 128
+#: The largest tile :func:`tile_tokens` gives (tokens): the largest measured.
+MAX_TILE_TOKENS = 128
 #: Stages of a split plan whose busy programs exceed a wave (a ragged batch's work list): 149.2–151.4 vs 182.6 µs
 #: with 3 stages on the lognormal batch (B=64, kv ≤ 8192, 7 splits, 1,036 programs), as 3 stages lost wherever
 #: programs exceeded a wave.
@@ -213,6 +218,19 @@ def work_list(kv_lens: tuple[int, ...], plan: SplitPlan, window: int | None = No
     return items
 
 
+def tile_tokens(tokens: int, head_dim: int) -> int:
+    """A tile of ``tokens`` at :data:`TILE_HEAD_DIM` re-counted for ``head_dim``: the same bytes per K (and V) tile,
+    ``tokens · TILE_HEAD_DIM / head_dim``, at least ``tokens`` and at most :data:`MAX_TILE_TOKENS`.
+    Examples: (32, 64) → 64; (64, 64) → 128; (64, 128) → 64; (32, 256) → 32.
+
+    Raises:
+        ValueError: ``tokens`` or ``head_dim`` below 1.
+    """
+    if tokens < 1 or head_dim < 1:
+        raise ValueError(f"tokens and head_dim must be >= 1, got {tokens}, {head_dim}")
+    return max(tokens, min(MAX_TILE_TOKENS, tokens * max(1, TILE_HEAD_DIM // head_dim)))
+
+
 @dataclass(frozen=True)
 class DecodeLaunch:
     """The launch :func:`choose_launch` picks: the split plan (its ``block_n`` is the tile), warps, pipeline stages,
@@ -225,18 +243,19 @@ class DecodeLaunch:
     programs: int = 0
 
 
-def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
+def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: int, head_dim: int,
                   ctas_per_sm: int = CTAS_PER_SM, kv_lens: tuple[int, ...] | None = None,
                   quantized: bool = False) -> DecodeLaunch:
-    """The decode launch for a step: the split count of :func:`choose_num_splits` on 32-token tiles (4 warps, 3
-    stages, or :data:`MULTIWAVE_NUM_STAGES` when the busy programs exceed a wave); a plan that needs no split streams
-    :data:`DIRECT_BLOCK_N`-token tiles in :data:`DIRECT_NUM_STAGES` stages when each program walks a long sequence
-    (``max_kv_len ≥`` :data:`DIRECT_MIN_KV`) or the programs fill more than a wave. An FP8 cache keeps its own launch
-    (:data:`FP8_BLOCK_N`, :data:`FP8_NUM_WARPS`, :data:`FP8_NUM_STAGES`). With ``kv_lens`` (a ragged batch) the
-    launch runs the plan's :func:`work_list`.
+    """The decode launch for a step: the split count of :func:`choose_num_splits` on :data:`BLOCK_N`-token tiles (4
+    warps, 3 stages, or :data:`MULTIWAVE_NUM_STAGES` when the busy programs exceed a wave); a plan that needs no split
+    streams :data:`DIRECT_BLOCK_N`-token tiles in :data:`DIRECT_NUM_STAGES` stages when each program walks a long
+    sequence (``max_kv_len ≥`` :data:`DIRECT_MIN_KV`) or the programs fill more than a wave. Both tiles are counted at
+    :data:`TILE_HEAD_DIM` and re-counted for ``head_dim`` by :func:`tile_tokens` (head_dim 64: 64 and 128 tokens).
+    An FP8 cache keeps its own launch (:data:`FP8_BLOCK_N`, :data:`FP8_NUM_WARPS`, :data:`FP8_NUM_STAGES`). With
+    ``kv_lens`` (a ragged batch) the launch runs the plan's :func:`work_list`.
 
     Raises:
-        ValueError: as :func:`choose_num_splits`.
+        ValueError: as :func:`choose_num_splits`; ``head_dim`` below 1.
     """
     wave = ctas_per_sm * num_sms
     if quantized:
@@ -245,11 +264,11 @@ def choose_launch(*, batch: int, num_kv_heads: int, max_kv_len: int, num_sms: in
         warps, stages = FP8_NUM_WARPS, FP8_NUM_STAGES
     else:
         plan = choose_num_splits(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_sms=num_sms,
-                                 ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
+                                 block_n=tile_tokens(BLOCK_N, head_dim), ctas_per_sm=ctas_per_sm, kv_lens=kv_lens)
         warps, stages = NUM_WARPS, None
         if plan.num_splits == 1 and (max_kv_len >= DIRECT_MIN_KV or plan.ctas > wave):
             plan = split_plan(batch=batch, num_kv_heads=num_kv_heads, max_kv_len=max_kv_len, num_splits=1,
-                              block_n=DIRECT_BLOCK_N)
+                              block_n=tile_tokens(DIRECT_BLOCK_N, head_dim))
             stages = DIRECT_NUM_STAGES
     work = None if kv_lens is None else tuple(work_list(kv_lens, plan))
     programs = plan.ctas if work is None else len(work) * num_kv_heads
@@ -341,7 +360,8 @@ def paged_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
         raise ValueError(f"fp8_dot must be 'float16' or 'query', got {fp8_dot!r}")
     span = max_kv_len if window is None else min(max_kv_len, window)
     if plan is None:
-        launch = choose_launch(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms, quantized=quant)
+        launch = choose_launch(batch=batch, num_kv_heads=hkv, max_kv_len=span, num_sms=num_sms, head_dim=d,
+                               quantized=quant)
         plan = launch.plan
         num_warps = launch.num_warps if num_warps is None else num_warps
         num_stages = launch.num_stages if num_stages is None else num_stages
@@ -492,7 +512,8 @@ class TritonPagedDecode:
         if workload.is_ragged:  # plan with each sequence's span (as FlashInfer's plan() does)
             lens = tuple(n if window is None else min(n, window) for n in workload.kv_lens)
         launch = choose_launch(batch=workload.batch, num_kv_heads=workload.num_kv_heads, max_kv_len=span,
-                               num_sms=sms, ctas_per_sm=ctas_per_sm, kv_lens=lens, quantized=quant)
+                               num_sms=sms, head_dim=workload.head_dim, ctas_per_sm=ctas_per_sm, kv_lens=lens,
+                               quantized=quant)
         plan, num_warps, num_stages = launch.plan, launch.num_warps, launch.num_stages
         work_items, programs = launch.work, launch.programs
         workspace: dict = {}

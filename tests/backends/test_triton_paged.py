@@ -169,20 +169,41 @@ def test_ragged_batch_through_a_work_list_matches_reference(combine, window):
 def test_launch_choice():
     from profattn.backends.triton_paged import FP8_BLOCK_N, choose_launch
 
-    seed = choose_launch(batch=8, num_kv_heads=4, max_kv_len=8192, num_sms=132)
+    seed = choose_launch(batch=8, num_kv_heads=4, max_kv_len=8192, num_sms=132, head_dim=128)
     assert (seed.plan.num_splits, seed.plan.block_n, seed.num_warps, seed.num_stages) == (16, 32, 4, 3)
     # no split and long sequences: 64-token tiles, 2 stages
-    big = choose_launch(batch=128, num_kv_heads=4, max_kv_len=8192, num_sms=132)
+    big = choose_launch(batch=128, num_kv_heads=4, max_kv_len=8192, num_sms=132, head_dim=128)
     assert (big.plan.num_splits, big.plan.tokens_per_split, big.plan.block_n, big.num_stages) == (1, 8192, 64, 2)
     # no split, one wave of short sequences: stays on 32-token tiles; more than a wave: 64
-    assert choose_launch(batch=128, num_kv_heads=4, max_kv_len=512, num_sms=132).plan.block_n == 32
-    assert choose_launch(batch=256, num_kv_heads=4, max_kv_len=512, num_sms=132).plan.block_n == 64
+    assert choose_launch(batch=128, num_kv_heads=4, max_kv_len=512, num_sms=132, head_dim=128).plan.block_n == 32
+    assert choose_launch(batch=256, num_kv_heads=4, max_kv_len=512, num_sms=132, head_dim=128).plan.block_n == 64
     # a split plan whose programs exceed a wave takes 4 stages (B=96, Hkv=8: 2 splits, 1,536 programs)
-    assert choose_launch(batch=96, num_kv_heads=8, max_kv_len=8192, num_sms=132).num_stages == 4
-    ragged = choose_launch(batch=64, num_kv_heads=4, max_kv_len=8192, num_sms=132, kv_lens=(8192,) + (512,) * 63)
+    assert choose_launch(batch=96, num_kv_heads=8, max_kv_len=8192, num_sms=132, head_dim=128).num_stages == 4
+    ragged = choose_launch(batch=64, num_kv_heads=4, max_kv_len=8192, num_sms=132, head_dim=128,
+                           kv_lens=(8192,) + (512,) * 63)
     assert (ragged.plan.num_splits, ragged.num_stages) == (43, 4)  # 928 busy programs > 528
-    fp8 = choose_launch(batch=8, num_kv_heads=4, max_kv_len=8192, num_sms=132, quantized=True)
+    fp8 = choose_launch(batch=8, num_kv_heads=4, max_kv_len=8192, num_sms=132, head_dim=128, quantized=True)
     assert (fp8.plan.block_n, fp8.num_warps, fp8.num_stages) == (FP8_BLOCK_N, 2, 3)
+
+
+def test_tiles_are_counted_in_bytes():
+    """head_dim 64 takes twice the tokens per tile (the bytes of a head_dim-128 tile), capped at 128 tokens."""
+    from profattn.backends.triton_paged import choose_launch, tile_tokens
+
+    assert [tile_tokens(32, d) for d in (32, 64, 128, 256)] == [128, 64, 32, 32]
+    assert [tile_tokens(64, d) for d in (32, 64, 128, 256)] == [128, 128, 64, 64]
+    with pytest.raises(ValueError):
+        tile_tokens(32, 0)
+    # B=65, Hkv=8, kv 5392, d 64: 64-token tiles, 85 of them; one split (520 programs, one wave: 87 tile-times
+    # against 2 waves x (43 + 2) + 1.03 for two splits) and a long sequence: the direct launch, 128-token tiles
+    one = choose_launch(batch=65, num_kv_heads=8, max_kv_len=5392, num_sms=132, head_dim=64)
+    assert (one.plan.num_splits, one.plan.block_n, one.num_stages) == (1, 128, 2)
+    # the same call counted at head_dim 128: 32-token tiles, one split, the direct launch's 64-token tiles
+    tok = choose_launch(batch=65, num_kv_heads=8, max_kv_len=5392, num_sms=132, head_dim=128)
+    assert (tok.plan.num_splits, tok.plan.block_n) == (1, 64)
+    # B=60, Hkv=4, kv 8960, d 64: 140 tiles of 64; two splits of 70 (480 programs in one wave: 73.03 against 142)
+    two = choose_launch(batch=60, num_kv_heads=4, max_kv_len=8960, num_sms=132, head_dim=64)
+    assert (two.plan.num_splits, two.plan.tokens_per_split, two.plan.block_n, two.num_stages) == (2, 4480, 64, 3)
 
 
 def test_split_plan_rounds_to_whole_tiles_and_drops_empty_splits():
@@ -271,8 +292,8 @@ def test_a_profiled_interpreter_cell_passes_the_family_check(tmp_path, monkeypat
     from profattn.workload import Workload
 
     cpu = torch.device("cpu")
-    w = Workload(phase="decode", batch=2, q_len=1, kv_len=100, num_q_heads=8, num_kv_heads=2, head_dim=16,
-                 kv_layout="paged", page_size=16, dtype="float32")  # kv 100: 4 splits; the combine kernel runs too
+    w = Workload(phase="decode", batch=2, q_len=1, kv_len=400, num_q_heads=8, num_kv_heads=2, head_dim=16,
+                 kv_layout="paged", page_size=16, dtype="float32")  # kv 400, d16: 4 splits of 128 tokens; the combine kernel runs too
     monkeypatch.setenv("PROFATTN_PAGED_COMBINE", "separate")
     inputs = make_inputs(w, cpu, seed=1)
     ref = high_precision(w, inputs)
@@ -467,3 +488,33 @@ def test_split_rule_against_the_measured_h200_exploration():
     assert (seed["rule"], seed["best"]) == (16, 16)
     # the fused combine never lost more than 1 % at the <= 4 splits it is used for
     assert max(r["fused_over_separate"] for r in rows if r["fused_over_separate"] and r["rule"] <= 4) < 1.011
+
+
+def test_tile_rule_against_the_measured_h200_grid():
+    """The tile counted in bytes against the committed H200 grid (examples/h200-decode-tile: 56 head_dim-64 decode
+    points, 18-27 launches each): on the 20 held-out points (the second draw's) mean regret 6.5 % -> 2.4 %, 6 -> 15
+    within 3 % of the fastest launch; at head_dim 128 both rules pick the same launch."""
+    import importlib.util
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("decode_tile_rule", repo / "benchmarks" / "decode_tile_rule.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.evaluate(str(repo / "examples" / "h200-decode-tile" / "tile_rule.jsonl"))
+    held = [r for r in rows if r["set"] == "check" and r["head_dim"] == 64]
+    assert len(rows) == 64 and len(held) == 20
+
+    def regrets(sub, rule):
+        return [r["rules"][rule]["regret"] for r in sub]
+
+    tok, byt = regrets(held, "tokens"), regrets(held, "bytes")
+    assert round(sum(tok) / 20, 3) == 0.065 and round(sum(byt) / 20, 3) == 0.024
+    assert sum(x <= 0.03 for x in tok) == 6 and sum(x <= 0.03 for x in byt) == 15
+    fit = [r for r in rows if r["set"] == "fit"]
+    assert sum(regrets(fit, "bytes")) < sum(regrets(fit, "tokens")) / 3
+    # the second draw's drop-in miss (B=111, kv 4064, Hq 8 / Hkv 2): 78.7 -> 67.9 µs (FlashInfer cuDNN paged: 66.8)
+    miss = next(r for r in held if (r["batch"], r["kv_len"]) == (111, 4064))
+    assert miss["rules"]["bytes"]["launch"] == (64, 2, 3) and round(miss["rules"]["bytes"]["us"], 1) == 67.9
+    assert round(miss["rules"]["tokens"]["us"], 1) == 78.7
+    assert all(r["rules"]["tokens"]["launch"] == r["rules"]["bytes"]["launch"] for r in rows if r["head_dim"] == 128)

@@ -160,7 +160,7 @@ def print_evaluation(rows: list[dict]) -> None:
                   f"{sum(x <= 0.03 for x in reg)} | {statistics.mean(vs):.2f} |" if vs else "— |")
 
 
-def measure(out: str, check: str, budget_s: float) -> None:  # pragma: no cover - needs a GPU
+def measure(out: str, check: str, budget_s: float, sets: tuple[str, ...] = ("fit", "check", "d128")) -> None:  # pragma: no cover - needs a GPU
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -176,6 +176,7 @@ def measure(out: str, check: str, budget_s: float) -> None:  # pragma: no cover 
     pts = fit_points()
     checks = sorted(check_points(check), key=lambda p: p[1]["head_dim"])
     pts = [p for p in pts if p[0] == "fit"] + checks + [p for p in pts if p[0] == "d128"]
+    pts = [p for p in pts if p[0] in sets]
     os.makedirs(out)
     log = open(os.path.join(out, "tile_rule.jsonl"), "a")
 
@@ -236,6 +237,8 @@ def main() -> None:
     ap.add_argument("--check", default="examples/h200-heldout-2/workloads.txt",
                     help="workload file whose paged decode shapes are the check set")
     ap.add_argument("--budget-s", type=float, default=500.0, help="stop starting new points after this many seconds")
+    ap.add_argument("--sets", nargs="+", choices=("fit", "check", "d128"), default=("fit", "check", "d128"),
+                    help="the point sets to measure, in their fixed order (default all three)")
     args = ap.parse_args()
     if args.evaluate:
         if not os.path.isfile(args.evaluate):
@@ -256,7 +259,7 @@ def main() -> None:
             fail(f"{args.measure} exists: the measurement writes a new directory")
         if not os.path.isfile(args.check):
             fail(f"{args.check}: not a file")
-        measure(args.measure, args.check, args.budget_s)
+        measure(args.measure, args.check, args.budget_s, tuple(args.sets))
 
 
 if __name__ == "__main__":

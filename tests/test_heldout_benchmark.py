@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "heldout.py"
 HELD = REPO / "examples" / "h200-heldout"
 HELD2 = REPO / "examples" / "h200-heldout-2"
+HELD3 = REPO / "examples" / "h200-heldout-3"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,29 @@ def test_second_draw_score(job):
     assert len(measured) == 29
     pick = {x["workload"]: x["best"] or x["best_bounded"] for x in doc["answers"]}
     assert all(by[w]["measured"][c] > by[w]["measured"][pick[w]] for w, c in measured)
+
+
+def test_third_draw_score(job):
+    """Asked at 76b11e4 from the 34 runs (both earlier draws in the store), measured after with the byte-counted decode
+    tile: every pick measured; headline ≤ 1.25× met (15.3 % beyond noise at worst); the paged-decode drop-in within
+    1.1 % at all 40; the drop-in misses 10 % once, on a 2-head prefill (sdpa-cudnn picked, sdpa-flash 57 % faster),
+    and answers no training step (every one contested)."""
+    doc = json.loads((HELD3 / "asks-76b11e4.json").read_text())
+    assert doc["commit"] == "76b11e4" and len(doc["answers"]) == 60 and len(doc["runs"]) == 34
+    assert any("h200-heldout-2/decode-a" in r for r in doc["runs"]) and not any("h200-heldout-3" in r for r in doc["runs"])
+    runs = [HELD3 / d for d in ("decode-a", "decode-b", "dense", "rivals", "rivals-all", "rivals-dense")]
+    rows = job.score_rows(doc, runs)
+    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
+    got, n, hits, mean, worst = job.summary(rows, "headline_regret")
+    assert (got, n, hits) == (49, 60, 46) and worst == pytest.approx(0.188, abs=5e-4)
+    got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
+    assert (got, n, hits) == (50, 60, 49) and worst == pytest.approx(0.569, abs=5e-4)
+    decode = [r for r in rows if r["phase"] == "decode"]
+    assert job.summary(decode, "drop_in_regret")[:3] == (40, 40, 40) and job.summary(decode, "drop_in_regret")[4] < 0.012
+    worst_row = max((r for r in rows if r["drop_in_regret"] is not None), key=lambda r: r["drop_in_regret"])
+    assert worst_row["tag"] == "prefill_b4_q1024_kv1024_hq2_hkv1_d128_bf16_causal"
+    assert (worst_row["drop_in"], worst_row["best_drop_in_measured"]) == ("sdpa-cudnn", "sdpa-flash")
+    assert all(r["drop_in"] is None and r["headline"] is None for r in rows if r["phase"] == "train")
 
 
 def test_bad_input_is_one_line(job, tmp_path, capsys):

@@ -17,7 +17,9 @@
    for a block-table caller, but it needs no copy). Regret = t_pick / t_best − 1 (graph-replay medians where a cell has
    them: the store's ranking); a hit is a regret within 3 % or a pick within noise of the best by profattn's one noise
    rule (``judged_margin``: p10–p90 spreads, repeats); regret is reported either way. A pick the run did not measure is
-   reported, never scored as a hit.
+   reported, never scored as a hit. Beside each latency regret, the same pick's regret on the trace's GPU time per
+   call (the kernels' time, no host dispatch), and per shape the backends whose latency is overhead-bound (latency ≥
+   :data:`OVERHEAD_BOUND` × GPU time: most of the time is spent outside the kernels — host dispatch, launch gaps).
 
 Usage::
 
@@ -56,6 +58,7 @@ CONTENDERS = {
     "train": ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
 }
 HIT = 0.03
+OVERHEAD_BOUND = 1.5  # latency / the trace's GPU time per call at which a cell's time is mostly outside its kernels
 #: The run folders ``shapes`` and ``ask`` leave out of the store by default: the first held-out draw (issue 34).
 DEFAULT_EXCLUDE = REPO / "examples" / "h200-heldout"
 
@@ -195,6 +198,11 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
             w = parse_workload_spec(x["workload"])
             ranked, _ = rank(store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"))
             t = {r.backend: r.time.median_us for r in ranked}
+            gpu_cells: dict[str, list[float]] = {}
+            for c in store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"):
+                if c.eligible and c.gpu_time_us:
+                    gpu_cells.setdefault(c.backend, []).append(c.gpu_time_us)
+            g = {b: sorted(v)[len(v) // 2] for b, v in gpu_cells.items() if b in t}
             jt = {r.backend: r.time for r in ranked}
             measured = recommend(store, w, gpu, policy=None, interface=None) if ranked else None
             # measured options only: the store of the measured runs gives every unmeasured backend a prediction too
@@ -227,6 +235,10 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
                     ("drop_in_native_regret", x["best_drop_in"], native), ("sdpa_cudnn_regret", "sdpa-cudnn", t),
                     ("fi_tc_regret", "flashinfer-decode-tc", t), ("vllm_regret", vllm, native))},
                 "drop_in_native_regret": _regret(native, x["best_drop_in"], min(native.values(), default=None)),
+                "headline_gpu_regret": _regret(g, x["best"], min(g.values(), default=None)),
+                "drop_in_gpu_regret": _regret({b: v for b, v in g.items() if b in drops}, x["best_drop_in"],
+                                              min((v for b, v in g.items() if b in drops), default=None)),
+                "gpu_us": g, "overhead_bound": sorted(b for b in g if t[b] >= OVERHEAD_BOUND * g[b]),
                 "measured": t, "spread": {b: [v.p10_us, v.p90_us] for b, v in jt.items()},
             })
     return rows
@@ -240,7 +252,7 @@ def summary(rows: list[dict], key: str, phase: str | None = None) -> tuple[int, 
     if not got:
         return None
     vals = [r[key] for r in got]
-    hits = sum(r[key] <= HIT or r["noise_tie"][key] for r in got)
+    hits = sum(r[key] <= HIT or r["noise_tie"].get(key, False) for r in got)
     return len(got), len(sel), hits, sum(vals) / len(vals), max(vals)
 
 
@@ -283,6 +295,15 @@ def cmd_score(a: argparse.Namespace) -> int:
         print(f"  drop-in pick           {score('drop_in_regret', phase)}   (against the best drop-in)")
         print(f"  drop-in pick           {score('drop_in_native_regret', phase)}   (against the best kernel reading this layout)")
         print(f"  vLLM FlashInfer const  {score('vllm_regret', phase)}   (against the best kernel reading this layout)")
+        print(f"  headline, GPU time     {score('headline_gpu_regret', phase)}   (the trace's kernel time per call)")
+        print(f"  drop-in, GPU time      {score('drop_in_gpu_regret', phase)}   (the trace's kernel time per call)")
+    ob = [r for r in rows if r.get("overhead_bound")]
+    if ob:
+        print(f"\noverhead-bound (latency ≥ {OVERHEAD_BOUND}× the trace's GPU time per call: most of it outside the "
+              f"kernels) at {len(ob)} of {len(rows)} shapes:")
+        for r in ob:
+            print(f"  {r['tag']}: " + ", ".join(f"{b} {r['measured'][b]:.1f} µs latency / {r['gpu_us'][b]:.1f} µs GPU"
+                                              for b in r["overhead_bound"]))
     worst_h = max((r["headline_regret"] for r in rows if r["headline_regret"] is not None and not r["noise_tie"]["headline_regret"]), default=None)
     worst_d = max((r["drop_in_regret"] for r in rows if r["drop_in_regret"] is not None and not r["noise_tie"]["drop_in_regret"]), default=None)
     unmeasured = sum(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)

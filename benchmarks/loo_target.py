@@ -1,0 +1,73 @@
+"""Benchmark: each dense backend model's leave-one-out error fitted on latency (what the selection policy fits) and on
+the trace's GPU time per call (the kernels alone), per (backend, regime) of the committed GPU runs.
+
+Small dense calls — training steps above all — are often overhead-bound: their latency is mostly host dispatch and
+launch gaps, not kernel time (``benchmarks/heldout.py score`` lists them). A model of such latencies cannot pass the
+policy's 25 % leave-one-out gate, so no pick is made there; this prints whether the same model on GPU time would.
+The fit, the features and the leave-one-out protocol are :mod:`profattn.analysis.selection.costmodel`'s; only the
+target changes. CPU, seconds.
+
+    python benchmarks/loo_target.py [--exclude DIR ...] [--phase train prefill] [--min-workloads 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's profattn, run from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from profattn.analysis.selection.costmodel import MIN_LOO_WORKLOADS, Sample, fit, sample  # noqa: E402
+from profattn.errors import ProfattnError  # noqa: E402
+from selection import committed_runs, one_gpu_store  # noqa: E402
+
+
+def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int = MIN_LOO_WORKLOADS) -> list[dict]:
+    """Per (backend, regime) of ``phases`` with at least ``min_workloads`` workloads whose every cell has a trace GPU
+    time: the leave-one-out median and worst (fractions) of the model fitted on latency and on GPU time.
+
+    Raises:
+        ProfattnError: the runs hold no or several GPUs.
+    """
+    with one_gpu_store(runs) as (store, gpu):
+        memo: dict = {}
+        groups: dict[tuple[str, str], list[tuple[Sample, float | None]]] = {}
+        for c in store.cells_on(gpu):
+            s = sample(c, memo=memo)
+            if s is not None and s.regime.key.split("/")[0] in phases:
+                groups.setdefault((s.backend, s.regime.key), []).append((s, c.gpu_time_us))
+    out = []
+    for (backend, key), rows in sorted(groups.items()):
+        if any(g is None or g <= 0 for _, g in rows) or len({s.key for s, _ in rows}) < min_workloads:
+            continue
+        lat = fit(backend, rows[0][0].regime, [s for s, _ in rows])
+        kern = fit(backend, rows[0][0].regime, [replace(s, latency_us=g) for s, g in rows])
+        out.append(dict(backend=backend, regime=key, workloads=len({s.key for s, _ in rows}),
+                        latency=(lat.loo_median, lat.loo_worst), gpu=(kern.loo_median, kern.loo_worst)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exclude", nargs="*", type=Path, default=[], help="run folders left out of the store")
+    ap.add_argument("--phase", nargs="+", default=["train", "prefill"], choices=["train", "prefill", "decode"])
+    ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)
+    a = ap.parse_args()
+    try:
+        rows = loo_by_target(committed_runs(a.exclude), tuple(a.phase), a.min_workloads)
+    except ProfattnError as exc:
+        print(f"loo_target: {exc}", file=sys.stderr)
+        return 2
+    print("| backend | regime | workloads | LOO on latency (median / worst) | LOO on GPU time (median / worst) |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['backend']} | {r['regime']} | {r['workloads']} | {r['latency'][0]:.1%} / {r['latency'][1]:.0%} | "
+              f"{r['gpu'][0]:.1%} / {r['gpu'][1]:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

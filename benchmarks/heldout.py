@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # selection.py: the committed runs, a store of one GPU
 
 from profattn.analysis.common.margins import judged_margin  # noqa: E402
+from profattn.analysis.selection.costmodel import OVERHEAD_BOUND  # noqa: E402
 from profattn.analysis.selection.recommend import policy_for, rank, recommend  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import recommend_json  # noqa: E402
@@ -58,7 +59,6 @@ CONTENDERS = {
     "train": ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
 }
 HIT = 0.03
-OVERHEAD_BOUND = 1.5  # latency / the trace's GPU time per call at which a cell's time is mostly outside its kernels
 #: The run folders ``shapes`` and ``ask`` leave out of the store by default: the first held-out draw (issue 34).
 DEFAULT_EXCLUDE = REPO / "examples" / "h200-heldout"
 

@@ -20,3 +20,21 @@ def test_training_models_on_gpu_time_pass_the_gate():
     assert cudnn["latency"][0] == pytest.approx(0.296, abs=5e-4) and cudnn["gpu"][0] == pytest.approx(0.069, abs=5e-4)
     assert rows[("sdpa-cudnn", "d64")]["latency"][0] > 0.25 > 0.06 > rows[("sdpa-cudnn", "d64")]["gpu"][0]
     assert all(r["gpu"][1] < r["latency"][1] for k, r in rows.items() if k[0].startswith("sdpa-"))
+
+
+def test_recommend_says_why_the_training_models_cannot_be_bounded():
+    """The third draw's first training step, asked from the same 34 runs: no pick (as at 76b11e4), and cuDNN's line to
+    measure says 5 of its 12 workloads are overhead-bound."""
+    from profattn.analysis.selection.recommend import policy_for, recommend
+    from profattn.report.recommend import recommend_json
+    from profattn.workload import parse_workload_spec
+
+    w = parse_workload_spec("phase=train,batch=2,q_len=1024,kv_len=1024,num_q_heads=8,num_kv_heads=1,head_dim=128,"
+                            "dtype=bfloat16")
+    with script_module(REPO / "benchmarks" / "loo_target.py", "loo_target") as job:
+        with job.one_gpu_store(job.committed_runs([REPO / "examples" / "h200-heldout-3"])) as (store, gpu):
+            doc = recommend_json(recommend(store, w, gpu, policy=policy_for(store, gpu)))
+    assert doc["best"] is None and doc["best_drop_in"] is None
+    why = {u["backend"]: u["why"] for u in doc["unmeasured_here"]}
+    assert why["sdpa-cudnn"].startswith("its model's leave-one-out error 30 % > 25 %; 5 of its 12 workloads are "
+                                        "overhead-bound, latency ≥ 1.5× the kernels' GPU time")

@@ -258,6 +258,8 @@ def summary(rows: list[dict], key: str, phase: str | None = None) -> tuple[int, 
 
 def cmd_score(a: argparse.Namespace) -> int:
     doc = _asks(a.asks)
+    if a.json is not None and not a.json.parent.is_dir():
+        raise ProfattnError(f"--json {a.json}: its folder {a.json.parent} does not exist")
     rows = score_rows(doc, a.runs)
     print(f"asked at {doc['commit']} from {len(doc['runs'])} runs; measured in {', '.join(str(r) for r in a.runs)}\n")
     print("| workload | asked | headline pick | regret | drop-in pick | regret | best measured | best drop-in |")

@@ -1,5 +1,7 @@
-"""Benchmark: each dense backend model's leave-one-out error fitted on latency (what the selection policy fits) and on
-the trace's GPU time per call (the kernels alone), per (backend, regime) of the committed GPU runs.
+"""Benchmark: each backend model's leave-one-out error on latency against the same on the trace's GPU time.
+
+Per (backend, regime) of the committed GPU runs: the model fitted on latency (what the selection policy fits) and on
+the trace's GPU time per call (the kernels alone).
 
 Small dense calls — training steps above all — are often overhead-bound: their latency is mostly host dispatch and
 launch gaps, not kernel time (``benchmarks/heldout.py score`` lists them). A model of such latencies cannot pass the
@@ -56,6 +58,14 @@ def main() -> int:
     ap.add_argument("--phase", nargs="+", default=["train", "prefill"], choices=["train", "prefill", "decode"])
     ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)
     a = ap.parse_args()
+    if a.min_workloads < MIN_LOO_WORKLOADS:
+        print(f"loo_target: --min-workloads is at least {MIN_LOO_WORKLOADS} (a leave-one-out error is checked from "
+              f"{MIN_LOO_WORKLOADS} workloads), not {a.min_workloads}", file=sys.stderr)
+        return 2
+    bad = [str(p) for p in a.exclude if not p.is_dir()]
+    if bad:
+        print(f"loo_target: --exclude takes run folders; not a directory: {', '.join(bad)}", file=sys.stderr)
+        return 2
     try:
         rows = loo_by_target(committed_runs(a.exclude), tuple(a.phase), a.min_workloads)
     except ProfattnError as exc:

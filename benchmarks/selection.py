@@ -56,6 +56,8 @@ def one_gpu_store(runs: Sequence[Path]) -> Iterator[tuple[ResultsStore, str]]:
         import_runs(store, runs)
         gpus = store.cuda_gpus()
         if len(gpus) != 1:
+            if not gpus:
+                raise ProfattnError("none of the runs was measured on a CUDA GPU: give the run folders of one GPU")
             raise ProfattnError(f"the runs hold {len(gpus)} GPUs ({', '.join(gpus)}): give the runs of one")
         yield store, gpus[0]
 

@@ -117,6 +117,11 @@ def test_bad_input_is_one_line(job, tmp_path, capsys):
     (tmp_path / "a.json").write_text("{}")
     assert job_main(job, ["score", str(tmp_path / "a.json"), str(HELD / "decode-a")]) == 2
     assert "not an asks file" in capsys.readouterr().err
+    # a --json folder that does not exist is refused before the scoring, not after it
+    assert job_main(job, ["score", str(HELD3 / "asks-76b11e4.json"), str(HELD3 / "rivals"), "--json",
+                          str(tmp_path / "no" / "s.json")]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "its folder" in out.err and "does not exist" in out.err
 
 
 def job_main(job, argv):

@@ -38,3 +38,15 @@ def test_recommend_says_why_the_training_models_cannot_be_bounded():
     why = {u["backend"]: u["why"] for u in doc["unmeasured_here"]}
     assert why["sdpa-cudnn"].startswith("its model's leave-one-out error 30 % > 25 %; 5 of its 12 workloads are "
                                         "overhead-bound, latency ≥ 1.5× the kernels' GPU time")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--min-workloads", "2"], "--min-workloads is at least 3"),
+    (["--exclude", "/nonexistent-run-folder"], "not a directory: /nonexistent-run-folder"),
+])
+def test_bad_input_is_one_line(argv, message, capsys, monkeypatch):
+    with script_module(REPO / "benchmarks" / "loo_target.py", "loo_target") as job:
+        monkeypatch.setattr("sys.argv", ["loo_target.py", *argv])
+        assert job.main() == 2
+    out = capsys.readouterr()
+    assert out.out == "" and message in out.err and len(out.err.strip().splitlines()) == 1

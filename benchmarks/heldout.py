@@ -18,8 +18,9 @@
    them: the store's ranking); a hit is a regret within 3 % or a pick within noise of the best by profattn's one noise
    rule (``judged_margin``: p10–p90 spreads, repeats); regret is reported either way. A pick the run did not measure is
    reported, never scored as a hit. Beside each latency regret, the same pick's regret on the trace's GPU time per
-   call (the kernels' time, no host dispatch), and per shape the backends whose latency is overhead-bound (latency ≥
-   :data:`OVERHEAD_BOUND` × GPU time: most of the time is spent outside the kernels — host dispatch, launch gaps).
+   call (the kernels' time, no host dispatch), and per shape the backends that are launch-bound there (the kernels under
+   :data:`~profattn.analysis.common.bounds.LAUNCH_BOUND_FRACTION` of the latency: most of the time is spent outside
+   them — host dispatch, launch gaps).
 
 Usage::
 
@@ -44,7 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # selection.py: the committed runs, a store of one GPU
 
 from profattn.analysis.common.margins import judged_margin  # noqa: E402
-from profattn.analysis.selection.costmodel import OVERHEAD_BOUND  # noqa: E402
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION, launch_bound  # noqa: E402
 from profattn.analysis.selection.recommend import policy_for, rank, recommend  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import recommend_json  # noqa: E402
@@ -238,7 +239,7 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
                 "headline_gpu_regret": _regret(g, x["best"], min(g.values(), default=None)),
                 "drop_in_gpu_regret": _regret({b: v for b, v in g.items() if b in drops}, x["best_drop_in"],
                                               min((v for b, v in g.items() if b in drops), default=None)),
-                "gpu_us": g, "overhead_bound": sorted(b for b in g if t[b] >= OVERHEAD_BOUND * g[b]),
+                "gpu_us": g, "launch_bound": sorted(b for b in g if launch_bound(g[b], t[b])),
                 "measured": t, "spread": {b: [v.p10_us, v.p90_us] for b, v in jt.items()},
             })
     return rows
@@ -299,13 +300,13 @@ def cmd_score(a: argparse.Namespace) -> int:
         print(f"  vLLM FlashInfer const  {score('vllm_regret', phase)}   (against the best kernel reading this layout)")
         print(f"  headline, GPU time     {score('headline_gpu_regret', phase)}   (the trace's kernel time per call)")
         print(f"  drop-in, GPU time      {score('drop_in_gpu_regret', phase)}   (the trace's kernel time per call)")
-    ob = [r for r in rows if r.get("overhead_bound")]
+    ob = [r for r in rows if r.get("launch_bound")]
     if ob:
-        print(f"\noverhead-bound (latency ≥ {OVERHEAD_BOUND}× the trace's GPU time per call: most of it outside the "
-              f"kernels) at {len(ob)} of {len(rows)} shapes:")
+        print(f"\nlaunch-bound (the trace's GPU time per call under {100 * LAUNCH_BOUND_FRACTION:.0f} % of the latency: "
+              f"most of it outside the kernels) at {len(ob)} of {len(rows)} shapes:")
         for r in ob:
             print(f"  {r['tag']}: " + ", ".join(f"{b} {r['measured'][b]:.1f} µs latency / {r['gpu_us'][b]:.1f} µs GPU"
-                                              for b in r["overhead_bound"]))
+                                              for b in r["launch_bound"]))
     worst_h = max((r["headline_regret"] for r in rows if r["headline_regret"] is not None and not r["noise_tie"]["headline_regret"]), default=None)
     worst_d = max((r["drop_in_regret"] for r in rows if r["drop_in_regret"] is not None and not r["noise_tie"]["drop_in_regret"]), default=None)
     unmeasured = sum(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)

@@ -3,7 +3,7 @@
 Per (backend, regime) of the committed GPU runs: the model fitted on latency (what the selection policy fits) and on
 the trace's GPU time per call (the kernels alone).
 
-Small dense calls — training steps above all — are often overhead-bound: their latency is mostly host dispatch and
+Small dense calls — training steps above all — are often launch-bound: their latency is mostly host dispatch and
 launch gaps, not kernel time (``benchmarks/heldout.py score`` lists them). A model of such latencies cannot pass the
 policy's 25 % leave-one-out gate, so no pick is made there; this prints whether the same model on GPU time would.
 The fit, the features and the leave-one-out protocol are :mod:`profattn.analysis.selection.costmodel`'s; only the

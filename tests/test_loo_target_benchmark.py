@@ -24,7 +24,7 @@ def test_training_models_on_gpu_time_pass_the_gate():
 
 def test_recommend_says_why_the_training_models_cannot_be_bounded():
     """The third draw's first training step, asked from the same 34 runs: no pick (as at 76b11e4), and cuDNN's line to
-    measure says 5 of its 12 workloads are overhead-bound."""
+    measure says 5 of its 12 workloads are launch-bound."""
     from profattn.analysis.selection.recommend import policy_for, recommend
     from profattn.report.recommend import recommend_json
     from profattn.workload import parse_workload_spec
@@ -37,7 +37,7 @@ def test_recommend_says_why_the_training_models_cannot_be_bounded():
     assert doc["best"] is None and doc["best_drop_in"] is None
     why = {u["backend"]: u["why"] for u in doc["unmeasured_here"]}
     assert why["sdpa-cudnn"].startswith("its model's leave-one-out error 30 % > 25 %; 5 of its 12 workloads are "
-                                        "overhead-bound, latency ≥ 1.5× the kernels' GPU time")
+                                        "launch-bound, the kernels under 60 % of the latency")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
 from profattn.analysis.run.gqa import (
     BANDWIDTH_BOUND_FRACTION, LAUNCH_FLOOR_RATIO, REDUNDANT_DRAM_RATIO, Bound, CacheSaving, GqaComparison, HeadsCell,
     SavingOutcome,
 )
-from profattn.analysis.run.mechanisms import LAUNCH_BOUND_FRACTION
 from profattn.report.format import MISSING, fmt_bytes, fmt_count, fmt_rate, fmt_sig, fmt_us
 from profattn.report.verdict import noise_text
 

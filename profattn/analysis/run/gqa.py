@@ -21,7 +21,8 @@ from enum import Enum
 
 from profattn.analysis.common.margins import Margin, margin
 from profattn.analysis.run.ledgers import REDUNDANT_DRAM_RATIO, ByteLedger, byte_ledger
-from profattn.analysis.run.mechanisms import BOUND_FRACTION, LAUNCH_BOUND_FRACTION, Bound, bound_of
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
+from profattn.analysis.run.mechanisms import BOUND_FRACTION, Bound, bound_of
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import Workload
 
@@ -176,7 +177,7 @@ def cell_bound(cell: CellResult, run: RunResult, floor_us: float | None) -> Boun
     """What sets ``cell``'s time, in this order: :attr:`Bound.BANDWIDTH` when its achieved GB/s (requested bytes /
     latency) reaches :data:`BANDWIDTH_BOUND_FRACTION` of the run's memory roof; :attr:`Bound.LAUNCH` when its
     latency is within :data:`LAUNCH_FLOOR_RATIO` × ``floor_us`` (the backend's floor, :func:`latency_floors`) or,
-    with a trace, its kernels run under :data:`~profattn.analysis.run.verdict.LAUNCH_BOUND_FRACTION` of its latency;
+    with a trace, its kernels run under :data:`~profattn.analysis.common.bounds.LAUNCH_BOUND_FRACTION` of its latency;
     :attr:`Bound.NEITHER` otherwise when a roof was measured, else :attr:`Bound.UNKNOWN` (also for an
     ineligible or untimed cell)."""
     lat = cell.latency_us

@@ -28,13 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
 from profattn.analysis.run.layout import CacheLayout, cell_layout
 from profattn.analysis.run.ledgers import ByteLedger, summed_ledger
 from profattn.results import CellResult, KernelLaunch, RunResult
 from profattn.workload import Mask, Phase
 
-#: A cell whose kernels run for less than this fraction of its latency is launch-bound.
-LAUNCH_BOUND_FRACTION = 0.6
 #: Achieved FLOP/s (or requested bytes/s) at this fraction of the run's ceiling or above: compute- (bandwidth-) bound.
 BOUND_FRACTION = 0.5
 #: A part of a gap (host gaps, extra kernels) that explains at least this share of it is named.

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from profattn.analysis.common.margins import JudgedTime, Margin, judged_margin, judged_time, margin, summed_time
 from profattn.analysis.run.layout import GATHER_BACKEND, CacheLayout, cell_layout
 from profattn.analysis.run.ledgers import ByteLedger, byte_ledger
-from profattn.analysis.run.mechanisms import LAUNCH_BOUND_FRACTION, Gap, call_profile, cell_gap, gap, layout_copy_us
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
+from profattn.analysis.run.mechanisms import Gap, call_profile, cell_gap, gap, layout_copy_us
 from profattn.results import CellResult, CellStatus, RunResult
 from profattn.workload import KVLayout, Phase, Workload
 

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
 from profattn.errors import WorkloadError
 from profattn.interfaces import Layout
 from profattn.store import Measurement, read_workload
@@ -102,9 +103,6 @@ ANCHOR_BIN_OCTAVES = 0.5
 DEFAULT_SMS = 132
 #: Workloads a model needs before its leave-one-out error is measured (fit on two, predict the third).
 MIN_LOO_WORKLOADS = 3
-# latency / the trace's GPU time per call at which a call's time is mostly outside its kernels (host dispatch, launch
-# gaps): the third held-out draw's overhead-bound training steps (examples/h200-heldout-3/README.md)
-OVERHEAD_BOUND = 1.5
 
 
 def head_dim_class(head_dim: int) -> str:
@@ -243,7 +241,7 @@ class Estimate:
     span plus unseen categories counted, 0 inside), ``octaves`` (the numeric part of that distance) and the model's
     own leave-one-out error (``loo_median``, ``loo_worst``: fractions, None when the model was not checked; see the
     module docstring); ``outside``: each number of the shape outside the span, how far (empty inside);
-    ``overhead_bound``: the model's :attr:`BackendModel.overhead_bound`."""
+    ``launch_bound``: the model's :attr:`BackendModel.launch_bound`."""
 
     us: float
     sigma: float
@@ -253,7 +251,7 @@ class Estimate:
     loo_median: float | None = None
     loo_worst: float | None = None
     outside: tuple[Outside, ...] = ()
-    overhead_bound: int | None = None
+    launch_bound: int | None = None
 
     @property
     def bound_us(self) -> float | None:
@@ -329,9 +327,10 @@ class BackendModel:
     relative error, see the module docstring), ``cells`` and ``workloads`` it was fitted on, their ``span``, the
     ``anchors`` of the local correction (each cell's :attr:`Shape.coords` and residual ``log(measured / terms)``)
     and its leave-one-out error over its workloads (``loo_median``, ``loo_worst``: fractions; None when it has fewer
-    than :data:`MIN_LOO_WORKLOADS`); ``overhead_bound``: how many of its workloads are overhead-bound — the median
-    over the workload's cells with a trace of latency / GPU time per call at least :data:`OVERHEAD_BOUND`, a time
-    mostly outside the kernels (None: no cell has a trace)."""
+    than :data:`MIN_LOO_WORKLOADS`); ``launch_bound``: how many of its workloads are launch-bound — the median over
+    the workload's cells with a trace of GPU time per call / latency under
+    :data:`~profattn.analysis.common.bounds.LAUNCH_BOUND_FRACTION`, a time mostly outside the kernels (None: no cell
+    has a trace)."""
 
     backend: str
     regime: Regime
@@ -343,7 +342,7 @@ class BackendModel:
     anchors: tuple[tuple[tuple[float, ...], float], ...] = ()
     loo_median: float | None = None
     loo_worst: float | None = None
-    overhead_bound: int | None = None
+    launch_bound: int | None = None
 
     def terms_us(self, x: Sequence[float]) -> float:
         """The terms' prediction (µs), without the local correction."""
@@ -368,7 +367,7 @@ class BackendModel:
         octaves, unseen = self.span.distance(shape)
         sigma = math.sqrt(self.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2 + (UNSEEN_SIGMA * unseen) ** 2)
         return Estimate(us, sigma, octaves > 0 or unseen > 0, octaves + unseen, octaves, self.loo_median, self.loo_worst,
-                        self.span.outside(shape) if octaves > 0 else (), self.overhead_bound)
+                        self.span.outside(shape) if octaves > 0 else (), self.launch_bound)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values (``coef`` by feature name)."""
@@ -376,7 +375,7 @@ class BackendModel:
                 "sigma": self.sigma, "cells": self.cells, "workloads": self.workloads, "span": self.span.to_dict(),
                 "anchors": [{"at": list(a), "log_residual": r} for a, r in self.anchors],
                 "loo_error": {"median": self.loo_median, "worst": self.loo_worst},
-                "overhead_bound_workloads": self.overhead_bound}
+                "launch_bound_workloads": self.launch_bound}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BackendModel":
@@ -390,7 +389,7 @@ class BackendModel:
                    float(d["sigma"]), int(d["cells"]), int(d["workloads"]), Span.from_dict(d["span"]),
                    tuple((tuple(float(v) for v in a["at"]), float(a["log_residual"])) for a in d.get("anchors", ())),
                    _opt_float(d["loo_error"]["median"]), _opt_float(d["loo_error"]["worst"]),
-                   None if d.get("overhead_bound_workloads") is None else int(d["overhead_bound_workloads"]))
+                   None if d.get("launch_bound_workloads") is None else int(d["launch_bound_workloads"]))
 
 
 @dataclass(frozen=True)
@@ -489,13 +488,13 @@ def _fit(backend: str, regime: Regime, rows: Sequence[Sample], x: Any, y: Any, l
     sigma = math.sqrt(sum(r * r for r in resid) / n * n / max(n - k, 1))
     workloads = len({s.key for s in rows})
     sigma = max(sigma, MIN_SIGMA, FEW_CELLS_SIGMA if workloads < FEW_CELLS else 0.0)
-    ratios: dict[str, list[float]] = {}
+    shares: dict[str, list[float]] = {}  # per workload, its cells' GPU time / latency
     for s in rows:
         if s.gpu_us:
-            ratios.setdefault(s.key, []).append(s.latency_us / s.gpu_us)
-    bound = sum(statistics.median(v) >= OVERHEAD_BOUND for v in ratios.values()) if ratios else None
+            shares.setdefault(s.key, []).append(s.gpu_us / s.latency_us)
+    bound = sum(statistics.median(v) < LAUNCH_BOUND_FRACTION for v in shares.values()) if shares else None
     model = BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]),
-                         _anchors(rows, resid), overhead_bound=bound)
+                         _anchors(rows, resid), launch_bound=bound)
     if not loo or workloads < MIN_LOO_WORKLOADS:
         return model
     errs = _loo_errors(backend, regime, rows, x, y)
@@ -609,5 +608,5 @@ def fit_all(samples: Iterable[Sample], num_sms: int | None, *, read_gbps: float 
                       matmul_tflops)
 
 
-__all__ = ["BackendModel", "CostModels", "Estimate", "FEATURES", "FEATURE_DOC", "MIN_LOO_WORKLOADS", "OVERHEAD_BOUND", "Regime", "Sample",
+__all__ = ["BackendModel", "CostModels", "Estimate", "FEATURES", "FEATURE_DOC", "MIN_LOO_WORKLOADS", "Regime", "Sample",
            "Shape", "Span", "features", "fit", "fit_all", "head_dim_class", "loo_errors", "regime_of", "sample"]

@@ -40,10 +40,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
 from profattn.analysis.common.margins import JudgedTime, judged_margin
 from profattn.analysis.selection.costmodel import (
     BANDWIDTH_OCTAVES, FEATURE_DOC, FEATURES, SHRINK, BackendModel, CostModels, Estimate, Regime, Shape, Span, features,
-    OVERHEAD_BOUND, fit_all, regime_of, sample,
+    fit_all, regime_of, sample,
 )
 from profattn.errors import ProfattnWarning, WorkloadError
 from profattn.interfaces import Adoption, Layout, adoption_of, caller_interface, changes, layout_read
@@ -493,18 +494,18 @@ def contesting(candidates: Iterable[Predicted], bound_us: float, extra_us: Mappi
 def unbounded_reason(e: Estimate, workloads: int) -> str | None:
     """Why an estimate cannot be bounded (None: it can): its model has fewer than
     :data:`~profattn.analysis.selection.costmodel.MIN_LOO_WORKLOADS` workloads, its leave-one-out median error is
-    above :data:`MAX_LOO_ERROR` (said with how many of its workloads are overhead-bound:
-    :attr:`~profattn.analysis.selection.costmodel.BackendModel.overhead_bound`), or the shape lies more than
+    above :data:`MAX_LOO_ERROR` (said with how many of its workloads are launch-bound:
+    :attr:`~profattn.analysis.selection.costmodel.BackendModel.launch_bound`), or the shape lies more than
     :data:`MAX_OUTSIDE_OCTAVES` beyond its cells."""
     if e.loo_median is None:
         return f"{workloads} measured workload{'s' * (workloads != 1)} in this regime: too few to check its model"
     if e.loo_median > MAX_LOO_ERROR:
         why = f"its model's leave-one-out error {100 * e.loo_median:.0f} % > {100 * MAX_LOO_ERROR:.0f} %"
-        if e.overhead_bound:
-            n = e.overhead_bound
-            why += (f"; {n} of its {workloads} workloads {'is' if n == 1 else 'are'} overhead-bound, latency ≥ "
-                    f"{OVERHEAD_BOUND:g}× the kernels' GPU time: host dispatch and launch gaps, not the kernels, set "
-                    f"{'that time' if n == 1 else 'those times'}")
+        if e.launch_bound:
+            n = e.launch_bound
+            why += (f"; {n} of its {workloads} workloads {'is' if n == 1 else 'are'} launch-bound, the kernels under "
+                    f"{100 * LAUNCH_BOUND_FRACTION:.0f} % of the latency: host dispatch and launch gaps, not the kernels, "
+                    f"set {'that time' if n == 1 else 'those times'}")
         return why
     if e.octaves > MAX_OUTSIDE_OCTAVES:
         return f"{e.octaves:.1f} octaves beyond the shapes it was measured on"
@@ -896,7 +897,7 @@ def policy_to_dict(p: Policy) -> dict[str, Any]:
          "models": [{"backend", "regime", "coef_us": {feature: µs per unit}, "sigma", "cells", "workloads",
                      "span": {...}, "anchors": [{"at": [coords], "log_residual"}],
                      "loo_error": {"median", "worst"},   # fractions; null: fewer than 3 workloads
-                     "overhead_bound_workloads"}],  # workloads with latency ≥ 1.5× trace GPU time; null/absent: no trace
+                     "launch_bound_workloads"}],  # workloads whose kernels run < 60 % of the latency; null/absent: no trace
          "defaults": {regime: backend},
          "dominated": {regime: [{"backend", "by", "workloads", "span": {...}, "items": [lo, hi]}]},  # within them only
          "refused": {backend: [[refusal key]]},

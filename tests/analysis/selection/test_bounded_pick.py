@@ -132,17 +132,18 @@ def test_contesting_by_hand():
     assert contesting(cands, 40.0) == ()
 
 
-def test_a_model_counts_its_overhead_bound_workloads_and_says_so_when_it_cannot_be_bounded():
+def test_a_model_counts_its_launch_bound_workloads_and_says_so_when_it_cannot_be_bounded():
     """Five workloads on an exact line whose kernels (the trace's GPU time) take the line's time; two calls measured
-    3× and 1.6× the line (host dispatch around the same kernels): 2 of 5 overhead-bound (latency ≥ 1.5× GPU time),
-    1.4× is not. A model above the leave-one-out gate says how many of its workloads are overhead-bound; a model
-    of untraced cells counts none (None) and says nothing of it."""
+    3× and 1.8× the line (host dispatch around the same kernels): kernels at 33 % and 56 % of the latency, 2 of 5
+    launch-bound (under 60 %); 1.6× (63 %) is not. A model above the leave-one-out gate says how many of its
+    workloads are launch-bound; a model of untraced cells counts none (None) and says nothing of it."""
     from factories import kernel
 
-    from profattn.analysis.selection.costmodel import OVERHEAD_BOUND, fit
+    from profattn.analysis.common.bounds import LAUNCH_BOUND_FRACTION
+    from profattn.analysis.selection.costmodel import fit
     from profattn.analysis.selection.policy import unbounded_reason
 
-    factor = {1024: 3.0, 2048: 1.6, 4096: 1.4}
+    factor = {1024: 3.0, 2048: 1.8, 4096: 1.6}
     traced, plain = [], []
     for n in (1024, 2048, 4096, 8192, 16384):
         w = Workload(batch=8, kv_len=n, **DECODE)
@@ -150,15 +151,16 @@ def test_a_model_counts_its_overhead_bound_workloads_and_says_so_when_it_cannot_
         traced.append(cell(w, "A", line * factor.get(n, 1.0), family="triton", kernels=(kernel("k", 32, line),)))
         plain.append(cell(w, "A", line * factor.get(n, 1.0), family="triton"))
     rows = [sample(m) for m in measurements(run(traced))]
-    assert OVERHEAD_BOUND == 1.5 and rows[0].gpu_us == pytest.approx(6.0 + 0.3 * mb(Workload(batch=8, kv_len=1024, **DECODE)))
+    first = Workload(batch=8, kv_len=1024, **DECODE)
+    assert LAUNCH_BOUND_FRACTION == 0.6 and rows[0].gpu_us == pytest.approx(6.0 + 0.3 * mb(first))
     m = fit("A", rows[0].regime, rows)
-    assert m.overhead_bound == 2 and m.to_dict()["overhead_bound_workloads"] == 2
-    assert type(m).from_dict(m.to_dict()).overhead_bound == 2
+    assert m.launch_bound == 2 and m.to_dict()["launch_bound_workloads"] == 2
+    assert type(m).from_dict(m.to_dict()).launch_bound == 2
     untraced = fit("A", rows[0].regime, [sample(c) for c in measurements(run(plain))])
-    assert untraced.overhead_bound is None and untraced.loo_median == pytest.approx(m.loo_median)
+    assert untraced.launch_bound is None and untraced.loo_median == pytest.approx(m.loo_median)
     e = Estimate(10.0, 0.1, False, 0.0, 0.0, 0.3, 0.5, (), 2)
     assert unbounded_reason(e, 5) == ("its model's leave-one-out error 30 % > 25 %; 2 of its 5 workloads are "
-                                      "overhead-bound, latency ≥ 1.5× the kernels' GPU time: host dispatch and launch "
+                                      "launch-bound, the kernels under 60 % of the latency: host dispatch and launch "
                                       "gaps, not the kernels, set those times")
-    assert unbounded_reason(replace(e, overhead_bound=None), 5) == "its model's leave-one-out error 30 % > 25 %"
-    assert unbounded_reason(replace(e, loo_median=0.2), 5) is None  # within the gate: no reason, however much overhead
+    assert unbounded_reason(replace(e, launch_bound=None), 5) == "its model's leave-one-out error 30 % > 25 %"
+    assert unbounded_reason(replace(e, loo_median=0.2), 5) is None  # within the gate: no reason, however launch-bound

@@ -27,7 +27,6 @@ ratio to cuDNN on the contiguous copy. A rule's launch that the grid did not tim
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -37,6 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's profattn, run from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # oneline_args
+
+from oneline_args import Parser  # noqa: E402
 
 #: The grid's tiles (tokens) and the pipeline depths tried with each.
 TILES = {32: (2, 3, 4), 64: (2, 3, 4), 128: (2, 3, 4)}
@@ -230,7 +232,7 @@ def fail(message: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--measure", metavar="DIR", help="a new directory for the measurements (GPU)")
     mode.add_argument("--evaluate", metavar="FILE", help="a measurement's JSON lines (CPU)")

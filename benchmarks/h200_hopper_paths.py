@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # oneline_args
+from oneline_args import Parser  # noqa: E402
 #: The backends this job is for, and the ones they are compared with.
 NEW = ("flashinfer-cudnn-decode", "flashinfer-cudnn-prefill", "flashinfer-xqa-decode", "flashinfer-prefill-paged-fa2",
        "flashinfer-prefill-paged-fa3")
@@ -78,16 +80,8 @@ STICKY = ("illegal memory access", "unspecified launch failure", "misaligned add
           "an illegal instruction", "CUDA error: unknown error", "cudaErrorLaunchFailure", "CUDA_ERROR_ILLEGAL_ADDRESS")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a bad argument as one line on stderr (no usage block) and exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"h200_hopper_paths.py: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = _Parser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="where the tarballs, summary.txt and driver.log go (created; must be empty)")
     p.add_argument("--work", type=Path, default=Path("/tmp/h200-hopper"), help="scratch directory (default %(default)s)")
     p.add_argument("--wheels", type=Path, default=REPO / ".whl", help="wheels to install (default: the repo's .whl/)")

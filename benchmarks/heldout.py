@@ -51,6 +51,7 @@ from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import recommend_json  # noqa: E402
 from profattn.store import workload_key  # noqa: E402
 from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
+from oneline_args import Parser  # noqa: E402
 from selection import committed_runs, one_gpu_store  # noqa: E402
 
 #: The contenders measured for every shape of a phase (besides every backend an answer names).
@@ -338,7 +339,7 @@ def _asks(path: Path) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("shapes")
     s.add_argument("--seed", type=int, default=34)

@@ -14,7 +14,6 @@ target changes. CPU, seconds.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profattn.analysis.selection.costmodel import MIN_LOO_WORKLOADS, Sample, fit, sample  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
+from oneline_args import Parser  # noqa: E402
 from selection import committed_runs, one_gpu_store  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--exclude", nargs="*", type=Path, default=[], help="run folders left out of the store")
     ap.add_argument("--phase", nargs="+", default=["train", "prefill"], choices=["train", "prefill", "decode"])
     ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)

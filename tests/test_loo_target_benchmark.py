@@ -43,10 +43,16 @@ def test_recommend_says_why_the_training_models_cannot_be_bounded():
 @pytest.mark.parametrize("argv, message", [
     (["--min-workloads", "2"], "--min-workloads is at least 3"),
     (["--exclude", "/nonexistent-run-folder"], "not a directory: /nonexistent-run-folder"),
+    (["--min-workloads", "abc"], "loo_target.py: error: argument --min-workloads: invalid int value: 'abc'"),
+    (["--phase", "bogus"], "argument --phase: invalid choice: 'bogus'"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys, monkeypatch):
     with script_module(REPO / "benchmarks" / "loo_target.py", "loo_target") as job:
         monkeypatch.setattr("sys.argv", ["loo_target.py", *argv])
-        assert job.main() == 2
+        try:
+            code = job.main()
+        except SystemExit as e:  # argparse's own errors exit from parse_args
+            code = e.code
+        assert code == 2
     out = capsys.readouterr()
     assert out.out == "" and message in out.err and len(out.err.strip().splitlines()) == 1

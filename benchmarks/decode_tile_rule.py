@@ -232,7 +232,7 @@ def fail(message: str) -> None:
 
 
 def main() -> None:
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--measure", metavar="DIR", help="a new directory for the measurements (GPU)")
     mode.add_argument("--evaluate", metavar="FILE", help="a measurement's JSON lines (CPU)")

@@ -81,7 +81,7 @@ STICKY = ("illegal memory access", "unspecified launch failure", "misaligned add
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0])
+    p = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="where the tarballs, summary.txt and driver.log go (created; must be empty)")
     p.add_argument("--work", type=Path, default=Path("/tmp/h200-hopper"), help="scratch directory (default %(default)s)")
     p.add_argument("--wheels", type=Path, default=REPO / ".whl", help="wheels to install (default: the repo's .whl/)")

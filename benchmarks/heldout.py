@@ -339,7 +339,7 @@ def _asks(path: Path) -> dict:
 
 
 def main() -> int:
-    ap = Parser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("shapes")
     s.add_argument("--seed", type=int, default=34)

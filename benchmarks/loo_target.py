@@ -53,7 +53,7 @@ def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int 
 
 
 def main() -> int:
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     ap.add_argument("--exclude", nargs="*", type=Path, default=[], help="run folders left out of the store")
     ap.add_argument("--phase", nargs="+", default=["train", "prefill"], choices=["train", "prefill", "decode"])
     ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)

@@ -200,11 +200,9 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
             w = parse_workload_spec(x["workload"])
             ranked, _ = rank(store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"))
             t = {r.backend: r.time.median_us for r in ranked}
-            gpu_cells: dict[str, list[float]] = {}
-            for c in store.cells_for(gpu, workload_key(w), as_read=w.kv_layout.value == "dense"):
-                if c.eligible and c.gpu_time_us:
-                    gpu_cells.setdefault(c.backend, []).append(c.gpu_time_us)
-            g = {b: sorted(v)[len(v) // 2] for b, v in gpu_cells.items() if b in t}
+            # the trace's GPU time per call of each ranked backend's cells (the upper median over runs)
+            g = {r.backend: sorted(v)[len(v) // 2] for r in ranked
+                 if (v := [c.gpu_time_us for c in r.cells if c.gpu_time_us])}
             jt = {r.backend: r.time for r in ranked}
             measured = recommend(store, w, gpu, policy=None, interface=None) if ranked else None
             # measured options only: the store of the measured runs gives every unmeasured backend a prediction too

@@ -28,6 +28,10 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # oneline_args
+from oneline_args import fail as _fail  # noqa: E402
 
 SPLITS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256)
 
@@ -159,8 +163,7 @@ def measure(out: str, budget_s: float) -> None:  # pragma: no cover - needs a GP
 
 def fail(message: str) -> None:
     """One line on stderr, exit 2."""
-    print(f"decode_split_rule.py: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    _fail("decode_split_rule.py", message)
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's profattn, run from anywhere
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # oneline_args
 
-from oneline_args import Parser  # noqa: E402
+from oneline_args import Parser, fail as _fail  # noqa: E402
 
 #: The grid's tiles (tokens) and the pipeline depths tried with each.
 TILES = {32: (2, 3, 4), 64: (2, 3, 4), 128: (2, 3, 4)}
@@ -227,8 +227,7 @@ def measure(out: str, check: str, budget_s: float, sets: tuple[str, ...] = ("fit
 
 def fail(message: str) -> None:
     """One line on stderr, exit 2."""
-    print(f"decode_tile_rule.py: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    _fail("decode_tile_rule.py", message)
 
 
 def main() -> None:

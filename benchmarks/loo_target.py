@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from profattn.analysis.selection.costmodel import MIN_LOO_WORKLOADS, Sample, fit, sample  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
-from oneline_args import Parser  # noqa: E402
+from oneline_args import Parser, fail  # noqa: E402
 from selection import committed_runs, one_gpu_store  # noqa: E402
 
 
@@ -59,18 +59,15 @@ def main() -> int:
     ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)
     a = ap.parse_args()
     if a.min_workloads < MIN_LOO_WORKLOADS:
-        print(f"loo_target: --min-workloads is at least {MIN_LOO_WORKLOADS} (a leave-one-out error is checked from "
-              f"{MIN_LOO_WORKLOADS} workloads), not {a.min_workloads}", file=sys.stderr)
-        return 2
+        fail("loo_target", f"--min-workloads is at least {MIN_LOO_WORKLOADS} (a leave-one-out error is checked from "
+             f"{MIN_LOO_WORKLOADS} workloads), not {a.min_workloads}")
     bad = [str(p) for p in a.exclude if not p.is_dir()]
     if bad:
-        print(f"loo_target: --exclude takes run folders; not a directory: {', '.join(bad)}", file=sys.stderr)
-        return 2
+        fail("loo_target", f"--exclude takes run folders; not a directory: {', '.join(bad)}")
     try:
         rows = loo_by_target(committed_runs(a.exclude), tuple(a.phase), a.min_workloads)
     except ProfattnError as exc:
-        print(f"loo_target: {exc}", file=sys.stderr)
-        return 2
+        fail("loo_target", str(exc))
     print("| backend | regime | workloads | LOO on latency (median / worst) | LOO on GPU time (median / worst) |")
     print("|---|---|---:|---:|---:|")
     for r in rows:

@@ -25,6 +25,22 @@ def job():
         yield module
 
 
+def scored(job, held: Path, asks: str, dirs: tuple[str, ...]) -> tuple[dict, list[dict]]:
+    """A draw's asks (``held/asks``) and its score rows against the run folders ``dirs`` under ``held``; every pick
+    was measured."""
+    doc = json.loads((held / asks).read_text())
+    rows = job.score_rows(doc, [held / d for d in dirs])
+    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
+    return doc, rows
+
+
+@pytest.fixture(scope="module")
+def third(job):
+    """The third draw, asked at 76b11e4, scored against its six run folders."""
+    return scored(job, HELD3, "asks-76b11e4.json",
+                  ("decode-a", "decode-b", "dense", "rivals", "rivals-all", "rivals-dense"))
+
+
 def test_shapes_are_deterministic_and_skip_known_keys(job):
     first = job.draw_shapes(34, 6, 2, 2, set())
     assert [workload_key(w) for w in first] == [workload_key(w) for w in job.draw_shapes(34, 6, 2, 2, set())]
@@ -42,10 +58,8 @@ def test_shapes_are_deterministic_and_skip_known_keys(job):
 
 
 def test_committed_heldout_score(job):
-    doc = json.loads((HELD / "asks-6f13009.json").read_text())
+    doc, rows = scored(job, HELD, "asks-6f13009.json", ("decode-a", "decode-b", "dense", "rivals"))
     assert doc["commit"] == "6f13009" and len(doc["answers"]) == 60
-    rows = job.score_rows(doc, [HELD / d for d in ("decode-a", "decode-b", "dense", "rivals")])
-    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)  # every pick was measured
     got, n, hits, mean, worst = job.summary(rows, "headline_regret")
     assert (got, n, hits) == (27, 60, 24) and worst == pytest.approx(0.108, abs=5e-4)  # ≤ 1.25×: met
     got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
@@ -62,12 +76,10 @@ def test_second_draw_score(job):
     measured after: every pick measured, headline ≤ 1.25× met, the drop-in 11.7 % at worst (cuDNN's paged decode
     faster than ours at b111 d64: ≤ 10 % not met), and the 29 contests the lost_to rule stopped were all slower than
     the pick."""
-    doc = json.loads((HELD2 / "asks-62b4a8b.json").read_text())
+    doc, rows = scored(job, HELD2, "asks-62b4a8b.json",
+                       ("decode-a", "decode-b", "dense", "rivals-a", "rivals-b", "rivals-dense"))
     assert doc["commit"] == "62b4a8b" and len(doc["answers"]) == 60
     assert any("h200-heldout/decode-a" in r for r in doc["runs"]) and not any("h200-heldout-2" in r for r in doc["runs"])
-    runs = [HELD2 / d for d in ("decode-a", "decode-b", "dense", "rivals-a", "rivals-b", "rivals-dense")]
-    rows = job.score_rows(doc, runs)
-    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
     got, n, hits, mean, worst = job.summary(rows, "headline_regret")
     assert (got, n, hits) == (51, 60, 47) and worst == pytest.approx(0.106, abs=5e-4)
     got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
@@ -85,17 +97,14 @@ def test_second_draw_score(job):
     assert all(by[w]["measured"][c] > by[w]["measured"][pick[w]] for w, c in measured)
 
 
-def test_third_draw_score(job):
+def test_third_draw_score(job, third):
     """Asked at 76b11e4 from the 34 runs (both earlier draws in the store), measured after with the byte-counted decode
     tile: every pick measured; headline ≤ 1.25× met (15.3 % beyond noise at worst); the paged-decode drop-in within
     1.1 % at all 40; the drop-in misses 10 % once, on a 2-head prefill (sdpa-cudnn picked, sdpa-flash 57 % faster),
-    and answers no training step (every one contested)."""
-    doc = json.loads((HELD3 / "asks-76b11e4.json").read_text())
+    and answers no training step (8 contested, 2 with no bounded candidate)."""
+    doc, rows = third
     assert doc["commit"] == "76b11e4" and len(doc["answers"]) == 60 and len(doc["runs"]) == 34
     assert any("h200-heldout-2/decode-a" in r for r in doc["runs"]) and not any("h200-heldout-3" in r for r in doc["runs"])
-    runs = [HELD3 / d for d in ("decode-a", "decode-b", "dense", "rivals", "rivals-all", "rivals-dense")]
-    rows = job.score_rows(doc, runs)
-    assert not any(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
     got, n, hits, mean, worst = job.summary(rows, "headline_regret")
     assert (got, n, hits) == (49, 60, 46) and worst == pytest.approx(0.188, abs=5e-4)
     got, n, hits, mean, worst = job.summary(rows, "drop_in_regret")
@@ -134,12 +143,11 @@ def job_main(job, argv):
         sys.argv = old
 
 
-def test_third_draw_misses_are_outside_the_kernels(job):
+def test_third_draw_misses_are_outside_the_kernels(job, third):
     """The third draw's one drop-in miss above 10 % and its unanswered training steps are launch-bound: on the
     trace's GPU time per call the same picks are within 7.5 % everywhere (the 2-head prefill's cuDNN kernel ran
     17.7 µs, its call 50.6 µs), and cuDNN's kernels are the fastest at every training step the policy left open."""
-    doc = json.loads((HELD3 / "asks-76b11e4.json").read_text())
-    rows = job.score_rows(doc, [HELD3 / d for d in ("decode-a", "decode-b", "dense", "rivals", "rivals-all", "rivals-dense")])
+    _, rows = third
     got, n, hits, mean, worst = job.summary(rows, "drop_in_gpu_regret")
     assert (got, n) == (50, 60) and worst == pytest.approx(0.075, abs=5e-4)
     assert job.summary(rows, "drop_in_gpu_regret", "prefill")[4] < 0.013

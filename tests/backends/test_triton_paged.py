@@ -470,17 +470,21 @@ def test_a_sliding_window_decode_cell_through_the_harness(spec):
     assert rel_err(full.out, ref.out) > 0.05
 
 
+def _evaluated(script: str, data: str) -> list[dict]:
+    """``benchmarks/SCRIPT.py``'s ``evaluate`` of the committed measurement ``examples/DATA``."""
+    from pathlib import Path
+
+    from conftest import script_module
+
+    repo = Path(__file__).resolve().parents[2]
+    with script_module(repo / "benchmarks" / f"{script}.py", script) as mod:
+        return mod.evaluate(str(repo / "examples" / data))
+
+
 def test_split_rule_against_the_measured_h200_exploration():
     """The split rule's regret on the committed H200 exploration (58 decode points, every split count timed): the
     rule's count (nearest measured) against the fastest — mean 0.10 %, worst 3.5 % (batch 64, kv 512, group 4)."""
-    import importlib.util
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("decode_split_rule", repo / "benchmarks" / "decode_split_rule.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.evaluate(str(repo / "examples" / "h200-decode-benchmark" / "split_rule_exploration.jsonl"))
+    rows = _evaluated("decode_split_rule", "h200-decode-benchmark/split_rule_exploration.jsonl")
     assert len(rows) == 58
     regrets = [r["regret"] for r in rows]
     assert sum(regrets) / len(regrets) < 0.002 and max(regrets) < 0.035
@@ -494,14 +498,7 @@ def test_tile_rule_against_the_measured_h200_grid():
     """The tile counted in bytes against the committed H200 grid (examples/h200-decode-tile: 56 head_dim-64 decode
     points, 18-27 launches each): on the 20 held-out points (the second draw's) mean regret 6.5 % -> 2.4 %, 6 -> 15
     within 3 % of the fastest launch; at head_dim 128 both rules pick the same launch."""
-    import importlib.util
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("decode_tile_rule", repo / "benchmarks" / "decode_tile_rule.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.evaluate(str(repo / "examples" / "h200-decode-tile" / "tile_rule.jsonl"))
+    rows = _evaluated("decode_tile_rule", "h200-decode-tile/tile_rule.jsonl")
     held = [r for r in rows if r["set"] == "check" and r["head_dim"] == 64]
     assert len(rows) == 64 and len(held) == 20
 
@@ -524,14 +521,7 @@ def test_tile_rule_on_the_third_draw():
     """The same grid on the third held-out draw's decodes, after adoption: the tile in bytes still wins on mean (8.1 ->
     4.8 %) and points within 3 % (3 -> 14 of 20), and its worst is the multi-wave split plan (b143 kv544: 3 splits
     38.8 µs against one split's 28.0)."""
-    import importlib.util
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("decode_tile_rule", repo / "benchmarks" / "decode_tile_rule.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.evaluate(str(repo / "examples" / "h200-decode-tile" / "tile_rule-draw3.jsonl"))
+    rows = _evaluated("decode_tile_rule", "h200-decode-tile/tile_rule-draw3.jsonl")
     d64 = [r for r in rows if r["head_dim"] == 64]
     assert len(rows) == 32 and len(d64) == 20
     tok = [r["rules"]["tokens"]["regret"] for r in d64]

@@ -220,7 +220,8 @@ def work_list(kv_lens: tuple[int, ...], plan: SplitPlan, window: int | None = No
 
 def tile_tokens(tokens: int, head_dim: int) -> int:
     """A tile of ``tokens`` at :data:`TILE_HEAD_DIM` re-counted for ``head_dim``: the same bytes per K (and V) tile,
-    ``tokens · TILE_HEAD_DIM / head_dim``, at least ``tokens`` and at most :data:`MAX_TILE_TOKENS`.
+    ``tokens · (TILE_HEAD_DIM // head_dim)`` (whole multiples: a head_dim above 64 keeps ``tokens``), at least
+    ``tokens`` and at most :data:`MAX_TILE_TOKENS`.
     Examples: (32, 64) → 64; (64, 64) → 128; (64, 128) → 64; (32, 256) → 32.
 
     Raises:

@@ -475,7 +475,17 @@ def fit(backend: str, regime: Regime, rows: Sequence[Sample], *, loo: bool = Tru
     if not rows:
         raise ValueError(f"no cells to fit {backend} in {regime.key}")
     x, y = _design(rows)
-    return _fit(backend, regime, rows, x, y, loo)
+    return replace(_fit(backend, regime, rows, x, y, loo), launch_bound=_launch_bound_workloads(rows))
+
+
+def _launch_bound_workloads(rows: Sequence[Sample]) -> int | None:
+    """How many workloads of ``rows`` are launch-bound: the median of their traced cells' GPU time / latency under
+    :data:`~profattn.analysis.common.bounds.LAUNCH_BOUND_FRACTION` (None: no cell has a trace)."""
+    shares: dict[str, list[float]] = {}
+    for s in rows:
+        if s.gpu_us:
+            shares.setdefault(s.key, []).append(s.gpu_us / s.latency_us)
+    return sum(statistics.median(v) < LAUNCH_BOUND_FRACTION for v in shares.values()) if shares else None
 
 
 def _fit(backend: str, regime: Regime, rows: Sequence[Sample], x: Any, y: Any, loo: bool) -> BackendModel:
@@ -488,13 +498,8 @@ def _fit(backend: str, regime: Regime, rows: Sequence[Sample], x: Any, y: Any, l
     sigma = math.sqrt(sum(r * r for r in resid) / n * n / max(n - k, 1))
     workloads = len({s.key for s in rows})
     sigma = max(sigma, MIN_SIGMA, FEW_CELLS_SIGMA if workloads < FEW_CELLS else 0.0)
-    shares: dict[str, list[float]] = {}  # per workload, its cells' GPU time / latency
-    for s in rows:
-        if s.gpu_us:
-            shares.setdefault(s.key, []).append(s.gpu_us / s.latency_us)
-    bound = sum(statistics.median(v) < LAUNCH_BOUND_FRACTION for v in shares.values()) if shares else None
     model = BackendModel(backend, regime, coef, sigma, n, workloads, Span.of([s.shape for s in rows]),
-                         _anchors(rows, resid), launch_bound=bound)
+                         _anchors(rows, resid))
     if not loo or workloads < MIN_LOO_WORKLOADS:
         return model
     errs = _loo_errors(backend, regime, rows, x, y)

@@ -21,11 +21,18 @@
 #           four decode contenders; heldout-dense its 20 dense shapes with the dense contenders; heldout-rivals the
 #           contested decode shapes with the backends that contested them (sdpa-nested, flashinfer-decode);
 #           HELD, CONTESTED, RIVALS name another draw's files and contesters (the second draw: examples/h200-heldout-2,
-#           whose README gives the commands; RIVALS_OUT names the run folder); heldout-rivals-dense its contested dense shapes (CONTESTED_DENSE, RIVALS_DENSE)
+#           whose README gives the commands; RIVALS_OUT names the run folder; DENSE_FROM / DENSE_TO the dense lines of HELD,
+#           default 41-60, and DENSE_OUT the dense run's folder and log); heldout-rivals-dense its contested dense shapes (CONTESTED_DENSE, RIVALS_DENSE)
 # corpus-dense  22 dense prefill / training shapes for the store (examples/h200-corpus/workloads-dense.txt)
 # replay-mixed  the Azure conversation replay priced with triton-paged-prefill's one-launch mixed steps
 #           (examples/simulate-azure-llama3-8b/triton-mixed/steps.txt), --repeat 3
 # replay-moon   the Mooncake replay's step shapes (examples/simulate-mooncake-llama3-8b/steps.txt), both pairs, --repeat 2
+# host-stall  benchmarks/host_stall.py on draw 3's launch-bound prefill and two training steps: each cell timed with the
+#           host's stalls hidden (results schema 4) and without (schema <= 3), 5 rounds each (JSON in OUT)
+# train-a / train-b  the store's 38 training steps outside draw 3 (TRAIN, default examples/h200-host-hidden/workloads-train.txt) 1-19 /
+#           20-38 with sdpa-cudnn and sdpa-flash, timed with the host's stalls hidden
+# prefill-a / prefill-b  the store's 43 dense prefills outside draw 3 (PREFILL, default
+#           examples/h200-host-hidden/workloads-prefill.txt) 1-22 / 23-43 with sdpa-cudnn, sdpa-flash, flashinfer-prefill-ragged
 # Runs are written under /tmp/h200-runs (outside the working tree: a later call replaces untracked paths there), one log
 # per step; after every step the run directories are tarred into OUT/runs.tar.gz (at most 8 files come back).
 set -uo pipefail
@@ -51,6 +58,13 @@ read -ra RIVALS <<<"${RIVALS:-sdpa-nested flashinfer-decode}"
 CONTESTED_DENSE=${CONTESTED_DENSE:-examples/h200-heldout-2/workloads-contested-dense.txt}
 read -ra RIVALS_DENSE <<<"${RIVALS_DENSE:-eager flashinfer-prefill-paged flex sdpa-efficient sdpa-nested}"
 DENSE=(--backend sdpa-flash --backend sdpa-efficient --backend sdpa-cudnn --backend flashinfer-prefill-ragged)
+TRAIN=${TRAIN:-examples/h200-host-hidden/workloads-train.txt}
+PREFILL=${PREFILL:-examples/h200-host-hidden/workloads-prefill.txt}
+TRAIN_BACKENDS=(--backend sdpa-cudnn --backend sdpa-flash)
+PREFILL_BACKENDS=(--backend sdpa-cudnn --backend sdpa-flash --backend flashinfer-prefill-ragged)
+STALL=(--workload phase=prefill,batch=4,q_len=1024,kv_len=1024,num_q_heads=2,num_kv_heads=1,head_dim=128,dtype=bfloat16
+       --workload phase=train,batch=2,q_len=1024,kv_len=1024,num_q_heads=1,num_kv_heads=1,head_dim=64,dtype=bfloat16
+       --workload phase=train,batch=1,q_len=2048,kv_len=2048,num_q_heads=16,num_kv_heads=8,head_dim=128,dtype=bfloat16)
 replay_specs() { grep -v '^#' examples/simulate-azure-llama3-8b/steps.txt | cut -f2 | sed 's/^/--workload /'; }
 step() {  # step NAME TIMEOUT_S COMMAND...: run, log, tar
   local name=$1 limit=$2; shift 2
@@ -83,7 +97,12 @@ for s in "$@"; do
     serving) step serving 400 profattn profile --preset serving --backend all --no-counters --out "$W/serving" ;;
     heldout-a) step heldout-a 280 profattn profile $(lines $HELD 1 20) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-a" ;;
     heldout-b) step heldout-b 285 profattn profile $(lines $HELD 21 40) "${DECODE4[@]}" --no-counters --out "$W/heldout-decode-b" ;;
-    heldout-dense) step heldout-dense 270 profattn profile $(lines $HELD 41 60) "${DENSE[@]}" --no-counters --out "$W/heldout-dense" ;;
+    host-stall) step host-stall 60 python3 benchmarks/host_stall.py "${STALL[@]}" --rounds 5 --json "$OUT/host-stall.json" ;;
+    train-a) step train-a ${TRAIN_LIMIT:-290} profattn profile $(lines "$TRAIN" 1 19) "${TRAIN_BACKENDS[@]}" --no-counters --out "$W/train-a" ;;
+    train-b) step train-b ${TRAIN_LIMIT:-290} profattn profile $(lines "$TRAIN" 20 100) "${TRAIN_BACKENDS[@]}" --no-counters --out "$W/train-b" ;;
+    prefill-a) step prefill-a 290 profattn profile $(lines "$PREFILL" 1 22) "${PREFILL_BACKENDS[@]}" --no-counters --out "$W/prefill-a" ;;
+    prefill-b) step prefill-b 290 profattn profile $(lines "$PREFILL" 23 100) "${PREFILL_BACKENDS[@]}" --no-counters --out "$W/prefill-b" ;;
+    heldout-dense) step "${DENSE_OUT:-heldout-dense}" ${DENSE_LIMIT:-270} profattn profile $(lines $HELD ${DENSE_FROM:-41} ${DENSE_TO:-60}) "${DENSE[@]}" --no-counters --out "$W/${DENSE_OUT:-heldout-dense}" ;;
     heldout-rivals) step heldout-rivals 380 profattn profile $(lines "$CONTESTED" 1 100) \
               $(printf -- '--backend %s ' "${RIVALS[@]}") --no-counters --out "$W/${RIVALS_OUT:-heldout-rivals}" ;;
     heldout-rivals-dense) step heldout-rivals-dense 250 profattn profile $(lines "$CONTESTED_DENSE" 1 100) \

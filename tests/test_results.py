@@ -357,3 +357,38 @@ def test_a_malformed_adoption_is_one_line(tmp_path, adoption, message):
     path.write_text(json.dumps(data))
     with pytest.raises(ResultsError, match=message):
         read_results(path)
+
+
+def test_host_time_validates_round_trips_and_pools(tmp_path):
+    """``Timing.host_us`` (schema 4): a non-negative finite µs or None; written and read back; a v3 file's timings
+    read with None; over repeats the cell's host time is the median of the repeats' (None when none has one)."""
+    import json
+    from dataclasses import replace
+
+    from factories import cell, run
+    from profattn.results import Timing, read_results, write_results
+    from profattn.workload import Workload
+
+    for bad in (-1.0, float("inf"), 1e13):
+        with pytest.raises(ValueError, match="host_us must be a non-negative finite number"):
+            Timing(10.0, 9.0, 11.0, 9.0, 5, "test", host_us=bad)
+    assert Timing(10.0, 9.0, 11.0, 9.0, 5, "test", host_us=0.0).host_us == 0.0
+    w = Workload(phase="prefill", batch=4, q_len=1024, kv_len=1024, num_q_heads=2, num_kv_heads=1, head_dim=128)
+    c = cell(w, "sdpa-cudnn", 17.9, family="cudnn")
+    t = replace(c.timing, host_us=31.0)
+    reps = (t, replace(t, median_us=18.1, host_us=40.0), replace(t, median_us=17.7, host_us=29.0))
+    path = write_results(run([replace(c, timing=t, timing_repeats=reps), cell(w, "sdpa-flash", 27.6)]),
+                         tmp_path / "results.json")
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 4 and data["cells"][0]["timing"]["host_us"] == 31.0
+    back = read_results(path)
+    assert back.cells[0].host_us == 31.0  # median of 31, 40, 29
+    assert back.cells[1].host_us is None and back.cells[0].latency_us == 17.9
+    for cel in data["cells"]:
+        for rep in [cel["timing"], *cel.get("timing_repeats", [])]:
+            rep.pop("host_us", None)
+    data["schema_version"] = 3
+    (tmp_path / "v3").mkdir()
+    (tmp_path / "v3" / "results.json").write_text(json.dumps(data))
+    old = read_results(tmp_path / "v3" / "results.json")
+    assert old.cells[0].host_us is None and old.cells[0].latency_us == 17.9

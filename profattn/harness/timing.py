@@ -3,7 +3,9 @@
 CUDA: CUDA events around each rep after warm-up, the L2 evicted before every rep by reading a 256 MB
 buffer, so cache-resident KV cannot inflate bandwidth; median and spread of all reps. This is
 ``triton.testing.do_bench``'s method except for the flush (do_bench zero-fills its buffer, which leaves
-the L2 dirty: see :func:`l2_flusher`). CPU: ``time.perf_counter`` around each call after warm-up.
+the L2 dirty: see :func:`l2_flusher`) and the host's stalls: a GPU spin before each rep's start event keeps
+the host ahead, so the events time the kernels alone, and the host's own time per call is measured beside them
+(:func:`time_cuda`). CPU: ``time.perf_counter`` around each call after warm-up.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from dataclasses import replace
 from typing import Callable, ContextManager, Sequence
 
 import torch
@@ -58,15 +61,47 @@ def l2_flusher(device: torch.device, mode: str = "read") -> Callable[[], None]:
     return lambda: torch.sum(buf, dim=0, out=out)
 
 
+#: The spin before each timed rep lasts this many times the longest host time per call seen in warm-up, plus
+#: :data:`SPIN_PAD_US` (µs), and at most :data:`MAX_SPIN_US`.
+SPIN_FACTOR = 2.0
+SPIN_PAD_US = 20.0
+MAX_SPIN_US = 20_000.0
+_CYCLES_PER_US: dict[torch.device, float] = {}
+
+
+def spin_cycles_per_us(device: torch.device) -> float:
+    """Clock cycles per µs of ``torch.cuda._sleep`` on ``device``, measured once (a 1 ms-long spin timed by CUDA
+    events; the SM clock the spin counts differs from the nominal one under boost)."""
+    if device not in _CYCLES_PER_US:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)  # warm the spin kernel
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        torch.cuda._sleep(cycles)
+        t1.record()
+        torch.cuda.synchronize()
+        _CYCLES_PER_US[device] = cycles / max(t0.elapsed_time(t1) * 1e3, 1.0)
+    return _CYCLES_PER_US[device]
+
+
 def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] | None = None,
               min_reps: int = 20, target_ms: float = 300.0, flush: str = "read",
-              before: Callable[[], None] | None = None) -> Timing:
-    """Median latency of ``fn`` on the current CUDA device, the L2 evicted before each rep (µs).
+              before: Callable[[], None] | None = None, hide_host: bool = True) -> Timing:
+    """Median latency of ``fn`` on the current CUDA device, the L2 evicted before each rep (µs), and the host's
+    time to issue one call (:attr:`~profattn.results.Timing.host_us`).
 
     Method (as ``triton.testing.do_bench``, with a clean-line flush instead of its zero-fill, see
     :func:`l2_flusher`): warm up, estimate one call, then time ``reps`` calls, each between its own pair of
     CUDA events recorded after the flush, enough reps for ``target_ms`` of GPU time *including the flush*
     (at least ``min_reps``, at most 10 000, capped at 5 s). ``before`` (like ``grad_to_none``) runs untimed before every call.
+
+    Host stalls hidden: after each flush a GPU spin (``torch.cuda._sleep``) of :data:`SPIN_FACTOR` × the longest
+    host time per call seen in warm-up (+ :data:`SPIN_PAD_US`) holds the stream, so the call's kernels are queued
+    before its start event fires and the events time the GPU work alone — without it a call whose host side
+    (Python dispatch, autograd, a library's graph lookup) outlasts the flush is timed with the host's stall inside
+    (Speechmatics, "Timing operations in PyTorch", 2023, on ``torch.cuda._sleep`` for exactly this). The host's
+    own time is measured beside it: ``time.perf_counter`` around each timed call, the median of the reps.
+    ``hide_host=False`` leaves the spin out (the method of schema ≤ 3 runs: ``benchmarks/host_stall.py`` compares).
     """
     device = torch.device("cuda", torch.cuda.current_device())
     evict = l2_flusher(device, flush)
@@ -91,14 +126,22 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     t1.record()
     torch.cuda.synchronize()
     est_ms = max(t0.elapsed_time(t1) / 5, 1e-3)
-    for _ in range(max(1, min(int(25 / est_ms), 1000))):  # ~25 ms of warm-up
-        once()
-    # What one timed rep costs on the GPU's timeline: the flush, the call, and any host-launch gap
-    # (a 12 µs decode kernel costs ~90 µs a rep with the 256 MB flush; budgeting by the call alone made
-    # every decode sample 10 000 reps and ~1 s, and a --repeat round over the seed's decode cells ~60 s).
+    host_warm: list[float] = []
+    for _ in range(max(5, min(int(25 / est_ms), 1000))):  # ~25 ms of warm-up
+        reset()
+        h = time.perf_counter()
+        fn()
+        host_warm.append((time.perf_counter() - h) * 1e6)
+    spin_us = min(SPIN_FACTOR * max(host_warm) + SPIN_PAD_US, MAX_SPIN_US) if hide_host else 0.0
+    cycles = int(spin_us * spin_cycles_per_us(device)) if hide_host else 0
+    # What one timed rep costs on the GPU's timeline: the flush, the spin, the call (a 12 µs decode kernel costs
+    # ~90 µs a rep with the 256 MB flush; budgeting by the call alone made every decode sample 10 000 reps and ~1 s).
+    torch.cuda.synchronize()
     t0.record()
     for _ in range(5):
         evict()
+        if cycles:
+            torch.cuda._sleep(cycles)
         once()
     t1.record()
     torch.cuda.synchronize()
@@ -106,15 +149,23 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     reps = int(min(max(min_reps, target_ms / rep_ms), 10_000, max(min_reps, 5000 / rep_ms)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    host: list[float] = []
     for i in range(reps):
         reset()
         evict()
+        if cycles:
+            torch.cuda._sleep(cycles)
         starts[i].record()
+        h = time.perf_counter()
         fn()
+        host.append((time.perf_counter() - h) * 1e6)
         ends[i].record()
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    return _summarize(samples, f"CUDA events per rep after warm-up, L2 evicted before each rep ({flush} flush of 256 MB)")
+    hidden = (f", host stalls hidden by a {spin_us:.0f} µs GPU spin before each start event" if cycles else
+              ", no GPU spin (host stalls longer than the flush are timed)")
+    t = _summarize(samples, f"CUDA events per rep after warm-up, L2 evicted before each rep ({flush} flush of 256 MB){hidden}")
+    return replace(t, host_us=statistics.median(host))
 
 
 def time_cpu(fn: Callable[[], object], *, before: Callable[[], None] | None = None,
@@ -219,5 +270,5 @@ def time_cuda_graph(fn: Callable[[], object], device: torch.device, *, warmup_ca
     """
     graph = capture_graph(fn, device, warmup_calls=warmup_calls)
     timing = time_cuda(graph.replay, flush=flush, target_ms=target_ms)
-    return Timing(timing.median_us, timing.p10_us, timing.p90_us, timing.min_us, timing.reps,
-                  f"CUDA-graph replay, CUDA events per replay, L2 evicted before each ({flush} flush of 256 MB)")
+    return replace(timing, method="CUDA-graph replay, CUDA events per replay, L2 evicted before each "
+                                  f"({flush} flush of 256 MB), host stalls hidden as in time_cuda")

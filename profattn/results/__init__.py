@@ -1,9 +1,9 @@
 """Typed records of a run and the versioned ``results.json`` that carries them from measuring to rendering.
 
 ``results.json`` is the contract between ``profattn profile`` (writes it as cells finish) and
-``profattn report`` (reads it, plus the traces it names). Schema, version 3::
+``profattn report`` (reads it, plus the traces it names). Schema, version 4::
 
-    {"schema": "profattn.results", "schema_version": 3, "repeat": 1,
+    {"schema": "profattn.results", "schema_version": 4, "repeat": 1,
      "environment": {...Environment...}, "preset": "seed", "preset_description": "...",
      "ceilings": {...Ceilings...} | null,
      "cells": [{...CellResult...}, ...]}
@@ -12,7 +12,10 @@ Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` GB/
 ``_tflops`` TFLOP/s (1e12 FLOP/s). Version 2 added ``graph_timing`` (decode cells, CUDA-graph replay)
 and the counter fields; version 3 added the repeated timing samples (``timing_repeats``,
 ``graph_timing_repeats`` per cell, ``repeat`` per run: ``profattn profile --repeat N``) and the optional
-``hostname``/``user`` of the environment (``--keep-host-info`` only). Versions 1 and 2 are still read.
+``hostname``/``user`` of the environment (``--keep-host-info`` only); version 4 times CUDA calls with the host's
+stalls hidden (a GPU spin before each rep: :func:`profattn.harness.timing.time_cuda`) and adds each timing's
+``host_us``, the host's time to issue one call — a v3 file's CUDA latencies of a launch-bound call include the host's
+stalls, so readers know the two methods apart by the version (and the store by ``host_us``). Versions 1–3 are still read.
 Optional fields added within version 3 (absent, hence None, in files written before them; readers of earlier
 profattn ignore them): the workload's ``seqs`` and ``append``, a cell's ``append_timing`` and
 ``executed_pairs``, ``correctness.cache_ok`` and ``correctness.isolated``; the workload's ``cp_ranks`` and

@@ -11,10 +11,11 @@ from profattn.values import MAX_DURATION_US, number_problem, short_number
 from profattn.workload import Workload
 
 SCHEMA = "profattn.results"
-SCHEMA_VERSION = 3
-#: Versions this code reads: v1 (no graph timing, no counters) and v2 (one timing sample per cell) are
-#: read with the missing fields empty.
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+#: Versions this code reads: v1 (no graph timing, no counters), v2 (one timing sample per cell) and v3 (no host
+#: time per call: latencies timed without the host's stalls hidden, :attr:`Timing.host_us`) are read with the
+#: missing fields empty.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class StrEnum(str, Enum):
@@ -58,6 +59,9 @@ class Timing:
     """Latency of one call, from ``reps`` timed repetitions after warm-up.
 
     ``method`` says how (e.g. "CUDA events via triton.testing.do_bench, L2 flushed before each rep").
+    ``host_us``: the host's time to issue one call (µs, ``time.perf_counter`` around the call, median over the
+    timed reps) — what an eager loop pays per call when it exceeds the GPU time; None where not measured (CPU
+    timings, runs of schema ≤ 3, whose CUDA latencies also include any host stall longer than the L2 flush).
     """
 
     median_us: float
@@ -66,6 +70,7 @@ class Timing:
     min_us: float
     reps: int
     method: str
+    host_us: float | None = None
 
     def __post_init__(self) -> None:
         """Raises ValueError for a latency that is not a positive finite number of at most
@@ -78,6 +83,10 @@ class Timing:
                                  f"{MAX_DURATION_US:g}), got {short_number(v)}")
         if number_problem(self.reps, integer=True) is not None or not isinstance(self.reps, int) or self.reps < 1:
             raise ValueError(f"Timing.reps must be a positive integer, got {short_number(self.reps)}")
+        if self.host_us is not None and (number_problem(self.host_us, limit=MAX_DURATION_US) is not None
+                                         or self.host_us < 0):
+            raise ValueError(f"Timing.host_us must be a non-negative finite number of µs (at most "
+                             f"{MAX_DURATION_US:g}) or null, got {short_number(self.host_us)}")
 
 
 @dataclass(frozen=True)
@@ -373,6 +382,12 @@ class CellResult:
         return pooled_timing(self.timing, self.timing_repeats).median_us if self.timing else None
 
     @property
+    def host_us(self) -> float | None:
+        """The host's time to issue one eager call (µs, median over all repeats: :attr:`Timing.host_us`); None where
+        not measured (CPU runs, results schema ≤ 3)."""
+        return pooled_timing(self.timing, self.timing_repeats).host_us if self.timing else None
+
+    @property
     def tokens_per_s(self) -> float | None:
         """``B·Lq`` tokens per call over the median latency (decode: B new tokens per step)."""
         t = self.latency_us
@@ -435,14 +450,17 @@ def pooled_timing(first: Timing, repeats: tuple[Timing, ...] = ()) -> Timing:
     """One :class:`Timing` over a cell's repeats (``first`` alone without them): the median of the repeats'
     medians; a p10–p90 band that holds both the repeats' own bands (the median of their p10s and of their p90s) and
     the spread between repeats (the 10th and 90th percentiles of their medians), so two cells whose repeats
-    disagree tie instead of one of them winning on a lucky first sample; the fastest rep; all reps."""
+    disagree tie instead of one of them winning on a lucky first sample; the fastest rep; all reps; the median of
+    the repeats' host times (None when none has one)."""
     if len(repeats) < 2:
         return first
     medians = sorted(t.median_us for t in repeats)
     mid = _quantile(medians, 0.5)
     p10 = min(_quantile(sorted(t.p10_us for t in repeats), 0.5), _quantile(medians, 0.1), mid)
     p90 = max(_quantile(sorted(t.p90_us for t in repeats), 0.5), _quantile(medians, 0.9), mid)
-    return Timing(mid, p10, p90, min(t.min_us for t in repeats), sum(t.reps for t in repeats), first.method)
+    hosts = sorted(t.host_us for t in repeats if t.host_us is not None)
+    return Timing(mid, p10, p90, min(t.min_us for t in repeats), sum(t.reps for t in repeats), first.method,
+                  _quantile(hosts, 0.5) if hosts else None)
 
 
 @dataclass(frozen=True)

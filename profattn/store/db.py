@@ -10,11 +10,12 @@ Layout (schema version :data:`SCHEMA_VERSION`; :func:`migrate` brings older file
 
     schema_version(version)                     one row
     runs(run_id PK, path, created_utc, imported_utc, preset, gpu, device, num_sms,
-         torch, cuda, cudnn, triton, flashinfer, driver, profattn, repeat)
+         torch, cuda, cudnn, triton, flashinfer, driver, profattn, repeat, read_gbps, copy_gbps, matmul_tflops)
     cells(run_id, cell_id, PK(run_id, cell_id), gpu, workload_key, workload_json, <workload fields>,
           backend, family, status, correct, eligible, latency_us, timing_kind, p10_us, p90_us, reps,
           samples_json, eager_us, graph_us, gpu_time_us, dominant_kernel, grid, block, ctas,
-          ctas_per_sm, dram_bytes, requested_bytes)        index (gpu, workload_key)
+          ctas_per_sm, dram_bytes, requested_bytes, executed_pairs, interface, read_layout, read_key,
+          adoption_json, kernels_per_call, host_us)     index (gpu, workload_key), (gpu, read_key)
     meta(key PK, value)                         'generation': bumped by every import and forget
     policy_cache(gpu PK, generation, policy_json)   a policy derived at that generation
 
@@ -41,13 +42,13 @@ from profattn.errors import ProfattnError
 from profattn.results import RunResult, read_results
 from profattn.interfaces import adoption_of, layout_read
 from profattn.store.records import (
-    Measurement, StoredRun, measurements, read_workload, requested_bytes, stored_run, workload_key,
+    Measurement, StoredRun, current_method, measurements, read_workload, requested_bytes, stored_run, workload_key,
 )
 from profattn.values import MAX_DURATION_US, number_problem
 from profattn.workload import Workload
 
 #: The schema this code writes; :data:`MIGRATIONS` lead from 0 (an empty file) up to it.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Seconds a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 #: Environment variable that overrides :func:`default_db_path`.
@@ -134,10 +135,18 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM policy_cache")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    """Version 4: each cell's host time per eager call (``host_us``; empty for cells of runs timed before the host's
+    stalls were hidden — the mark :func:`~profattn.store.records.current_method` reads). The policy cache is cleared
+    (the cells it was derived from may now be superseded)."""
+    conn.execute("ALTER TABLE cells ADD COLUMN host_us REAL")
+    conn.execute("DELETE FROM policy_cache")
+
+
 #: The tables a store at :data:`SCHEMA_VERSION` holds.
 _TABLES = ("schema_version", "runs", "cells", "meta", "policy_cache")
 #: ``MIGRATIONS[i]`` takes a store at version ``i`` to version ``i + 1`` (inside one transaction).
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4)
 
 
 def stored_version(conn: sqlite3.Connection) -> int:
@@ -339,20 +348,27 @@ class ResultsStore:
     def cells_for(self, gpu: str, key: str, *, as_read: bool = False) -> tuple[Measurement, ...]:
         """The cells of workload ``key`` (:func:`~profattn.store.records.workload_key`) on ``gpu`` (index lookup);
         with ``as_read`` also the cells whose kernel read that workload on another's data (``read_key``: a dense
-        decode call is answered by the dense backends' cells on the contiguous copy of a paged workload)."""
+        decode call is answered by the dense backends' cells on the contiguous copy of a paged workload). Cells a
+        re-measurement under the current timing method supersedes are left out (:func:`~profattn.store.records.current_method`)."""
         cols = ", ".join(_CELL_COLS)
         if as_read:
             rows = self.conn.execute(f"SELECT {cols} FROM cells WHERE gpu = ? AND workload_key = ? UNION "
                                      f"SELECT {cols} FROM cells WHERE gpu = ? AND read_key = ?", (gpu, key, gpu, key)).fetchall()
         else:
             rows = self.conn.execute(f"SELECT {cols} FROM cells WHERE gpu = ? AND workload_key = ?", (gpu, key)).fetchall()
-        return tuple(_measurement(r) for r in rows)
+        return self._current(rows)
 
     def cells_on(self, gpu: str, *, eligible_only: bool = False) -> tuple[Measurement, ...]:
-        """Every cell measured on ``gpu`` (only the eligible ones with ``eligible_only``)."""
+        """Every cell measured on ``gpu`` (only the eligible ones with ``eligible_only``), less those superseded as in
+        :meth:`cells_for`."""
         extra = " AND eligible = 1" if eligible_only else ""
         rows = self.conn.execute(f"SELECT {', '.join(_CELL_COLS)} FROM cells WHERE gpu = ?{extra}", (gpu,)).fetchall()
-        return tuple(_measurement(r) for r in rows)
+        return self._current(rows)
+
+    @staticmethod
+    def _current(rows: Sequence[Sequence]) -> tuple[Measurement, ...]:
+        """The rows as measurements, less those :func:`current_method` supersedes among them."""
+        return current_method(_measurement(r) for r in rows)
 
     def run(self, rid: str) -> StoredRun | None:
         """The stored run ``rid``, or None."""

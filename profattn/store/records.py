@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable
 from typing import Any
 
 from profattn.results import CellResult, RunResult, dominant_launch
@@ -70,6 +71,9 @@ class Measurement:
     (the layout its kernel read — a dense backend on a paged workload reads the contiguous copy) and
     ``adoption_json`` the whole declaration; ``read_key``: the key of the workload as the kernel read it
     (:func:`read_workload`), which a dense call is looked up by; ``kernels_per_call`` from the trace.
+    ``host_us``: the host's time to issue one eager call (:attr:`profattn.results.Timing.host_us`); set only by runs
+    whose CUDA timings hid the host's stalls (results schema ≥ 4), so it also marks the timing method
+    (:func:`current_method`).
     """
 
     run_id: str
@@ -122,6 +126,7 @@ class Measurement:
     read_key: str | None = None
     adoption_json: str | None = None
     kernels_per_call: float | None = None
+    host_us: float | None = None
 
     def adoption(self) -> Adoption | None:
         """The backend's declared :class:`~profattn.interfaces.Adoption` as the cell recorded it (else the built-in
@@ -243,7 +248,20 @@ def measurement(cell: CellResult, run: RunResult, rid: str) -> Measurement:
         read_layout=read.value, read_key=workload_key(read_workload(w, read)),
         adoption_json=json.dumps(adoption.to_dict(), sort_keys=True) if adoption else None,
         kernels_per_call=cell.trace.kernels_per_call if cell.trace else None,
+        host_us=cell.host_us,
     )
+
+
+def current_method(cells: Iterable[Measurement]) -> tuple[Measurement, ...]:
+    """``cells`` without those a re-measurement under the current timing method supersedes: per (GPU, backend,
+    workload as read: ``read_key``), once an eligible cell carries :attr:`Measurement.host_us` (its latency timed
+    with the host's stalls hidden, :func:`profattn.harness.timing.time_cuda`), the cells without it are dropped — an
+    older run timed any host stall longer than the L2 flush inside the events, so its latency of a launch-bound call
+    is the host's jitter, not the kernels' (``benchmarks/host_stall.py`` measures both). Order kept; a group with no
+    such cell keeps every cell."""
+    cells = tuple(cells)
+    current = {(c.gpu, c.backend, c.read_key or c.workload_key) for c in cells if c.host_us is not None and c.eligible}
+    return tuple(c for c in cells if c.host_us is not None or (c.gpu, c.backend, c.read_key or c.workload_key) not in current)
 
 
 def measurements(run: RunResult, rid: str | None = None) -> tuple[Measurement, ...]:

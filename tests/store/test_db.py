@@ -108,7 +108,7 @@ def test_a_version_1_store_migrates(tmp_path: Path):
     assert stored_version(conn) == 1
     conn.close()
     with open_store(path) as store:
-        assert stored_version(store.conn) == SCHEMA_VERSION == 3
+        assert stored_version(store.conn) == SCHEMA_VERSION == 4
         (m,) = store.cells_for("NVIDIA H200", workload_key(W))
         assert m.latency_us == 36.8 and m.ctas_per_sm is None and m.dram_bytes is None
         assert m.requested_bytes == 2 * 32_768 + 2 * 67_108_864  # back-filled from the stored workload
@@ -117,6 +117,7 @@ def test_a_version_1_store_migrates(tmp_path: Path):
         assert (m.interface, m.read_layout, m.read_key) == ("sdpa", "dense", workload_key(W))
         assert json.loads(m.adoption_json)["how"][1] == "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):"
         assert store.runs()[0].read_gbps is None and m.executed_pairs is None
+        assert m.host_us is None  # v4: a cell of a run timed before the host was hidden has no host time
 
 
 def test_forget_and_refusals(tmp_path: Path):
@@ -144,3 +145,46 @@ def test_forget_and_refusals(tmp_path: Path):
         open_store(path)
     with pytest.raises(StoreError, match="newer"):
         migrate(sqlite3.connect(path))
+
+
+def _timed(c, host_us: float | None, *repeats_host: float):
+    """``c`` with host times on its eager timing (and repeats with those host times, same latency)."""
+    t = replace(c.timing, host_us=host_us)
+    reps = tuple(replace(t, host_us=h) for h in repeats_host) or (t,)
+    return replace(c, timing=t, timing_repeats=reps)
+
+
+def test_a_host_hidden_cell_supersedes_the_older_method(tmp_path: Path):
+    """Cells of a run timed with the host's stalls hidden (``host_us`` set, results schema 4) replace, per (GPU,
+    backend, workload as read), the cells of runs timed before; a backend measured only the old way keeps its cells,
+    and an ineligible new cell supersedes nothing."""
+    old = two_backend_run(created="2026-11-01T00:00:00Z", flash=80.0, cudnn=50.6)  # host stalls inside the events
+    new_cells = [_timed(cell(W, "sdpa-cudnn", 17.9, family="cudnn"), 31.0, 30.0, 33.0),
+                 _timed(cell(W, "sdpa-flash", 27.8, status="error", reason="boom"), 12.0)]
+    new = replace(run(new_cells), environment=replace(environment(), created_utc="2026-12-07T00:00:00Z"))
+    with open_store(tmp_path / "s.sqlite") as store:
+        store.add_run(old, tmp_path / "old")
+        store.add_run(new, tmp_path / "new")
+        got = sorted((m.backend, m.latency_us, m.host_us) for m in store.cells_on("NVIDIA H200") if m.eligible)
+        # cuDNN: the new cell alone, its host time the median of its repeats' (30, 33 -> 31.5); flash: the new cell
+        # failed, so the old one stays
+        assert got == [("sdpa-cudnn", 17.9, 31.5), ("sdpa-flash", 80.0, None)]
+        by_key = {(m.backend, m.latency_us) for m in store.cells_for("NVIDIA H200", workload_key(W))}
+        assert ("sdpa-cudnn", 50.6) not in by_key and ("sdpa-cudnn", 17.9) in by_key and ("sdpa-flash", 80.0) in by_key
+
+
+def test_a_version_3_store_gains_host_time(tmp_path: Path):
+    """v3 -> v4 adds the empty ``host_us`` column and clears the policy cache; its cells still read."""
+    path = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:3]:
+        step(conn)
+    conn.execute("UPDATE schema_version SET version = 3")
+    conn.execute("INSERT INTO policy_cache VALUES ('NVIDIA H200', 0, '{}')")
+    conn.close()
+    with open_store(path) as store:
+        assert stored_version(store.conn) == 4
+        assert "host_us" in {r[1] for r in store.conn.execute("PRAGMA table_info(cells)")}
+        assert store.conn.execute("SELECT COUNT(*) FROM policy_cache").fetchone()[0] == 0
+        store.add_run(two_backend_run(), tmp_path / "r")
+        assert {m.host_us for m in store.cells_on("NVIDIA H200")} == {None}

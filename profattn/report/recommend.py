@@ -270,6 +270,11 @@ def recommend_text(rec: Recommendation) -> str:
                      f"[{e.grid or MISSING}] block [{e.block or MISSING}], {e.ctas if e.ctas is not None else MISSING} CTAs "
                      f"({fmt_sig(e.ctas_per_sm) if e.ctas_per_sm is not None else MISSING} per SM), "
                      f"kernel time {fmt_us(e.gpu_time_us)}")
+        if e.host_us is not None:
+            lat = rec.ranked[0].time.median_us if rec.ranked else None
+            bound = (f": an eager loop is host-bound here, about {fmt_us(e.host_us)} a call" if lat and e.host_us > lat
+                     else "")
+            lines.append(f"  host {fmt_us(e.host_us)} to issue one call{bound}")
         traffic = (f"DRAM {fmt_bytes(e.dram_bytes)} vs {fmt_bytes(e.requested_bytes)} requested "
                    f"({e.dram_bytes / e.requested_bytes:.2f}×)" if e.dram_bytes is not None and e.requested_bytes
                    else f"requested {fmt_bytes(e.requested_bytes)} (no counters: DRAM bytes not measured)")
@@ -346,7 +351,7 @@ def recommend_json(rec: Recommendation) -> dict[str, Any]:
         "evidence": None if e is None else {
             "run": e.run_id, "dominant_kernel": e.dominant_kernel, "grid": e.grid, "block": e.block, "ctas": e.ctas,
             "ctas_per_sm": e.ctas_per_sm, "gpu_time_us": e.gpu_time_us, "dram_bytes": e.dram_bytes,
-            "requested_bytes": e.requested_bytes},
+            "requested_bytes": e.requested_bytes, "host_us": e.host_us},
         "prediction": None if c is None or rec.status is not Status.PREDICTED else {
             "backend": c.backend, "us": c.estimate.us if c.estimate else None,
             "sigma": c.estimate.sigma if c.estimate else None, "extrapolated": c.extrapolated, "modelled": c.modelled,

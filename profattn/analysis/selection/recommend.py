@@ -167,7 +167,9 @@ class Excluded:
 class Evidence:
     """Why the winner wins, as its newest cell recorded it: the dominant kernel, its launch (``grid``/``block``
     ``"x,y,z"``), CTAs per launch and per SM, kernel time per call (µs), DRAM bytes measured (None without
-    counters) against the workload's requested bytes."""
+    counters) against the workload's requested bytes; ``host_us``: the host's time to issue one eager call (µs; None
+    for a cell timed before it was measured, results schema ≤ 3) — an eager caller pays about the larger of it and the
+    latency per call."""
 
     run_id: str
     dominant_kernel: str | None
@@ -178,6 +180,7 @@ class Evidence:
     gpu_time_us: float | None
     dram_bytes: float | None
     requested_bytes: int | None
+    host_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ def rank(cells: Sequence[Measurement]) -> tuple[tuple[RankedBackend, ...], tuple
 def _evidence(r: RankedBackend, runs: dict[str, StoredRun]) -> Evidence:
     c = max(r.cells, key=lambda c: runs[c.run_id].created_utc if c.run_id in runs else "")
     return Evidence(c.run_id, c.dominant_kernel, c.grid, c.block, c.ctas, c.ctas_per_sm, c.gpu_time_us, c.dram_bytes,
-                    c.requested_bytes)
+                    c.requested_bytes, c.host_us)
 
 
 def _copy_gbps(runs: Sequence[StoredRun], gpu: str) -> float | None:

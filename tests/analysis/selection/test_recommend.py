@@ -261,3 +261,26 @@ def test_a_cpu_run_in_the_store_does_not_hide_its_only_gpu(tmp_path):
         s.add_run(other, tmp_path / "a100")
         with pytest.raises(ProfattnError, match=r"several devices \(NVIDIA A100, NVIDIA H200, x86_64\)"):
             resolve_gpu(s, None)
+
+
+def test_the_winners_host_time_is_shown_and_an_eager_host_bound_call_said_so(tmp_path):
+    """A cell of a schema-4 run carries the host's time per call: the evidence prints it, and where it exceeds the
+    judged latency (a small fwd + bwd the host cannot issue as fast as the GPU runs it) says an eager loop is
+    host-bound at about that time; a cell without it prints no host line."""
+    from dataclasses import replace
+
+    from factories import cell, run
+    from profattn.report.recommend import recommend_json, recommend_text
+
+    w = parse_workload_spec("phase=train,b=2,q=1024,kv=1024,hq=1,hkv=1,d=64")
+    c = cell(w, "sdpa-cudnn", 60.0, family="cudnn")
+    c = replace(c, timing=replace(c.timing, host_us=142.5), timing_repeats=())
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add_run(run([c, cell(w, "sdpa-flash", 80.0)]), tmp_path / "r")
+        r = recommend(s, w, "NVIDIA H200")
+        assert r.best == "sdpa-cudnn" and r.evidence.host_us == 142.5
+        assert "  host 142.5 µs to issue one call: an eager loop is host-bound here, about 142.5 µs a call" in recommend_text(r)
+        assert recommend_json(r)["evidence"]["host_us"] == 142.5
+    with open_store(tmp_path / "t.sqlite") as s:
+        s.add_run(run([cell(w, "sdpa-cudnn", 60.0, family="cudnn")]), tmp_path / "q")
+        assert "to issue one call" not in recommend_text(recommend(s, w, "NVIDIA H200"))

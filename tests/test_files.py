@@ -82,3 +82,6 @@ def test_report_of_a_results_file_pointing_outside_or_at_a_truncated_trace(tmp_p
     html = (tmp_path / "r.html").read_text()
     assert "root:x:0:0" not in html
     assert "is outside the run directory: not read" in html and "trace unreadable, stored summary kept" in html
+    # and the terminal says so in one line (it was said only inside the HTML)
+    warn = [x for x in res.output.splitlines() if x.startswith("warning: ")]
+    assert len(warn) == 1 and "is outside the run directory: not read (and 25 more: see the report's trace warnings)" in warn[0]  # 1 more outside, 24 decode cells of the truncated trace

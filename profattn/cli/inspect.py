@@ -24,10 +24,14 @@ def report(run_dir: Path, out_path: str | None, keep_host_info: bool = False) ->
     target = output_file(out_path if out_path is not None else root / "report.html", default_name="report.html",
                          inputs=run_inputs(run_dir), own_report_of=root)
     from profattn.harness.session import reattach_traces  # torch and plotly: only once the inputs are good
-    from profattn.report.run import write_report
+    from profattn.report.run import trace_problem_text, write_report
 
     read = reattach_traces(run, root)
     path = write_report(read.run, target, traces=read.problems, keep_host_info=keep_host_info)
+    if read.problems:  # said on the terminal too, not only inside the HTML
+        first = read.problems[0]
+        more = f" (and {len(read.problems) - 1} more: see the report's trace warnings)" if len(read.problems) > 1 else ""
+        click.echo(f"warning: {first.cell_id}: {trace_problem_text(first)}{more}", err=True)
     click.echo(f"report: {path}")
 
 

@@ -61,11 +61,13 @@ def l2_flusher(device: torch.device, mode: str = "read") -> Callable[[], None]:
     return lambda: torch.sum(buf, dim=0, out=out)
 
 
-#: The spin before each timed rep lasts this many times the longest host time per call seen in warm-up, plus
+#: The spin before each timed rep lasts this many times the longest host time per call (:data:`HOST_CALLS`), plus
 #: :data:`SPIN_PAD_US` (µs), and at most :data:`MAX_SPIN_US`.
 SPIN_FACTOR = 2.0
 SPIN_PAD_US = 20.0
 MAX_SPIN_US = 20_000.0
+#: Calls timed on the host alone, each from an idle GPU (:attr:`~profattn.results.Timing.host_us` is their median).
+HOST_CALLS = 11
 _CYCLES_PER_US: dict[torch.device, float] = {}
 
 
@@ -100,7 +102,9 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     before its start event fires and the events time the GPU work alone — without it a call whose host side
     (Python dispatch, autograd, a library's graph lookup) outlasts the flush is timed with the host's stall inside
     (Speechmatics, "Timing operations in PyTorch", 2023, on ``torch.cuda._sleep`` for exactly this). The host's
-    own time is measured beside it: ``time.perf_counter`` around each timed call, the median of the reps.
+    own time is measured beside it: ``time.perf_counter`` around :data:`HOST_CALLS` calls after warm-up, each issued
+    to an idle GPU (synchronized first; in the timed loop the full launch queue would pace the host at the GPU's
+    rate), the median of them; the spin is sized by the longest.
     ``hide_host=False`` leaves the spin out (the method of schema ≤ 3 runs: ``benchmarks/host_stall.py`` compares).
     """
     device = torch.device("cuda", torch.cuda.current_device())
@@ -126,13 +130,19 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     t1.record()
     torch.cuda.synchronize()
     est_ms = max(t0.elapsed_time(t1) / 5, 1e-3)
-    host_warm: list[float] = []
-    for _ in range(max(5, min(int(25 / est_ms), 1000))):  # ~25 ms of warm-up
+    for _ in range(max(1, min(int(25 / est_ms), 1000))):  # ~25 ms of warm-up
+        once()
+    # The host's time to issue one call, each timed from an idle GPU: in a loop that runs ahead of the GPU the launch
+    # queue fills and the host's time per call becomes the GPU's (back-pressure), which is not the host's own cost.
+    host: list[float] = []
+    for _ in range(HOST_CALLS):
         reset()
+        torch.cuda.synchronize()
         h = time.perf_counter()
         fn()
-        host_warm.append((time.perf_counter() - h) * 1e6)
-    spin_us = min(SPIN_FACTOR * max(host_warm) + SPIN_PAD_US, MAX_SPIN_US) if hide_host else 0.0
+        host.append((time.perf_counter() - h) * 1e6)
+    torch.cuda.synchronize()
+    spin_us = min(SPIN_FACTOR * max(host) + SPIN_PAD_US, MAX_SPIN_US) if hide_host else 0.0
     cycles = int(spin_us * spin_cycles_per_us(device)) if hide_host else 0
     # What one timed rep costs on the GPU's timeline: the flush, the spin, the call (a 12 µs decode kernel costs
     # ~90 µs a rep with the 256 MB flush; budgeting by the call alone made every decode sample 10 000 reps and ~1 s).
@@ -149,16 +159,13 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     reps = int(min(max(min_reps, target_ms / rep_ms), 10_000, max(min_reps, 5000 / rep_ms)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    host: list[float] = []
     for i in range(reps):
         reset()
         evict()
         if cycles:
             torch.cuda._sleep(cycles)
         starts[i].record()
-        h = time.perf_counter()
         fn()
-        host.append((time.perf_counter() - h) * 1e6)
         ends[i].record()
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]

@@ -31,6 +31,7 @@ def measure(specs: list[str], backends: list[str], rounds: int) -> list[dict]:
     import torch
 
     from profattn.backends import Unsupported, get_backend
+    from profattn.backends.base import call_shape_reason
     from profattn.harness.cell import bind_calls
     from profattn.harness.inputs import make_inputs
     from profattn.harness.timing import time_cuda
@@ -44,7 +45,7 @@ def measure(specs: list[str], backends: list[str], rounds: int) -> list[dict]:
         for name in backends:
             backend = get_backend(name)
             row: dict = {"workload": spec, "backend": name}
-            reason = backend.unsupported_reason(w, device)
+            reason = call_shape_reason(backend, w) or backend.unsupported_reason(w, device)  # as run_cell asks
             try:
                 if reason:
                     raise Unsupported(reason)

@@ -98,7 +98,7 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     (at least ``min_reps``, at most 10 000, capped at 5 s). ``before`` (like ``grad_to_none``) runs untimed before every call.
 
     Host stalls hidden: after each flush a GPU spin (``torch.cuda._sleep``) of :data:`SPIN_FACTOR` × the longest
-    host time per call seen in warm-up (+ :data:`SPIN_PAD_US`) holds the stream, so the call's kernels are queued
+    host time per call (the :data:`HOST_CALLS` below; + :data:`SPIN_PAD_US`) holds the stream, so the call's kernels are queued
     before its start event fires and the events time the GPU work alone — without it a call whose host side
     (Python dispatch, autograd, a library's graph lookup) outlasts the flush is timed with the host's stall inside
     (Speechmatics, "Timing operations in PyTorch", 2023, on ``torch.cuda._sleep`` for exactly this). The host's
@@ -146,7 +146,6 @@ def time_cuda(fn: Callable[[], object], *, grad_to_none: Sequence[torch.Tensor] 
     cycles = int(spin_us * spin_cycles_per_us(device)) if hide_host else 0
     # What one timed rep costs on the GPU's timeline: the flush, the spin, the call (a 12 µs decode kernel costs
     # ~90 µs a rep with the 256 MB flush; budgeting by the call alone made every decode sample 10 000 reps and ~1 s).
-    torch.cuda.synchronize()
     t0.record()
     for _ in range(5):
         evict()

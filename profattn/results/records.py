@@ -59,8 +59,8 @@ class Timing:
     """Latency of one call, from ``reps`` timed repetitions after warm-up.
 
     ``method`` says how (e.g. "CUDA events via triton.testing.do_bench, L2 flushed before each rep").
-    ``host_us``: the host's time to issue one call (µs, ``time.perf_counter`` around the call, median over the
-    timed reps) — what an eager loop pays per call when it exceeds the GPU time; None where not measured (CPU
+    ``host_us``: the host's time to issue one call (µs, ``time.perf_counter`` around the call, the median of calls
+    each issued to an idle GPU: :func:`profattn.harness.timing.time_cuda`) — what an eager loop pays per call when it exceeds the GPU time; None where not measured (CPU
     timings, runs of schema ≤ 3, whose CUDA latencies also include any host stall longer than the L2 flush).
     """
 

@@ -259,9 +259,12 @@ def current_method(cells: Iterable[Measurement]) -> tuple[Measurement, ...]:
     older run timed any host stall longer than the L2 flush inside the events, so its latency of a launch-bound call
     is the host's jitter, not the kernels' (``benchmarks/host_stall.py`` measures both). Order kept; a group with no
     such cell keeps every cell."""
+    def group(c: Measurement) -> tuple[str, str, str]:
+        return c.gpu, c.backend, c.read_key or c.workload_key
+
     cells = tuple(cells)
-    current = {(c.gpu, c.backend, c.read_key or c.workload_key) for c in cells if c.host_us is not None and c.eligible}
-    return tuple(c for c in cells if c.host_us is not None or (c.gpu, c.backend, c.read_key or c.workload_key) not in current)
+    current = {group(c) for c in cells if c.host_us is not None and c.eligible}
+    return tuple(c for c in cells if c.host_us is not None or group(c) not in current)
 
 
 def measurements(run: RunResult, rid: str | None = None) -> tuple[Measurement, ...]:

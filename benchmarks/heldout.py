@@ -24,8 +24,8 @@
 
 Usage::
 
-    python benchmarks/heldout.py shapes [--seed 34] [--decode 40 --prefill 10 --train 10] [--exclude-workloads F] > WORKLOADS
-    python benchmarks/heldout.py ask WORKLOADS --out asks.json [--exclude DIR ...]
+    python benchmarks/heldout.py shapes [--seed 34] [--decode 40 --prefill 10 --train 10] [--exclude-workloads F] [--gpu H200] > WORKLOADS
+    python benchmarks/heldout.py ask WORKLOADS --out asks.json [--exclude DIR ...] [--gpu H200]
     python benchmarks/heldout.py backends asks.json
     python benchmarks/heldout.py score asks.json RUN_DIR ... [--json FILE]
 """
@@ -52,7 +52,7 @@ from profattn.report.recommend import recommend_json  # noqa: E402
 from profattn.store import workload_key  # noqa: E402
 from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
 from oneline_args import Parser  # noqa: E402
-from selection import committed_runs, one_gpu_store  # noqa: E402
+from selection import DEFAULT_GPU, committed_runs, one_gpu_store  # noqa: E402
 
 #: The contenders measured for every shape of a phase (besides every backend an answer names).
 CONTENDERS = {
@@ -119,13 +119,15 @@ def draw_shapes(seed: int, n_decode: int, n_prefill: int, n_train: int, known: s
 
 
 def cmd_shapes(a: argparse.Namespace) -> int:
-    with one_gpu_store(committed_runs(a.exclude)) as (store, gpu):
+    with one_gpu_store(committed_runs(a.exclude, a.gpu)) as (store, gpu):
         known = {c.workload_key for c in store.cells_on(gpu)}
     for f in a.exclude_workloads:
         known |= {workload_key(w) for w in read_workloads(f)}
     skip = "".join(f" --exclude-workloads {f}" for f in a.exclude_workloads)
     if [Path(e).resolve() for e in a.exclude] != [DEFAULT_EXCLUDE]:
         skip += " --exclude" + "".join(f" {_rel(Path(e))}" for e in a.exclude)
+    if a.gpu != DEFAULT_GPU:
+        skip += f" --gpu {a.gpu}"
     print(f"# {a.decode} paged decodes, {a.prefill} dense prefills, {a.train} training steps outside the store "
           f"(python benchmarks/heldout.py shapes --seed {a.seed} --decode {a.decode} --prefill {a.prefill} "
           f"--train {a.train}{skip})")
@@ -140,7 +142,7 @@ def read_workloads(path: Path) -> list[Workload]:
 
 def cmd_ask(a: argparse.Namespace) -> int:
     ws = read_workloads(a.workloads)
-    runs = committed_runs(a.exclude)
+    runs = committed_runs(a.exclude, a.gpu)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with one_gpu_store(runs) as (store, gpu):
         policy = policy_for(store, gpu)
@@ -195,6 +197,9 @@ def score_rows(doc: dict, runs: list[Path]) -> list[dict]:
     """One row per asked shape of ``doc`` (an ``asks.json``): the picks, what ``runs`` measured there (µs), each
     pick's regret against its pool and whether it is within noise of the pool's fastest (``noise_tie``)."""
     with one_gpu_store(runs) as (store, gpu):
+        if doc.get("gpu") and doc["gpu"] != gpu:
+            raise ProfattnError(f"the picks were asked on {doc['gpu']} and the runs measured on {gpu}: score a draw on "
+                                f"the GPU it was asked for")
         rows = []
         for x in doc["answers"]:
             w = parse_workload_spec(x["workload"])
@@ -347,11 +352,13 @@ def main() -> int:
     s.add_argument("--exclude-workloads", type=Path, nargs="*", default=[], help="workload files whose shapes to skip too")
     s.add_argument("--exclude", type=Path, nargs="*", default=[DEFAULT_EXCLUDE],
                    help="run folders left out of the store (default: the held-out runs, so the draw is reproducible)")
+    s.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
     k = sub.add_parser("ask")
     k.add_argument("workloads", type=Path)
     k.add_argument("--out", type=Path, required=True)
     k.add_argument("--exclude", type=Path, nargs="*", default=[DEFAULT_EXCLUDE],
                    help="run folders left out of the store (default: the first held-out draw's)")
+    k.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
     b = sub.add_parser("backends")
     b.add_argument("asks", type=Path)
     c = sub.add_parser("score")

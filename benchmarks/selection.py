@@ -8,7 +8,7 @@ Prints the README's tables (GitHub Markdown: the policy against the best constan
 against "always sdpa-cudnn" and "always flashinfer-decode-tc") and the leave-one-workload-out numbers per phase. A hit is a pick within
 3 % or within noise of the measured best; regret is t_pick / t_best − 1.
 
-Usage: ``python benchmarks/selection.py [--runs DIR ...] [--json FILE]`` (CPU; ~1 min on a loaded 2-core machine).
+Usage: ``python benchmarks/selection.py [--gpu H200 | --runs DIR ...] [--json FILE]`` (CPU; ~1 min on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -31,16 +31,30 @@ from profattn.report.recommend import score_text, two_scores_table, validation_t
 from profattn.store import ResultsStore, import_runs, open_store  # noqa: E402
 
 
-def committed_runs(exclude: Sequence[Path] = ()) -> list[Path]:
-    """Every run directory under ``examples/`` measured on a GPU (its results.json names a CUDA device), less those
-    at or under an ``exclude`` folder."""
+#: The GPU whose committed runs the benchmarks read by default: the reference corpus (README's tables) is H200's.
+DEFAULT_GPU = "H200"
+
+
+def run_gpu(results: Path) -> str | None:
+    """The CUDA device name a ``results.json`` was measured on (its ``environment.device_name``), or None for a CPU
+    run or a file that is not a results document."""
+    try:
+        env = json.loads(results.read_text()).get("environment") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return env.get("device_name") if isinstance(env, dict) and env.get("device") == "cuda" else None
+
+
+def committed_runs(exclude: Sequence[Path] = (), gpu: str | None = DEFAULT_GPU) -> list[Path]:
+    """Every run directory under ``examples/`` measured on a CUDA GPU whose name contains ``gpu`` (case-insensitive;
+    None: any GPU), less those at or under an ``exclude`` folder."""
     ex = [e.resolve() for e in exclude]
     out = []
     for p in sorted((REPO / "examples").rglob("results.json")):
         d = p.parent.resolve()
         if any(d == e or e in d.parents for e in ex):
             continue
-        if '"device": "cuda"' in p.read_text()[:4000]:
+        if (name := run_gpu(p)) is not None and (gpu is None or gpu.lower() in name.lower()):
             out.append(p.parent)
     return out
 
@@ -64,10 +78,11 @@ def one_gpu_store(runs: Sequence[Path]) -> Iterator[tuple[ResultsStore, str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", nargs="*", type=Path, default=None, help="run directories (default: every committed GPU run)")
+    ap.add_argument("--runs", nargs="*", type=Path, default=None, help="run directories (default: every committed run of --gpu)")
+    ap.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
     args = ap.parse_args()
-    runs = args.runs or committed_runs()
+    runs = args.runs or committed_runs(gpu=args.gpu)
     try:
         with one_gpu_store(runs) as (store, gpu):
             cells = store.cells_on(gpu)

@@ -28,6 +28,10 @@ Usage::
     python benchmarks/heldout.py ask WORKLOADS --out asks.json [--exclude DIR ...] [--gpu H200]
     python benchmarks/heldout.py backends asks.json
     python benchmarks/heldout.py score asks.json RUN_DIR ... [--json FILE]
+
+``ask --out`` and ``score --json`` write a new file only (an existing one is refused: a committed draw's asks are its
+record); ``score`` refuses runs that measured none of the asked shapes, and its done-when line gives no verdict while a
+pick is unmeasured.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import recommend_json  # noqa: E402
 from profattn.store import workload_key  # noqa: E402
 from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
-from oneline_args import Parser  # noqa: E402
+from oneline_args import Parser, new_file_problem  # noqa: E402
 from selection import DEFAULT_GPU, committed_runs, one_gpu_store  # noqa: E402
 
 #: The contenders measured for every shape of a phase (besides every backend an answer names).
@@ -141,7 +145,11 @@ def read_workloads(path: Path) -> list[Workload]:
 
 
 def cmd_ask(a: argparse.Namespace) -> int:
+    if why := new_file_problem(a.out, "--out"):
+        raise ProfattnError(why)
     ws = read_workloads(a.workloads)
+    if not ws:
+        raise ProfattnError(f"{a.workloads}: no workload lines (one --workload spec a line; '#' starts a comment)")
     runs = committed_runs(a.exclude, a.gpu)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with one_gpu_store(runs) as (store, gpu):
@@ -263,9 +271,12 @@ def summary(rows: list[dict], key: str, phase: str | None = None) -> tuple[int, 
 
 def cmd_score(a: argparse.Namespace) -> int:
     doc = _asks(a.asks)
-    if a.json is not None and not a.json.parent.is_dir():
-        raise ProfattnError(f"--json {a.json}: its folder {a.json.parent} does not exist")
+    if a.json is not None and (why := new_file_problem(a.json, "--json")):
+        raise ProfattnError(why)
     rows = score_rows(doc, a.runs)
+    if not any(r["best_us"] for r in rows):
+        raise ProfattnError(f"none of the {len(rows)} asked shapes was measured in {', '.join(str(r) for r in a.runs)}: "
+                            f"give the run folders that measured this draw")
     print(f"asked at {doc['commit']} from {len(doc['runs'])} runs; measured in {', '.join(str(r) for r in a.runs)}\n")
     print("| workload | asked | headline pick | regret | drop-in pick | regret | best measured | best drop-in |")
     print("|---|---|---|---:|---|---:|---|---|")
@@ -283,7 +294,8 @@ def cmd_score(a: argparse.Namespace) -> int:
               f"{pct(r['headline_regret'])}{tie(r, 'headline_regret')} | {r['drop_in'] or 'none'}"
               f"{' (NOT MEASURED)' if r['drop_in_unmeasured'] else ''} | "
               f"{pct(r['drop_in_regret'])}{tie(r, 'drop_in_regret')} | {r['best_measured']} {r['best_us']:.1f} µs | "
-              f"{r['best_drop_in_measured']} {r['best_drop_in_us']:.1f} µs |" if r["best_us"] else f"| {r['tag']} | not measured |")
+              f"{r['best_drop_in_measured']} {r['best_drop_in_us']:.1f} µs |" if r["best_us"] else
+              f"| {r['tag']} | {r['status']} | not measured | | | | | |")
     print()
 
     def score(key: str, phase: str | None = None) -> str:
@@ -314,8 +326,14 @@ def cmd_score(a: argparse.Namespace) -> int:
     worst_h = max((r["headline_regret"] for r in rows if r["headline_regret"] is not None and not r["noise_tie"]["headline_regret"]), default=None)
     worst_d = max((r["drop_in_regret"] for r in rows if r["drop_in_regret"] is not None and not r["noise_tie"]["drop_in_regret"]), default=None)
     unmeasured = sum(r["headline_unmeasured"] or r["drop_in_unmeasured"] for r in rows)
-    print(f"\ndone-when (regrets beyond noise): headline worst {pct(worst_h)} (≤ 25 %: {'yes' if worst_h is None or worst_h <= 0.25 else 'NO'}); "
-          f"drop-in worst {pct(worst_d)} (≤ 10 %: {'yes' if worst_d is None or worst_d <= 0.10 else 'NO'}); "
+
+    def verdict(worst: float | None, limit: float) -> str:
+        if unmeasured:  # a pick the run did not measure could be the worst: no verdict until it is measured
+            return "not judged: picks unmeasured"
+        return "yes" if worst is None or worst <= limit else "NO"
+
+    print(f"\ndone-when (regrets beyond noise): headline worst {pct(worst_h)} (≤ 25 %: {verdict(worst_h, 0.25)}); "
+          f"drop-in worst {pct(worst_d)} (≤ 10 %: {verdict(worst_d, 0.10)}); "
           f"picks the run did not measure: {unmeasured}")
     if a.json is not None:
         a.json.write_text(json.dumps({"schema": "profattn.heldout-score", "version": 1, "asks": doc["commit"],
@@ -342,7 +360,7 @@ def _asks(path: Path) -> dict:
 
 
 def main() -> int:
-    ap = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0])
+    ap = Parser(prog=Path(__file__).name, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("shapes")
     s.add_argument("--seed", type=int, default=34)

@@ -27,9 +27,11 @@ from oneline_args import Parser, fail  # noqa: E402
 from selection import DEFAULT_GPU, committed_runs, one_gpu_store  # noqa: E402
 
 
-def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int = MIN_LOO_WORKLOADS) -> list[dict]:
+def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int = MIN_LOO_WORKLOADS,
+                  skipped: list[tuple[str, str, str]] | None = None) -> list[dict]:
     """Per (backend, regime) of ``phases`` with at least ``min_workloads`` workloads whose every cell has a trace GPU
-    time: the leave-one-out median and worst (fractions) of the model fitted on latency and on GPU time.
+    time: the leave-one-out median and worst (fractions) of the model fitted on latency and on GPU time. The groups
+    left out are appended to ``skipped`` as (backend, regime key, why).
 
     Raises:
         ProfattnError: the runs hold no or several GPUs.
@@ -43,7 +45,12 @@ def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int 
                 groups.setdefault((s.backend, s.regime.key), []).append((s, c.gpu_time_us))
     out = []
     for (backend, key), rows in sorted(groups.items()):
-        if any(g is None or g <= 0 for _, g in rows) or len({s.key for s, _ in rows}) < min_workloads:
+        n = len({s.key for s, _ in rows})
+        missing = sum(g is None or g <= 0 for _, g in rows)
+        if missing or n < min_workloads:
+            if skipped is not None:
+                skipped.append((backend, key, f"{missing} of its {len(rows)} cells have no trace GPU time" if missing
+                                else f"{n} workloads, fewer than {min_workloads}"))
             continue
         lat = fit(backend, rows[0][0].regime, [s for s, _ in rows])
         kern = fit(backend, rows[0][0].regime, [replace(s, latency_us=g) for s, g in rows])
@@ -62,11 +69,9 @@ def main() -> int:
     if a.min_workloads < MIN_LOO_WORKLOADS:
         fail("loo_target", f"--min-workloads is at least {MIN_LOO_WORKLOADS} (a leave-one-out error is checked from "
              f"{MIN_LOO_WORKLOADS} workloads), not {a.min_workloads}")
-    bad = [str(p) for p in a.exclude if not p.is_dir()]
-    if bad:
-        fail("loo_target", f"--exclude takes run folders; not a directory: {', '.join(bad)}")
     try:
-        rows = loo_by_target(committed_runs(a.exclude, a.gpu), tuple(a.phase), a.min_workloads)
+        skipped: list[tuple[str, str, str]] = []
+        rows = loo_by_target(committed_runs(a.exclude, a.gpu), tuple(a.phase), a.min_workloads, skipped)
     except ProfattnError as exc:
         fail("loo_target", str(exc))
     print("| backend | regime | workloads | LOO on latency (median / worst) | LOO on GPU time (median / worst) |")
@@ -74,6 +79,10 @@ def main() -> int:
     for r in rows:
         print(f"| {r['backend']} | {r['regime']} | {r['workloads']} | {r['latency'][0]:.1%} / {r['latency'][1]:.0%} | "
               f"{r['gpu'][0]:.1%} / {r['gpu'][1]:.0%} |")
+    if skipped:
+        print(f"\nleft out ({len(skipped)}: a model on GPU time needs every cell's trace):")
+        for backend, key, why in skipped:
+            print(f"  {backend} {key}: {why}")
     return 0
 
 

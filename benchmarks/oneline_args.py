@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -20,3 +21,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         fail(os.path.basename(self.prog), f"error: {message}")
+
+
+def new_file_problem(path: Path, flag: str) -> str | None:
+    """Why ``path`` cannot take a new output file (None: it can): its folder is missing, or something is already
+    there — a benchmark never replaces an earlier result or a user's file (the project's trust rule)."""
+    if path.is_dir():
+        return f"{flag} {path}: a folder; give a file path"
+    if path.exists():
+        return f"{flag} {path}: exists; a benchmark never replaces a file: give a new path (or remove it yourself)"
+    if not path.parent.is_dir():
+        return f"{flag} {path}: its folder {path.parent} does not exist"
+    return None

@@ -30,6 +30,9 @@ from profattn.errors import ProfattnError  # noqa: E402
 from profattn.report.recommend import score_text, two_scores_table, validation_table  # noqa: E402
 from profattn.store import ResultsStore, import_runs, open_store  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from oneline_args import new_file_problem  # noqa: E402
+
 
 #: The GPU whose committed runs the benchmarks read by default: the reference corpus (README's tables) is H200's.
 DEFAULT_GPU = "H200"
@@ -47,15 +50,30 @@ def run_gpu(results: Path) -> str | None:
 
 def committed_runs(exclude: Sequence[Path] = (), gpu: str | None = DEFAULT_GPU) -> list[Path]:
     """Every run directory under ``examples/`` measured on a CUDA GPU whose name contains ``gpu`` (case-insensitive;
-    None: any GPU), less those at or under an ``exclude`` folder."""
-    ex = [e.resolve() for e in exclude]
-    out = []
+    None: any GPU), less those at or under an ``exclude`` folder.
+
+    Raises:
+        ProfattnError: an ``exclude`` is not a folder, ``gpu`` is empty, or no committed run matches (the message
+            names the GPUs there are).
+    """
+    bad = [str(e) for e in exclude if not Path(e).is_dir()]
+    if bad:
+        raise ProfattnError(f"--exclude takes run folders; not a directory: {', '.join(bad)}")
+    if gpu is not None and not gpu.strip():
+        raise ProfattnError("--gpu is empty: give part of a GPU's name (H200, H100)")
+    ex = [Path(e).resolve() for e in exclude]
+    out, names = [], set()
     for p in sorted((REPO / "examples").rglob("results.json")):
         d = p.parent.resolve()
         if any(d == e or e in d.parents for e in ex):
             continue
-        if (name := run_gpu(p)) is not None and (gpu is None or gpu.lower() in name.lower()):
-            out.append(p.parent)
+        if (name := run_gpu(p)) is not None:
+            names.add(name)
+            if gpu is None or gpu.lower() in name.lower():
+                out.append(p.parent)
+    if not out:
+        there = ", ".join(sorted(names)) or "none"
+        raise ProfattnError(f"no committed run was measured on a GPU named like {gpu!r} (the committed GPUs: {there})")
     return out
 
 
@@ -82,8 +100,11 @@ def main() -> int:
     ap.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
     args = ap.parse_args()
-    runs = args.runs or committed_runs(gpu=args.gpu)
+    if args.json is not None and (why := new_file_problem(args.json, "--json")):
+        print(f"selection: {why}", file=sys.stderr)
+        return 2
     try:
+        runs = args.runs or committed_runs(gpu=args.gpu)
         with one_gpu_store(runs) as (store, gpu):
             cells = store.cells_on(gpu)
             t = time.perf_counter()

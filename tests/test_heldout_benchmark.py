@@ -229,4 +229,25 @@ def test_committed_runs_of_one_gpu(job):
         "examples/h100-heldout-5/dense"]
     h200 = job.committed_runs()
     assert h200 and not set(h200) & set(h100) and set(job.committed_runs(gpu=None)) == set(h200) | set(h100)
-    assert job.committed_runs(gpu="A100") == []
+    with pytest.raises(job.ProfattnError, match=r"no committed run was measured on a GPU named like 'A100' \(the "
+                       r"committed GPUs: NVIDIA H100 80GB HBM3, NVIDIA H200\)"):
+        job.committed_runs(gpu="A100")
+
+
+def test_no_output_replaces_a_file_and_no_score_without_a_measurement(job, tmp_path, capsys):
+    """The new user's breaks: ``score --json`` onto the draw's own asks file (it replaced it), ``ask --out`` onto a
+    committed asks file, a misspelt ``--exclude`` (it was ignored), and a score against runs that measured none of
+    the shapes (it printed "yes" for both targets)."""
+    asks = H100_4 / "asks-6642428.json"
+    before = asks.read_bytes()
+    assert job_main(job, ["score", str(asks), str(H100_4 / "dense"), "--json", str(asks)]) == 2
+    assert "exists; a benchmark never replaces a file" in capsys.readouterr().err and asks.read_bytes() == before
+    assert job_main(job, ["ask", str(REPO / "examples" / "h200-heldout-4" / "workloads.txt"), "--gpu", "H100",
+                          "--exclude", str(H100_4), "--out", str(asks)]) == 2
+    assert "exists" in capsys.readouterr().err and asks.read_bytes() == before
+    assert job_main(job, ["ask", str(REPO / "examples" / "h200-heldout-4" / "workloads.txt"), "--gpu", "H100",
+                          "--exclude", str(tmp_path / "typo"), "--out", str(tmp_path / "a.json")]) == 2
+    assert "not a directory" in capsys.readouterr().err and not (tmp_path / "a.json").exists()
+    assert job_main(job, ["score", str(asks), str(H100_5 / "dense")]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "none of the 20 asked shapes was measured" in out.err

@@ -392,3 +392,14 @@ def test_host_time_validates_round_trips_and_pools(tmp_path):
     (tmp_path / "v3" / "results.json").write_text(json.dumps(data))
     old = read_results(tmp_path / "v3" / "results.json")
     assert old.cells[0].host_us is None and old.cells[0].latency_us == 17.9
+
+
+def test_a_file_that_is_not_a_results_file_says_what_was_expected(tmp_path):
+    """`db import examples/h100-corpus/*` took a README for a run: the message says what it expected."""
+    (tmp_path / "README.md").write_text("# a run folder's notes\n")
+    with pytest.raises(ResultsError, match=r"README\.md: not valid JSON .*; expected a run directory or its results\.json"):
+        read_results(tmp_path / "README.md")
+    (tmp_path / "results.json").write_text("# not JSON\n")
+    with pytest.raises(ResultsError) as e:
+        read_results(tmp_path)
+    assert "expected a run directory" not in str(e.value)

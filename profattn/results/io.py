@@ -574,7 +574,8 @@ def read_results(path: str | os.PathLike[str]) -> RunResult:
     try:
         data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+        hint = "" if path.name == "results.json" else "; expected a run directory or its results.json"
+        raise ResultsError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}){hint}") from None
     except RecursionError:
         raise ResultsError(f"{path}: JSON nested too deeply") from None
     try:

@@ -91,7 +91,7 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
             if error is None:
                 bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
                 if bad:
-                    failed = bad[0]
+                    failed = first_failure(work_dir, bad)
                     error = f"rank {failed}: {_rank_error(work_dir, failed, codes[failed])}"
                     deadline = time.monotonic() + grace_s
             if all(c is not None for c in codes):
@@ -116,6 +116,13 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
                     p.kill()
                     p.wait()
             log.close()
+    if failed is not None and error is not None and not error.endswith("stopped)"):
+        # a peer's failure makes the other ranks fail too ("Connection closed by peer"): the cause is the rank whose
+        # error was written first, which may have been polled after the rank it brought down
+        codes = [p.poll() for p, _ in procs]
+        first = first_failure(work_dir, [r for r, c in enumerate(codes) if c not in (None, 0)] or [failed])
+        if first != failed:
+            failed, error = first, f"rank {first}: {_rank_error(work_dir, first, codes[first])}"
     n = len(spec["cells"])
     results = tuple(tuple(_read_json(work_dir / f"rank{r}.{i}.json") for r in range(ranks)) for i in range(n))
     checks = tuple(_read_json(work_dir / f"check.{i}.json") for i in range(n))
@@ -135,6 +142,17 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def first_failure(work_dir: Path, ranks: list[int]) -> int:
+    """Of the failed ``ranks``, the one whose ``rank{r}.error`` was written first (ranks without one last, then by
+    rank)."""
+    def when(r: int) -> tuple[int, int]:
+        try:
+            return (0, (work_dir / f"rank{r}.error").stat().st_mtime_ns)
+        except OSError:
+            return (1, 0)
+    return min(ranks, key=lambda r: (when(r), r))
 
 
 def _rank_error(work_dir: Path, rank: int, code: int | None) -> str:

@@ -147,3 +147,19 @@ def test_sigterm_stops_the_launch_and_removes_its_temporary_directory(tmp_path, 
         run_cp_cell(w, b, CPU, tmp_path, cid, seed=0)
     assert seen and not seen[0].exists()  # /tmp/profattn-cp-XXXX removed
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_failure_reported_is_the_rank_that_failed_first(tmp_path):
+    """Rank 1's injected error brings rank 0 down ("Connection closed by peer"); when both are found exited in one
+    poll, the cause is the error written first, not the lower rank (a CI run reported rank 0's consequence)."""
+    import os
+
+    from profattn.harness.cp_launch import first_failure
+
+    (tmp_path / "rank0.error").write_text("RuntimeError: Connection closed by peer\n")
+    (tmp_path / "rank1.error").write_text("RuntimeError: injected failure on rank 1\n")
+    os.utime(tmp_path / "rank0.error", ns=(2_000_000_000, 2_000_000_000))
+    os.utime(tmp_path / "rank1.error", ns=(1_000_000_000, 1_000_000_000))
+    assert first_failure(tmp_path, [0, 1]) == 1
+    assert first_failure(tmp_path, [0, 1, 2]) == 1  # rank 2 wrote nothing: last
+    assert first_failure(tmp_path, [2, 3]) == 2  # none wrote an error: the lowest rank

@@ -84,26 +84,22 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
         log = open(work_dir / f"rank{r}.log", "wb")
         procs.append((subprocess.Popen([sys.executable, "-m", "profattn.harness.cp_worker", str(work_dir)], env=e,
                                        stdout=log, stderr=subprocess.STDOUT), log))
-    start, error, failed, deadline = time.monotonic(), None, None, None
+    start, deadline, stuck = time.monotonic(), None, None
+    exited: set[int] = set()  # ranks that exited non-zero on their own (not the ones stopped below)
     try:
         while True:
             codes = [p.poll() for p, _ in procs]
-            if error is None:
-                bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-                if bad:
-                    failed = first_failure(work_dir, bad)
-                    error = f"rank {failed}: {_rank_error(work_dir, failed, codes[failed])}"
-                    deadline = time.monotonic() + grace_s
+            exited |= {r for r, c in enumerate(codes) if c not in (None, 0)}
+            if exited and deadline is None:
+                deadline = time.monotonic() + grace_s
             if all(c is not None for c in codes):
                 break
             now = time.monotonic()
             if deadline is not None and now > deadline:
                 break
             if now - start > timeout_s:
-                waiting = [r for r, c in enumerate(codes) if c is None]
-                if error is None:
-                    failed = waiting[0]
-                    error = f"rank {failed}: no result after {timeout_s:g} s (ranks {waiting} stopped)"
+                if not exited:
+                    stuck = [r for r, c in enumerate(codes) if c is None]
                 break
             time.sleep(0.05)
     finally:
@@ -116,13 +112,15 @@ def launch_ranks(spec: dict, ranks: int, work_dir: Path, *, timeout_s: float = 6
                     p.kill()
                     p.wait()
             log.close()
-    if failed is not None and error is not None and not error.endswith("stopped)"):
+    error, failed = None, None
+    if exited:
         # a peer's failure makes the other ranks fail too ("Connection closed by peer"): the cause is the rank whose
-        # error was written first, which may have been polled after the rank it brought down
-        codes = [p.poll() for p, _ in procs]
-        first = first_failure(work_dir, [r for r, c in enumerate(codes) if c not in (None, 0)] or [failed])
-        if first != failed:
-            failed, error = first, f"rank {first}: {_rank_error(work_dir, first, codes[first])}"
+        # error was written first, which may have been found exited after the rank it brought down
+        failed = first_failure(work_dir, sorted(exited))
+        error = f"rank {failed}: {_rank_error(work_dir, failed, procs[failed][0].returncode)}"
+    elif stuck:
+        failed = stuck[0]
+        error = f"rank {failed}: no result after {timeout_s:g} s (ranks {stuck} stopped)"
     n = len(spec["cells"])
     results = tuple(tuple(_read_json(work_dir / f"rank{r}.{i}.json") for r in range(ranks)) for i in range(n))
     checks = tuple(_read_json(work_dir / f"check.{i}.json") for i in range(n))

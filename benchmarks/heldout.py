@@ -56,7 +56,7 @@ from profattn.report.recommend import recommend_json  # noqa: E402
 from profattn.store import workload_key  # noqa: E402
 from profattn.workload import Workload, parse_workload_spec, workload_spec  # noqa: E402
 from oneline_args import Parser, new_file_problem  # noqa: E402
-from selection import DEFAULT_GPU, committed_runs, one_gpu_store  # noqa: E402
+from selection import DEFAULT_GPU, add_gpu_option, committed_runs, one_gpu_store  # noqa: E402
 
 #: The contenders measured for every shape of a phase (besides every backend an answer names).
 CONTENDERS = {
@@ -370,13 +370,13 @@ def main() -> int:
     s.add_argument("--exclude-workloads", type=Path, nargs="*", default=[], help="workload files whose shapes to skip too")
     s.add_argument("--exclude", type=Path, nargs="*", default=[DEFAULT_EXCLUDE],
                    help="run folders left out of the store (default: the held-out runs, so the draw is reproducible)")
-    s.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
+    add_gpu_option(s)
     k = sub.add_parser("ask")
     k.add_argument("workloads", type=Path)
     k.add_argument("--out", type=Path, required=True)
     k.add_argument("--exclude", type=Path, nargs="*", default=[DEFAULT_EXCLUDE],
                    help="run folders left out of the store (default: the first held-out draw's)")
-    k.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
+    add_gpu_option(k)
     b = sub.add_parser("backends")
     b.add_argument("asks", type=Path)
     c = sub.add_parser("score")

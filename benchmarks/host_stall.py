@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's profattn, run from anywhere
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneline_args import Parser, fail  # noqa: E402
+from oneline_args import Parser, fail, new_file_problem  # noqa: E402
 
 
 def measure(specs: list[str], backends: list[str], rounds: int) -> list[dict]:
@@ -94,8 +94,8 @@ def main() -> int:
 
     if args.rounds < 1:
         fail(ap.prog, f"--rounds must be at least 1, got {args.rounds}")
-    if args.json is not None and args.json.exists():
-        fail(ap.prog, f"{args.json} exists; give a new file")
+    if args.json is not None and (why := new_file_problem(args.json, "--json")):
+        fail(ap.prog, why)
     backends = args.backend or ["sdpa-cudnn", "sdpa-flash"]
     try:
         for spec in args.workload:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profattn.analysis.selection.costmodel import MIN_LOO_WORKLOADS, Sample, fit, sample  # noqa: E402
 from profattn.errors import ProfattnError  # noqa: E402
 from oneline_args import Parser, fail  # noqa: E402
-from selection import DEFAULT_GPU, committed_runs, one_gpu_store  # noqa: E402
+from selection import add_gpu_option, committed_runs, one_gpu_store  # noqa: E402
 
 
 def loo_by_target(runs: list[Path], phases: tuple[str, ...], min_workloads: int = MIN_LOO_WORKLOADS,
@@ -64,7 +64,7 @@ def main() -> int:
     ap.add_argument("--exclude", nargs="*", type=Path, default=[], help="run folders left out of the store")
     ap.add_argument("--phase", nargs="+", default=["train", "prefill"], choices=["train", "prefill", "decode"])
     ap.add_argument("--min-workloads", type=int, default=MIN_LOO_WORKLOADS)
-    ap.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
+    add_gpu_option(ap)
     a = ap.parse_args()
     if a.min_workloads < MIN_LOO_WORKLOADS:
         fail("loo_target", f"--min-workloads is at least {MIN_LOO_WORKLOADS} (a leave-one-out error is checked from "

@@ -38,6 +38,12 @@ from oneline_args import new_file_problem  # noqa: E402
 DEFAULT_GPU = "H200"
 
 
+def add_gpu_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--gpu`` option of the scripts that read the committed runs (:func:`committed_runs`' ``gpu``)."""
+    parser.add_argument("--gpu", default=DEFAULT_GPU,
+                        help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
+
+
 def run_gpu(results: Path) -> str | None:
     """The CUDA device name a ``results.json`` was measured on (its ``environment.device_name``), or None for a CPU
     run or a file that is not a results document."""
@@ -97,7 +103,7 @@ def one_gpu_store(runs: Sequence[Path]) -> Iterator[tuple[ResultsStore, str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", nargs="*", type=Path, default=None, help="run directories (default: every committed run of --gpu)")
-    ap.add_argument("--gpu", default=DEFAULT_GPU, help=f"the committed runs of the GPU whose name contains this (default {DEFAULT_GPU})")
+    add_gpu_option(ap)
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
     args = ap.parse_args()
     if args.json is not None and (why := new_file_problem(args.json, "--json")):

@@ -163,3 +163,13 @@ def test_the_failure_reported_is_the_rank_that_failed_first(tmp_path):
     assert first_failure(tmp_path, [0, 1]) == 1
     assert first_failure(tmp_path, [0, 1, 2]) == 1  # rank 2 wrote nothing: last
     assert first_failure(tmp_path, [2, 3]) == 2  # none wrote an error: the lowest rank
+
+
+def test_ranks_past_the_time_limit_are_stopped_and_said_so(tmp_path):
+    """Two ranks still starting (importing torch) when the limit passes: both stopped, the error names the limit and
+    them, and no rank is blamed for a failure it did not have."""
+    from profattn.harness.cp_launch import launch_ranks
+
+    out = launch_ranks({"cells": []}, 2, tmp_path, timeout_s=0.05, grace_s=0.05)
+    assert out.error == "rank 0: no result after 0.05 s (ranks [0, 1] stopped)" and out.failed_rank == 0
+    assert out.results == () and out.checks == ()
